@@ -88,7 +88,7 @@ class _Decode:
     __slots__ = (
         "name", "phys", "a", "b", "c", "budget", "max_seqs", "waiting", "reserved", "running",
         "heap", "n", "sum_base", "sum_finish", "V", "t", "pending", "version", "in_transfer",
-        "queued_out", "next_at",
+        "queued_out", "order",
     )
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
@@ -110,9 +110,9 @@ class _Decode:
         self.t = 0.0  # time of the segment origin
         self.pending: list[int] = []  # transferred, joining at the next boundary
         self.version = 0
-        self.in_transfer = 0
+        self.in_transfer: dict[int, int] = {}  # request -> KV tokens reserved while pulling
         self.queued_out = 0  # output tokens of waiting + transferring + pending requests
-        self.next_at = math.inf
+        self.order: dict[int, None] = {}  # every KV-holding request, in admission order
 
     # closed-form step timing of the current segment
     def time_after(self, k: int) -> float:
@@ -186,6 +186,8 @@ class Simulator:
         self.d_of = [-1] * n
         self.rem_pre = [0] * n
         self.gen_before = [0] * n  # tokens generated before a preemption
+        self.pulled = [False] * n  # KV pulled from the prefill engine (its blocks released)
+        self.epoch = [0] * n  # invalidates the transfer event of a cancelled admission
         self.finish_V = [-1] * n
         self.preempt = [0] * n
         self.t_pre_end = [math.nan] * n
@@ -230,7 +232,7 @@ class Simulator:
             if kind == _PRE_STEP_END:
                 self._prefill_step_end(x)
             elif kind == _TRANSFER_DONE:
-                self._transfer_done(x, y)
+                self._transfer_done(x, y, z)
             elif kind == _DEC_NEXT:
                 d = self.dec[x]
                 if y == d.version:
@@ -337,30 +339,34 @@ class Simulator:
     def _decode_admit(self, d: _Decode, di: int) -> None:
         now = self.now
         changed = False
-        while d.waiting and d.n + d.in_transfer + len(d.pending) < d.max_seqs:
+        while d.waiting and d.n + len(d.in_transfer) + len(d.pending) < d.max_seqs:
             r = d.waiting[0]
             need = self.prompt[r] + self.gen_before[r]
             if need > d.budget - self._decode_kv_used(d, now):
                 break
             d.waiting.popleft()
             d.reserved += need
-            d.in_transfer += 1
+            d.in_transfer[r] = need
+            d.order[r] = None
             changed = True
-            if self.preempt[r] > 0:  # preempted earlier: recompute its context locally
+            if self.pulled[r]:  # preempted after its pull: recompute its context locally
                 delay = d.phys.prefill_request_time_s(need)
-            else:
+            else:  # pull the prompt's KV from the prefill engine, which still holds it
                 delay = self.pre[self.p_of[r]].phys.transfer_time_s(self.prompt[r])
-            self._push(now + delay, _TRANSFER_DONE, r, di)
+            self._push(now + delay, _TRANSFER_DONE, r, di, self.epoch[r])
             used = d.reserved + (d.sum_base + d.n * (d.V + d.steps_done_by(now) + 1) if d.n else 0)
             if used > self.kv_peak[di]:
                 self.kv_peak[di] = used
         if changed:
             self._decode_schedule(d, di)
 
-    def _transfer_done(self, r: int, di: int) -> None:
+    def _transfer_done(self, r: int, di: int, epoch: int) -> None:
+        if epoch != self.epoch[r]:  # this admission was cancelled by a preemption
+            return
         d = self.dec[di]
-        d.in_transfer -= 1
-        if self.preempt[r] == 0:  # the prefill engine's blocks are released once pulled
+        del d.in_transfer[r]
+        if not self.pulled[r]:  # the prefill engine's blocks are released once pulled
+            self.pulled[r] = True
             p = self.p_of[r]
             e = self.pre[p]
             e.kv_used -= self.prompt[r]
@@ -409,6 +415,7 @@ class Simulator:
             if self.finish_V[r] != fv or r not in d.running:
                 continue
             base = d.running.pop(r)
+            del d.order[r]
             d.n -= 1
             d.sum_base -= base
             d.sum_finish -= fv
@@ -431,17 +438,24 @@ class Simulator:
                 d.sum_finish += fv
                 d.queued_out -= self.out[r]
                 heapq.heappush(heap, (fv, r))
-        # 3. KV for the next step: preempt the most recently admitted until it fits
+        # 3. KV for the next step: preempt the most recently admitted until it fits (a request
+        #    still pulling its KV is cancelled; the oldest running one always progresses)
         while d.n and d.sum_base + d.n * (V + 1) + d.reserved > d.budget:
-            r, base = d.running.popitem()
+            r = next(reversed(d.order))
+            del d.order[r]
+            self.preempt[r] += 1
+            d.waiting.appendleft(r)
+            if r in d.in_transfer:
+                d.reserved -= d.in_transfer.pop(r)
+                self.epoch[r] += 1
+                continue
+            base = d.running.pop(r)
             d.n -= 1
             d.sum_base -= base
             d.sum_finish -= self.finish_V[r]
             self.gen_before[r] = base + V - self.prompt[r]
             self.finish_V[r] = -1
-            self.preempt[r] += 1
             d.queued_out += self.out[r]
-            d.waiting.appendleft(r)
         used = d.sum_base + d.n * (V + 1) + d.reserved
         if used > self.kv_peak[di]:
             self.kv_peak[di] = used

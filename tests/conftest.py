@@ -1,0 +1,33 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+
+def synthetic_trace(n: int, rate: float, prompt, output, seed: int = 0, slo=None) -> pd.DataFrame:
+    """A Poisson trace with the given prompt/output lengths (scalars or arrays)."""
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1.0 / rate, n))
+    prompt = np.broadcast_to(np.asarray(prompt, dtype=np.int64), (n,)).copy()
+    output = np.broadcast_to(np.asarray(output, dtype=np.int64), (n,)).copy()
+    if slo is None:
+        slo = rng.choice(["tight", "loose"], n)
+    return pd.DataFrame(
+        {
+            "request_id": [f"t{seed}-{i:05d}" for i in range(n)],
+            "arrival_s": arrival,
+            "family": ["chat"] * n,
+            "source_index": np.zeros(n, dtype=np.int64),
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "slo_class": slo,
+        }
+    )
+
+
+@pytest.fixture
+def make_trace_df():
+    return synthetic_trace
