@@ -192,24 +192,32 @@ class MarginalCost(Policy):
     request would see there, and take the argmin (ties: fewer in-flight requests, then round-robin).
 
     With ``L`` = prompt tokens, ``o`` = output estimate (tokens), ``n_d`` = in-flight on d, the
-    cost model's prices ``tau_pre(L)``, ``tau_xfer(L)``, ``tau_dec(n)`` (s), and per-class targets
-    ``T_ttft``, ``T_tpot`` (s)::
+    cost model's prices ``tau_pre(L)``, ``tau_xfer(L)``, ``tau_dec(n)`` (s, ``tau_dec_s`` at n=0,
+    growing by ``slope`` per co-running sequence), and per-class targets ``T_ttft``, ``T_tpot`` (s)::
 
-        score(p, d) = [backlog]  B_p + R_d                                   seconds
-                    + own work   tau_pre(L) + tau_xfer(L) + o * tau_dec(n_d)   seconds
-                    + [cache]    T_ttft * max(0, u_d - u_safe) / (1 - u_safe)  seconds
+        score(p, d) = [backlog]  B_p + slope * min(R_d, n_d * o * tau_dec_s)      seconds
+                    + own work   tau_pre(L) + tau_xfer(L) + o * tau_dec(n_d)        seconds
+                    + [cache]    W_d = T_ttft * max(0, u_d - u_safe) / (1 - u_safe)  seconds
                     + [slo]      w_slo * (T_ttft,loose / T_ttft) * max(0, ttft_hat - T_ttft)
-                                 + w_slo * o * max(0, tau_dec(n_d) - T_tpot)   seconds
+                                 + w_slo * o * max(0, tau_dec(n_d) - T_tpot)        seconds
 
-        B_p      = seconds of priced prefill work queued on p (ledger)
-        R_d      = seconds of priced decode work outstanding on d (ledger)
-        u_d      = post-admission KV fraction of d:
-                   (max(kv_usage_d * C, in_flight_tokens_d) + L + o) / C,   C = KV capacity (tokens)
-        ttft_hat = B_p + tau_pre(L) + tau_xfer(L) + tau_dec(n_d)
+        B_p      = seconds of priced prefill work queued on p (ledger): a FCFS prefill engine
+                   makes the request wait for all of it
+        R_d      = seconds of priced decode work outstanding on d (ledger). A continuously
+                   batching decode engine does not queue a newcomer behind R_d; instead every
+                   step it shares with the d's in-flight sequences is ``slope`` slower, for it and
+                   for them, for min(its length, theirs): the marginal cost of joining d
+        u_d      = post-admission KV fraction of d: (kv_usage_d * C + L + o) / C, from the
+                   polled usage (measured, not the ledger's predicted tokens: with a noisy
+                   predictor those would inflate the pressure), C = KV capacity (tokens)
+        ttft_hat = B_p + tau_pre(L) + tau_xfer(L) + W_d + tau_dec(n_d)
 
-    The SLO hinge weighs a tight request's predicted TTFT overrun by the loose/tight ratio (3x).
-    Each bracketed term is a switch (the ablation of §V-G); ``use_length=False`` replaces the
-    predicted output by ``default_output_tokens`` everywhere, including the ledger's charges.
+    The cache term prices the expected KV-admission wait; the SLO hinge weighs a tight request's
+    predicted TTFT overrun by the loose/tight ratio (3x). Each bracketed term is a switch (the
+    ablation of §V-G); ``use_length=False`` replaces the predicted output by
+    ``default_output_tokens`` everywhere, including the ledger's charges. With a miscalibrated cost
+    model the ledger's backlog decays as if work finished ``tau_dec`` x faster than it does, so the
+    size-aware terms fade and the score falls back to the in-flight tie-break: queue counting (§V-B).
     """
 
     name = "marginal_cost"
@@ -278,25 +286,30 @@ class MarginalCost(Policy):
                 pre_parts.append((s.index, b, s.in_flight))
         dec_parts = []
         ndec = len(view.decode)
+        slope = cm.dec_concurrency_slope
         for k in range(ndec):
             s = view.decode[(self._tick + k) % ndec]
             if not s.healthy:
                 continue
             tau = cm.tau_dec(s.in_flight)
-            cost = o * tau + (s.backlog_s if self.use_backlog else 0.0)
+            cost = o * tau
+            if self.use_backlog:
+                cost += slope * min(s.backlog_s, s.in_flight * o * cm.tau_dec_s)
+            wait = 0.0
             if self.use_cache_pressure:
-                u = (max(s.kv_usage * cap, s.in_flight_tokens) + L + o) / cap
+                u = (s.kv_usage * cap + L + o) / cap
                 if u > safe:
-                    cost += ttft_target * (u - safe) / (1.0 - safe)
+                    wait = ttft_target * (u - safe) / (1.0 - safe)
+                    cost += wait
             if self.use_slo and tau > tpot_target:
                 cost += self.slo_weight * o * (tau - tpot_target)
-            dec_parts.append((s.index, cost, s.in_flight, tau))
+            dec_parts.append((s.index, cost, s.in_flight, tau + wait))
         out = []
         for p, pb, pn in pre_parts:
-            for d, dc, dn, tau in dec_parts:
+            for d, dc, dn, first in dec_parts:
                 score = pb + own_pre + dc
                 if self.use_slo:
-                    ttft_hat = pb + own_pre + tau
+                    ttft_hat = pb + own_pre + first
                     if ttft_hat > ttft_target:
                         score += slo_scale * (ttft_hat - ttft_target)
                 out.append((score, pn + dn, p, d))

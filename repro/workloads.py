@@ -27,7 +27,7 @@ Families (lengths in `ApproxTokenizer` tokens; ShareGPT = the derived first-turn
     time and KV growth on decode instances.
 ``documents`` - long prompts. A ShareGPT pair with prompt <= 1024 tokens; the prompt is
     `DOCUMENT_PREFIX` + the ShareGPT request + `DOCUMENT_SUFFIX` + deterministic filler document
-    text, total length L = clip(round(lognormal(log 3000, 0.5)), 1024, 12000); output =
+    text, total length L = clip(round(lognormal(log 1500, 0.5)), 512, 8192); output =
     min(sharegpt_output, 512). Poisson arrivals. Stresses: prefill compute and KV-transfer volume.
 ``mixed`` - each request is chat / reasoning / documents with probabilities 0.5 / 0.25 / 0.25,
     lengths as in that family; gamma arrivals with burstiness 0.5 (CV 1.41, as
@@ -89,10 +89,10 @@ REASONING_MULT_SIGMA = 0.3
 REASONING_MIN_OUTPUT = 512
 REASONING_MAX_OUTPUT = 8192
 DOCUMENTS_MAX_SHAREGPT_PROMPT = 1024
-DOCUMENTS_MEDIAN = 3000.0
+DOCUMENTS_MEDIAN = 1500.0
 DOCUMENTS_SIGMA = 0.5
-DOCUMENTS_MIN = 1024
-DOCUMENTS_MAX = 12000
+DOCUMENTS_MIN = 512
+DOCUMENTS_MAX = 8192
 DOCUMENTS_MAX_OUTPUT = 512
 MIXED_PROBS = (0.5, 0.25, 0.25)
 MIXED_BURSTINESS = 0.5
