@@ -17,6 +17,9 @@ from repro.errors import ConfigError
 from repro.sharegpt import load_table
 from repro.tokenizer import DEFAULT_TOKENIZER as TOK
 from repro.workloads import (
+    DOCUMENTS_MAX,
+    DOCUMENTS_MEDIAN,
+    DOCUMENTS_MIN,
     COLUMNS,
     FAMILIES,
     WORKLOADS,
@@ -105,8 +108,8 @@ def test_families_stress_different_resources(traces):
     r = traces["reasoning"].df
     assert r["output_tokens"].between(512, 8192).all()
     d = traces["documents"].df
-    assert d["prompt_tokens"].between(1024, 12000).all() and d["output_tokens"].max() <= 512
-    assert 2500 <= d["prompt_tokens"].median() <= 3500
+    assert d["prompt_tokens"].between(DOCUMENTS_MIN, DOCUMENTS_MAX).all() and d["output_tokens"].max() <= 512
+    assert 0.85 * DOCUMENTS_MEDIAN <= d["prompt_tokens"].median() <= 1.15 * DOCUMENTS_MEDIAN
 
 
 def test_family_lengths_follow_sharegpt(traces):
