@@ -1,0 +1,93 @@
+import json
+
+import numpy as np
+import pytest
+
+from repro.calibration import CostModel, DecodeSample, PrefillSample, TransferSample, fit, sim_derived
+from repro.errors import ConfigError
+from repro.physics import Physics
+
+
+def test_default_profile_carries_the_papers_numbers_and_a_source_for_each():
+    p = Physics.load()
+    assert p.decode_step_s(1, 800) == pytest.approx(0.013237, rel=1e-4)
+    assert p.prefill_base_s == 0.0667 and p.kv_bytes_per_token == 36864 and p.kv_budget_tokens == 60000
+    assert set(p.sources) == set(p.to_dict()["params"]) and all(p.sources.values())
+    # a batch of 8 costs each sequence ~2.9% more per token (paper §VI)
+    assert p.decode_step_s(8, 8 * 800) / p.decode_step_s(1, 800) == pytest.approx(1.029, abs=0.003)
+    assert p.num_gpu_blocks_override == 60000 // 16 + 1
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["params"].pop("kv_budget_tokens"), "params.kv_budget_tokens' is missing"),
+        (lambda d: d["params"]["block_size"].update(value=-1), "params.block_size' = -1 out of range"),
+        (lambda d: d["params"]["max_num_seqs"].update(value=2.5), "params.max_num_seqs' must be an integer"),
+        (lambda d: d["params"]["decode_base_s"].update(value="fast"), "params.decode_base_s' must be a number"),
+        (lambda d: d["params"].update(bogus={"value": 1, "source": "x"}), "unknown field"),
+        (lambda d: d.pop("model"), "field 'model' is missing"),
+    ],
+)
+def test_bad_profiles_name_the_field(tmp_path, mutate, message):
+    raw = Physics.load().to_dict()
+    mutate(raw)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Physics.load(path)
+
+
+def test_unknown_profile_lists_the_allowed_ones():
+    with pytest.raises(ConfigError, match="a40-qwen2.5-3b"):
+        Physics.load("h100-nope")
+
+
+def test_shipped_cost_models_match_the_profile_and_the_paper():
+    cal = CostModel.load("calibrated")
+    assert cal == CostModel.from_physics(Physics.load(), name="calibrated")
+    assert cal.ttft_tight_s == pytest.approx(0.175) and cal.tpot_tight_s == pytest.approx(0.0397, abs=1e-4)
+    wrong = CostModel.load("sim_derived")
+    assert wrong == sim_derived(cal)
+    assert (wrong.tau_dec_s, wrong.tau_pre_base_s, wrong.kv_bytes_per_token) == (0.0018, 0.005, 2048)
+    assert cal.tau_dec_s / wrong.tau_dec_s == pytest.approx(7.35, abs=0.05)  # the paper's "7.4x"
+    assert wrong.slo == cal.slo  # scoring targets are the deployment's, not the router's belief
+
+
+def test_fit_recovers_the_physics_from_noisy_benchmark_samples():
+    phys = Physics.load()
+    rng = np.random.default_rng(0)
+    pre = [PrefillSample(L, phys.prefill_time_s(L) * (1 + rng.normal(0, 0.01))) for L in (128, 512, 1024, 2048, 4096, 8000) for _ in range(3)]
+    dec = [DecodeSample(n, phys.decode_step_s(n, n * 800) * (1 + rng.normal(0, 0.005))) for n in (1, 2, 4, 8, 16, 32)]
+    xfer = [TransferSample(L, phys.transfer_time_s(L)) for L in (256, 1024, 4096)]
+    cm = fit(pre, dec, xfer, name="fitted")
+    truth = CostModel.from_physics(phys)
+    assert cm.tau_pre_base_s == pytest.approx(truth.tau_pre_base_s, rel=0.05)
+    assert cm.tau_pre_per_token_s == pytest.approx(truth.tau_pre_per_token_s, rel=0.05)
+    assert cm.tau_dec_s == pytest.approx(truth.tau_dec_s, rel=0.02)
+    assert cm.dec_concurrency_slope == pytest.approx(truth.dec_concurrency_slope, rel=0.25)
+    assert cm.xfer_bandwidth_bytes_per_s == pytest.approx(phys.transfer_bandwidth_bytes_per_s, rel=1e-6)
+    assert cm.ttft_tight_s == pytest.approx(0.175, rel=0.05)  # SLOs derived from the fit
+
+
+def test_fit_needs_enough_distinct_points():
+    with pytest.raises(ConfigError, match="2 distinct prompt lengths"):
+        fit([PrefillSample(100, 0.1)], [DecodeSample(1, 0.01), DecodeSample(2, 0.011)])
+
+
+def test_cost_model_files_are_validated(tmp_path):
+    path = tmp_path / "c.json"
+    raw = CostModel.load("calibrated").to_dict()
+    raw["tau_dec_s"] = -1
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match="tau_dec_s"):
+        CostModel.load(path)
+    raw.pop("tau_dec_s")
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match="'tau_dec_s' is missing"):
+        CostModel.load(path)
+    with pytest.raises(ConfigError, match="allowed"):
+        CostModel.load("nonexistent_model")
+    good = CostModel.load("calibrated")
+    good.save(tmp_path / "g.json")
+    assert CostModel.load(tmp_path / "g.json") == good
