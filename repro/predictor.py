@@ -65,8 +65,7 @@ from repro.physics import DATA_DIR
 PREDICTOR_DIR = DATA_DIR / "predictor"
 MODEL_FORMAT = 1
 MAX_TOKENS = 32_768
-SPLIT_SEED = 20_240_607
-HELDOUT_FRACTION = 0.2
+from repro.sharegpt import HELDOUT_FRACTION, SPLIT_SEED, heldout_mask  # noqa: E402,F401  (the split is the table's)
 REL_ERROR_MAX = 10.0
 
 # ---- fast hashed n-gram features ------------------------------------------------------------
@@ -501,15 +500,6 @@ class NoisyPredictor(RegressorMixin, BaseEstimator):
 
 
 # ---- training -------------------------------------------------------------------------------
-def heldout_mask(n_rows: int, seed: int = SPLIT_SEED,
-                 fraction: float = HELDOUT_FRACTION) -> np.ndarray:
-    """Boolean mask over ShareGPT table rows: True = held out."""
-    rng = np.random.default_rng(seed)
-    mask = np.zeros(n_rows, dtype=bool)
-    mask[rng.permutation(n_rows)[: int(round(n_rows * fraction))]] = True
-    return mask
-
-
 def build_datasets(seed: int = SPLIT_SEED, splits: Sequence[str] = ("train", "heldout")
                    ) -> dict[str, dict[str, tuple[pd.DataFrame, np.ndarray]]]:
     """``{"train"|"heldout": {group: (X, y)}}`` with groups sharegpt, chat, reasoning,
@@ -519,7 +509,7 @@ def build_datasets(seed: int = SPLIT_SEED, splits: Sequence[str] = ("train", "he
 
     table = load_table()
     held = heldout_mask(len(table), seed)
-    pools = family_pools()
+    pools = family_pools(all_rows=True)
     out: dict[str, dict[str, tuple[pd.DataFrame, np.ndarray]]] = {}
     for split, mask in (("train", ~held), ("heldout", held)):
         if split not in splits:

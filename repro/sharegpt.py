@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -307,3 +308,20 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# ---- the train / serve split ------------------------------------------------------------------
+SPLIT_SEED = 20_240_607
+HELDOUT_FRACTION = 0.5
+
+
+def heldout_mask(n_rows: int, seed: int = SPLIT_SEED, fraction: float = HELDOUT_FRACTION) -> np.ndarray:
+    """Boolean mask over the table's rows: True = held out from predictor training.
+
+    The predictor trains on the other rows only, and workload traces draw only from these, so the
+    router never predicts the length of a request it was trained on (in evaluation or in a run).
+    """
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(n_rows, dtype=bool)
+    mask[rng.permutation(n_rows)[: int(round(n_rows * fraction))]] = True
+    return mask

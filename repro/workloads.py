@@ -69,7 +69,7 @@ import pyarrow.parquet as pq
 
 from repro.arrivals import ArrivalSpec
 from repro.errors import ConfigError
-from repro.sharegpt import HEAD_CHARS, load_table
+from repro.sharegpt import HEAD_CHARS, heldout_mask, load_table
 from repro.tokenizer import DEFAULT_TOKENIZER, ApproxTokenizer, Tokenizer
 
 FAMILIES = ("chat", "reasoning", "documents")
@@ -242,10 +242,18 @@ def _table_arrays() -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=1)
-def family_pools() -> dict[str, np.ndarray]:
-    """Per family, the ShareGPT rows (source_index values, sorted) it draws from."""
+def family_pools(all_rows: bool = False) -> dict[str, np.ndarray]:
+    """Per family, the ShareGPT rows (source_index values, sorted) it draws from.
+
+    Traces draw only from the rows held out of predictor training (`repro.sharegpt.heldout_mask`),
+    so a run never asks the predictor about a prompt it was trained on; ``all_rows=True`` gives
+    the family filters over the whole table (for building the predictor's training set).
+    """
     pt, ot = _table_arrays()
     idx = np.arange(len(pt), dtype=np.int64)
+    if not all_rows:
+        held = heldout_mask(len(pt))
+        idx, pt, ot = idx[held], pt[held], ot[held]
     pools = {
         "chat": idx[(pt <= CHAT_MAX_PROMPT) & (ot <= CHAT_MAX_OUTPUT)],
         "reasoning": idx[pt <= REASONING_MAX_PROMPT],

@@ -84,8 +84,16 @@ def test_shipped_metrics_file_matches_model(model, heldout):
 
 def test_heldout_rows_are_not_trained_on():
     mask = P.heldout_mask(1000)
-    assert mask.sum() == 200
+    assert mask.sum() == 500
     assert np.array_equal(mask, P.heldout_mask(1000))
+    # workload traces draw only from the held-out rows: a run never predicts a training prompt
+    from repro.sharegpt import load_table
+    from repro.workloads import make_trace
+
+    held = P.heldout_mask(len(load_table()))
+    for w in ("chat", "reasoning", "documents", "mixed"):
+        src = make_trace(w, 3, 5.0, 2000).df["source_index"].to_numpy()
+        assert held[src].all()
 
 
 # ---- estimator conventions and persistence --------------------------------------------------
