@@ -80,6 +80,7 @@ def run(
     service: Optional[str] = typer.Option(None, help="sim: batching | serial"),
     backlog: Optional[str] = typer.Option(None, help="sim: ledger | oracle"),
     cluster: Optional[str] = typer.Option(None, help="cluster YAML (emulated/vllm backends)"),
+    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="emulated: physics runs K times faster than the wall clock"),
     out: Path = typer.Option(Path("runs"), help="output folder (one sub-folder per run)"),
     fresh: bool = typer.Option(False, help="rerun even if a finished run exists"),
 ) -> None:
@@ -89,7 +90,7 @@ def run(
     flags = {
         "backend": backend, "topology": topology, "profile": profile, "workload": workload, "rate": rate,
         "n_requests": n_requests, "cost_model": cost_model, "predictor": predictor, "predictor_noise": noise,
-        "service": service, "backlog": backlog, "cluster": cluster,
+        "service": service, "backlog": backlog, "cluster": cluster, "time_scale": time_scale,
     }
     flags = {k: v for k, v in flags.items() if v is not None}
     if option:
@@ -158,6 +159,51 @@ def data_cost_models(profile: str = typer.Option("a40-qwen2.5-3b", help="hardwar
 
     for p in write_shipped_cost_models(profile):
         console.print(f"wrote {p}")
+
+
+@app.command()
+@_boundary
+def proxy(
+    cluster: Path = typer.Option(..., help="`repro cluster up` state file (runs/cluster.json) or a cluster YAML with URLs"),
+    policy: str = typer.Option("marginal_cost", help="policy name or pkg.module:Class"),
+    option: list[str] = typer.Option([], "--option", "-o", help="policy option KEY=VALUE (repeatable)"),
+    cost_model: str = typer.Option("calibrated", "--cost-model", help="calibrated | sim_derived | calibration JSON"),
+    predictor: str = typer.Option("default", help="default | constant"),
+    noise: float = typer.Option(0.0, help="predictor relative error"),
+    host: str = typer.Option("127.0.0.1", help="bind address (127.0.0.1 unless you mean to expose it)"),
+    port: int = typer.Option(8000, help="port"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="the engines' time compression (1 for real vLLM)"),
+    journal: Optional[Path] = typer.Option(None, help="append one JSON line per request here"),
+    poll_interval: float = typer.Option(0.05, "--poll-interval", help="engine /metrics poll period (physics s)"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="REPRO_PROXY_API_KEY", help="require this bearer token; forwarded to engines"),
+) -> None:
+    """Run the router proxy in front of a P/D cluster (OpenAI-compatible, streaming)."""
+    from repro.proxy import ProxyConfig, endpoints_from_cluster, serve
+
+    cfg = ProxyConfig(
+        endpoints=endpoints_from_cluster(cluster), policy=policy, policy_options=_parse_options(option),
+        cost_model=cost_model, predictor=predictor, predictor_noise=noise, host=host, port=port,
+        time_scale=time_scale, journal=str(journal) if journal else None, poll_interval_s=poll_interval, api_key=api_key,
+    )
+    from repro.policies import make_policy
+    from repro.calibration import CostModel
+
+    make_policy(policy, CostModel.load(cost_model), **cfg.policy_options)  # fail fast on bad names/options
+    console.print(f"proxy on http://{host}:{port} -> {len(cfg.endpoints)} engines, policy {policy}")
+    serve(cfg)
+
+
+def _mount_optional() -> None:
+    """Sub-apps of modules that may be absent in a partial checkout."""
+    try:
+        from repro.cluster import get_cluster_app
+
+        app.add_typer(get_cluster_app(), name="cluster", help="Bring a cluster up or down, or show it.")
+    except ImportError:  # pragma: no cover
+        pass
+
+
+_mount_optional()
 
 
 def main() -> None:  # pragma: no cover

@@ -65,6 +65,7 @@ class RunSpec:
     kv_poll_interval_s: float = 0.05
     kv_budget_tokens: int | None = None
     cluster: str | None = None  # cluster file for emulated/vllm backends
+    time_scale: float = 1.0  # emulated: engines run physics this many times faster than the wall clock
 
     def __post_init__(self) -> None:
         _choice("backend", self.backend, BACKENDS)
@@ -78,6 +79,9 @@ class RunSpec:
         _num("rate", self.rate, lo=0.0, lo_open=True, hi=1e6)
         _num("predictor_noise", self.predictor_noise, lo=0.0, hi=10.0)
         _num("kv_poll_interval_s", self.kv_poll_interval_s, lo=0.0, hi=60.0)
+        _num("time_scale", self.time_scale, lo=0.0, lo_open=True, hi=100.0)
+        if self.backend == "vllm" and self.time_scale != 1.0:
+            raise ConfigError("spec: field 'time_scale' must be 1 for backend 'vllm' (real engines run in real time)")
         if self.kv_budget_tokens is not None:
             _int("kv_budget_tokens", self.kv_budget_tokens, 1, 10**9)
         if not isinstance(self.policy_options, dict):

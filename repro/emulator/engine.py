@@ -1,0 +1,281 @@
+"""The engine process's clock: runs `EngineCore` on the wall clock, K times faster than physics.
+
+One asyncio task per engine loops: schedule a step, sleep until its end, apply it. Step ends are
+absolute deadlines (``end = previous end + step / K``), so the small lateness of every
+``sleep`` does not accumulate into drift; when the loop falls behind by more than
+``max_lag_ms`` (an overloaded machine) it re-anchors at "now" and records the lag in
+``emulator:scheduler_lag_seconds``. Every time the engine reports (metrics, TTFT) is physics
+time: ``(wall - t0) x K``.
+
+P/D: a prefill engine keeps the blocks of a ``do_remote_decode`` request until the decode engine
+reads them through ``POST /_emulator/nixl/read`` (the stand-in for the NIXL read, which takes
+the decode side's ``Physics.transfer_time_s`` and then frees the blocks) or until
+``VLLM_NIXL_ABORT_REQUEST_TIMEOUT`` (480 s physics) passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from repro.emulator.core import PULLING, EngineCore, Seq
+from repro.emulator.faults import Faults
+from repro.emulator.http import RawClient
+from repro.emulator.metrics import EngineMetrics
+from repro.errors import ConfigError
+from repro.physics import Physics
+
+
+@dataclass
+class EmulatorConfig:
+    """Everything one emulated engine process is started with."""
+
+    port: int = 8000
+    host: str = "127.0.0.1"
+    profile: str = "a40-qwen2.5-3b"
+    time_scale: float = 1.0
+    engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    served_model_name: Optional[str] = None
+    side_channel_host: Optional[str] = None
+    side_channel_port: Optional[int] = None
+    stream_interval_tokens: int = 1
+    stream_interval_ms: float = 0.0
+    faults: tuple[str, ...] = ()
+    eos_mean_tokens: int = 256
+    kv_budget_tokens: Optional[int] = None
+    num_gpu_blocks_override: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+    max_num_seqs: Optional[int] = None
+    max_lag_ms: float = 5.0
+    parent_pid: Optional[int] = None
+    log_level: str = "warning"
+
+    def physics(self) -> Physics:
+        phys = Physics.load(self.profile)
+        changes: dict[str, Any] = {}
+        if self.num_gpu_blocks_override is not None:
+            if self.num_gpu_blocks_override < 2:
+                raise ConfigError("--num-gpu-blocks-override must be >= 2 (one block is reserved)")
+            changes["kv_budget_tokens"] = (self.num_gpu_blocks_override - 1) * phys.block_size
+        if self.kv_budget_tokens is not None:
+            changes["kv_budget_tokens"] = int(self.kv_budget_tokens)
+        if self.max_num_batched_tokens is not None:
+            changes["max_num_batched_tokens"] = int(self.max_num_batched_tokens)
+        if self.max_num_seqs is not None:
+            changes["max_num_seqs"] = int(self.max_num_seqs)
+        if changes:
+            phys = phys.with_overrides(**changes)
+        if phys.kv_budget_tokens < phys.block_size:
+            raise ConfigError(f"kv_budget_tokens must be >= block_size ({phys.block_size})")
+        return phys
+
+    def validate(self) -> None:
+        if not self.time_scale > 0:
+            raise ConfigError(f"--time-scale must be > 0, got {self.time_scale}")
+        if not (0 <= self.port < 65536):
+            raise ConfigError(f"--port must be in 0..65535, got {self.port}")
+        if self.stream_interval_tokens < 1:
+            raise ConfigError(f"--stream-interval-tokens must be >= 1, got {self.stream_interval_tokens}")
+        if self.stream_interval_ms < 0:
+            raise ConfigError(f"--stream-interval-ms must be >= 0, got {self.stream_interval_ms}")
+        Faults.parse(self.faults)
+
+    @property
+    def advertised_side_channel_host(self) -> str:
+        host = self.side_channel_host or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST")
+        if host:
+            return host
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+
+
+_EARLY_WAKE_S = 0.0005
+
+
+class AsyncEngine:
+    """EngineCore + wall clock + the KV pull client."""
+
+    def __init__(self, cfg: EmulatorConfig, physics: Optional[Physics] = None):
+        cfg.validate()
+        self.cfg = cfg
+        self.physics = physics or cfg.physics()
+        self.K = float(cfg.time_scale)
+        self.faults = Faults.parse(cfg.faults)
+        self.model_name = cfg.served_model_name or self.physics.model
+        self.engine_id = cfg.engine_id
+        self.metrics = EngineMetrics(self.model_name, self.physics.max_model_len)
+        timeout = float(os.environ.get("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", "480"))
+        self.core = EngineCore(
+            self.physics,
+            stream_interval_tokens=cfg.stream_interval_tokens,
+            stream_interval_s=cfg.stream_interval_ms / 1000.0 * self.K,
+            slow_factor=self.faults.slow_factor,
+            handoff_timeout_s=timeout,
+            metrics=self.metrics,
+        )
+        m = self.metrics
+        core = self.core
+        m.gauges = {
+            "vllm:num_requests_running": (lambda: core.num_running, "Number of requests in model execution batches."),
+            "vllm:num_requests_waiting": (lambda: core.num_waiting, "Number of requests waiting to be processed."),
+            "vllm:kv_cache_usage_perc": (lambda: core.pool.usage(), "KV-cache usage. 1 means 100 percent usage."),
+        }
+        m.info = {
+            "block_size": str(self.physics.block_size),
+            "num_gpu_blocks": str(self.physics.num_gpu_blocks_override),
+            "num_gpu_blocks_override": str(self.physics.num_gpu_blocks_override),
+            "enable_prefix_caching": "True",
+            "cache_dtype": "auto",
+        }
+        self.t0 = time.monotonic()
+        self._wake: Optional[asyncio.Event] = None
+        self._tasks: list[asyncio.Task] = []
+        self._client: Optional[RawClient] = None
+        self.pulls_ok = 0
+        self.pulls_failed = 0
+        self.reading: dict[str, Seq] = {}
+
+    # ---- time --------------------------------------------------------------------------------
+    def now(self) -> float:
+        """Physics seconds since the engine started."""
+        return (time.monotonic() - self.t0) * self.K
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._client = RawClient()
+        self._tasks = [asyncio.create_task(self._loop()), asyncio.create_task(self._housekeeping())]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def submit(self, seq: Seq) -> None:
+        seq.arrival = self.now()
+        self.core.add(seq)
+        self._wake.set()
+
+    def abort(self, seq: Seq) -> None:
+        self.core.abort(seq, self.now())
+        self._wake.set()
+
+    # ---- the loop ----------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        core = self.core
+        K = self.K
+        lag_tol = self.cfg.max_lag_ms / 1000.0
+        mono = time.monotonic
+        next_wall: Optional[float] = None
+        wake = self._wake
+        while True:
+            plan = core.schedule((mono() - self.t0) * K)
+            if plan is not None and plan.pulls:
+                for seq in plan.pulls:
+                    asyncio.create_task(self._pull(seq))
+            if plan is None or (not plan.items and not plan.n_dec):
+                next_wall = None
+                wake.clear()
+                await wake.wait()
+                continue
+            wall = mono()
+            if next_wall is None:
+                start = wall
+            else:
+                late = wall - next_wall
+                if late > lag_tol:
+                    self.metrics.on_lag(late * K)
+                    start = wall
+                else:
+                    if late > 0:
+                        self.metrics.on_lag(late * K)
+                    start = next_wall
+            end = start + plan.time_s / K
+            # asyncio rounds timer waits up to the next millisecond; waking ~0.5 ms early makes
+            # the delivery time unbiased (the step is still applied at its exact time ``end``)
+            delay = end - mono() - _EARLY_WAKE_S
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                await asyncio.sleep(0)
+            core.complete(plan, (end - self.t0) * K)
+            next_wall = end
+
+    async def _housekeeping(self) -> None:
+        parent = self.cfg.parent_pid
+        while True:
+            await asyncio.sleep(0.5)
+            self.core.expire_handoffs(self.now())
+            if parent is not None and os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    # ---- P/D: decode side --------------------------------------------------------------------
+    async def _pull(self, seq: Seq) -> None:
+        params = seq.info["remote"]
+        ok = False
+        try:
+            url = f"http://{_host_for_url(params['remote_host'])}:{int(params['remote_port'])}/_emulator/nixl/read"
+            body = {
+                "remote_engine_id": params["remote_engine_id"],
+                "remote_request_id": params["remote_request_id"],
+                "remote_block_ids": params["remote_block_ids"],
+                "num_tokens": seq.transfer_tokens,
+                "duration_s": self.physics.transfer_time_s(seq.transfer_tokens),
+                "requester_engine_id": self.engine_id,
+            }
+            status, _ = await self._client.post_json(url, body)
+            ok = status == 200
+        except Exception:
+            ok = False
+        if seq.state == PULLING:
+            if ok:
+                self.pulls_ok += 1
+            else:
+                self.pulls_failed += 1
+        self.core.kv_arrived(seq, ok, self.now())
+        self._wake.set()
+
+    # ---- P/D: prefill side -------------------------------------------------------------------
+    async def serve_read(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Handle a decode engine's KV read of a held request."""
+        if body.get("remote_engine_id") != self.engine_id:
+            return 404, {"error": f"engine id {body.get('remote_engine_id')!r} is not this engine ({self.engine_id!r})"}
+        rid = body.get("remote_request_id")
+        seq = self.core.handoffs.get(rid)
+        if seq is None:
+            return 404, {"error": f"no KV held for request {rid!r} (unknown, already read, or expired)"}
+        blocks = body.get("remote_block_ids")
+        if blocks is not None and list(blocks) != list(seq.blocks):
+            return 409, {"error": "remote_block_ids do not match the blocks held for this request"}
+        del self.core.handoffs[rid]
+        self.reading[rid] = seq
+        try:
+            duration = float(body.get("duration_s") or 0.0)
+            if duration > 0:
+                await asyncio.sleep(duration / self.K)
+        finally:
+            self.reading.pop(rid, None)
+            self.core.pool.release(seq.blocks)
+            seq.blocks = []
+            self._wake.set()
+        return 200, {"ok": True, "num_blocks": len(blocks or []), "request_id": rid}
+
+
+def _host_for_url(host: str) -> str:
+    host = str(host)
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return host

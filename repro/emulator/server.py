@@ -1,0 +1,112 @@
+"""Command line and process entry of one emulated engine (``python -m repro.emulator``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import os
+import signal
+import sys
+from typing import Optional, Sequence
+
+from repro.emulator.engine import EmulatorConfig
+from repro.errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m repro.emulator",
+        description="An emulated vLLM 0.12 engine (OpenAI API, P/D with NixlConnector semantics) "
+                    "whose timing is a hardware profile's physics on the wall clock.",
+    )
+    ap.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    ap.add_argument("--profile", default="a40-qwen2.5-3b", help="hardware profile name or path to a .json")
+    ap.add_argument("--time-scale", type=float, default=1.0,
+                    help="run the physics K times faster than the wall clock (everything reported stays in physics time)")
+    ap.add_argument("--engine-id", default=None, help="NIXL engine id (default: a random uuid, as vLLM)")
+    ap.add_argument("--served-model-name", default=None, help="model name to answer to (default: the profile's model)")
+    ap.add_argument("--side-channel-host", default=None,
+                    help="host advertised as remote_host (default: $VLLM_NIXL_SIDE_CHANNEL_HOST, else the bind host)")
+    ap.add_argument("--side-channel-port", type=int, default=None,
+                    help="serve the KV side channel on a second port advertised as remote_port "
+                         "(default: $VLLM_NIXL_SIDE_CHANNEL_PORT if set, else the HTTP port itself)")
+    ap.add_argument("--stream-interval-tokens", type=int, default=1,
+                    help="send streamed tokens every N tokens (vLLM's --stream-interval; default 1)")
+    ap.add_argument("--stream-interval-ms", type=float, default=0.0,
+                    help="when N > 1, also flush pending tokens every M wall-clock ms (default 0: off)")
+    ap.add_argument("--fault", action="append", default=[], help="diverge | slow:F | kv-drop (repeatable)")
+    ap.add_argument("--eos-mean-tokens", type=int, default=256,
+                    help="mean natural output length when ignore_eos is false (default 256)")
+    ap.add_argument("--kv-budget-tokens", type=int, default=None, help="override the profile's KV budget (tokens)")
+    ap.add_argument("--num-gpu-blocks-override", type=int, default=None,
+                    help="as vLLM: KV budget = (N - 1) x block_size tokens")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=None)
+    ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--max-lag-ms", type=float, default=5.0,
+                    help="re-anchor the step clock when it falls this far behind (default 5 ms)")
+    ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is no longer our parent")
+    ap.add_argument("--log-level", default="warning")
+    return ap
+
+
+def config_from_args(argv: Optional[Sequence[str]] = None) -> EmulatorConfig:
+    a = build_parser().parse_args(argv)
+    kwargs = dict(
+        port=a.port, host=a.host, profile=a.profile, time_scale=a.time_scale,
+        served_model_name=a.served_model_name, side_channel_host=a.side_channel_host,
+        side_channel_port=a.side_channel_port, stream_interval_tokens=a.stream_interval_tokens,
+        stream_interval_ms=a.stream_interval_ms, faults=tuple(a.fault), eos_mean_tokens=a.eos_mean_tokens,
+        kv_budget_tokens=a.kv_budget_tokens, num_gpu_blocks_override=a.num_gpu_blocks_override,
+        max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
+        max_lag_ms=a.max_lag_ms, parent_pid=a.parent_pid, log_level=a.log_level,
+    )
+    if a.engine_id:
+        kwargs["engine_id"] = a.engine_id
+    cfg = EmulatorConfig(**kwargs)
+    cfg.validate()
+    return cfg
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM when the parent dies (best effort)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+async def serve(cfg: EmulatorConfig) -> None:
+    import uvicorn
+
+    from repro.emulator.app import create_app
+
+    app = create_app(cfg)
+    configs = [uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
+                              access_log=False, timeout_graceful_shutdown=1, lifespan="on")]
+    side = app.state.side_channel_port
+    if side is not None and side != cfg.port:
+        configs.append(uvicorn.Config(app, host=cfg.host, port=side, log_level=cfg.log_level,
+                                      access_log=False, timeout_graceful_shutdown=1, lifespan="off"))
+    servers = [uvicorn.Server(c) for c in configs]
+    await asyncio.gather(*(s.serve() for s in servers))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        cfg = config_from_args(argv)
+        cfg.physics()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if cfg.parent_pid is not None:
+        _die_with_parent()
+        if os.getppid() != cfg.parent_pid:
+            return 0
+    try:
+        asyncio.run(serve(cfg))
+    except KeyboardInterrupt:
+        pass
+    return 0
