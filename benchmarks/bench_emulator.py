@@ -6,7 +6,9 @@ client, against the profile's Physics:
 
 - "closed form": ``prefill_request_time_s(L)`` for TTFT and the mean of
   ``decode_step_s(n, context)`` over the output for ITL (single-request rows; for concurrency the
-  steady-state step ``decode_step_s(c, c x (L + out/2))``);
+  steady-state step ``decode_step_s(c, c x (L + out/2))``; the c requests of a concurrency row are
+  sent while a 2048-token "blocker" prefill runs, so they share one step boundary and their TTFT
+  includes the rest of the blocker's step: only the replay predicts that);
 - "replay": the very same `EngineCore` run on a virtual clock with the measured send times as
   arrivals, i.e. what the physics says for exactly these arrivals (includes batching effects
   such as a request arriving during another's prefill step).
@@ -204,25 +206,36 @@ async def fidelity(args) -> list[dict]:
                 await asyncio.gather(*(stream_completion(client, url, body_for(make_prompt_ids(16, rng), 2), Result())
                                        for _ in range(c)))
                 for rep in range(args.reps):
+                    # a blocker prefill keeps the engine busy while the c requests arrive, so that they
+                    # all wait for the same step boundary (sub-millisecond send jitter then cannot
+                    # decide which step a request lands in)
+                    blocker_ids = make_prompt_ids(2048, rng)
+                    blocker = Result()
                     results = [Result() for _ in range(c)]
                     ids = [make_prompt_ids(L, rng) for _ in range(c)]
                     t0 = time.monotonic()
 
+                    async def block():
+                        blocker.send = time.monotonic()
+                        await stream_completion(client, url, body_for(blocker_ids, 1), blocker)
+
                     async def one(k):
+                        await asyncio.sleep(0.01)
                         results[k].send = time.monotonic()
                         await stream_completion(client, url, body_for(ids[k], out), results[k])
 
-                    await asyncio.gather(*(one(k) for k in range(c)))
-                    vreqs = [VReq(str(k), results[k].send - t0, ids[k], out) for k in range(c)]
+                    await asyncio.gather(block(), *(one(k) for k in range(c)))
+                    vreqs = [VReq("b", blocker.send - t0, blocker_ids, 1)]
+                    vreqs += [VReq(str(k), results[k].send - t0, ids[k], out) for k in range(c)]
                     replay(phys, vreqs)
-                    for r, v in zip(results, vreqs):
+                    for r, v in zip(results, vreqs[1:]):
                         mt.append(r.first - r.send)
                         rt.append(v.first - v.arrival)
                         mi.append((r.last - r.first) / (out - 1))
                         ri.append((v.finish - v.first) / (out - 1))
                     await asyncio.sleep(0.05)
                 rows.append(dict(sweep="concurrency", x=L, c=c,
-                                 ttft_closed=phys.prefill_time_s(min(c * L, phys.max_num_batched_tokens)) if c * L <= phys.max_num_batched_tokens else float("nan"),
+                                 ttft_closed=float("nan"),
                                  ttft_replay=statistics.mean(rt), ttft_meas=statistics.mean(mt),
                                  itl_closed=phys.decode_step_s(c, c * (L + out // 2)), itl_replay=statistics.mean(ri),
                                  itl_meas=statistics.mean(mi)))
@@ -285,9 +298,16 @@ async def drive_cluster(instances, jobs: list[Job], K: float) -> float:
             delay = at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(pd_request(client, prefill[n % len(prefill)], decode[n % len(decode)], job, n)))
+            tasks.append(asyncio.create_task(_bounded(pd_request(client, prefill[n % len(prefill)], decode[n % len(decode)], job, n), job)))
         await asyncio.gather(*tasks)
     return t0
+
+
+async def _bounded(coro, job: "Job", timeout: float = 120.0) -> None:
+    try:
+        await asyncio.wait_for(coro, timeout)
+    except Exception as exc:  # a request that hangs or fails is counted as failed, not waited for
+        job.res.error = f"{type(exc).__name__}: {exc}"
 
 
 async def pd_request(client: "RawClient", p_url: str, d_url: str, job: Job, n: int) -> None:

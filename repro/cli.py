@@ -193,6 +193,19 @@ def proxy(
     serve(cfg)
 
 
+def _mount_harness_commands() -> None:
+    from repro.calibrate import calibrate_cli
+    from repro.gates import gates_cli
+    from repro.loadgen import loadgen_cli
+
+    app.command("loadgen")(_boundary(loadgen_cli))
+    app.command("gates")(_boundary(gates_cli))
+    app.command("calibrate")(_boundary(calibrate_cli))
+
+
+_mount_harness_commands()
+
+
 def _mount_optional() -> None:
     """Sub-apps of modules that may be absent in a partial checkout."""
     try:

@@ -326,6 +326,15 @@ class LengthPredictor(RegressorMixin, BaseEstimator):
         (the interface shared with `NoisyPredictor`)."""
         return np.clip(np.expm1(self.predict_log(X)), 1.0, MAX_TOKENS)
 
+    def predict_one(self, prompt_head: str, prompt_tokens: int, key: Any = None) -> float:
+        """One request without building a DataFrame (the proxy's hot path); equal to `predict`."""
+        self._check_fitted()
+        score = text_scores([prompt_head[: self.head_chars]], self.text_coef_, self.head_chars)[0] + self.intercept_
+        feats = length_features(np.asarray([prompt_tokens], dtype=np.float64))
+        for j, c in enumerate(self.length_coef_.astype(np.float64)):
+            score = score + feats[0, j] * c
+        return float(np.clip(np.expm1(score), 1.0, MAX_TOKENS))
+
     # persistence
     def save(self, path: str | Path = PREDICTOR_DIR, extra: dict[str, Any] | None = None) -> Path:
         """Write ``model.npz`` + ``model.json`` into directory ``path``."""
@@ -415,6 +424,11 @@ class ConstantPredictor(RegressorMixin, BaseEstimator):
             self.fit()
         return np.full(_n_rows(X), self.constant_, dtype=np.float64)
 
+    def predict_one(self, prompt_head: str, prompt_tokens: int, key: Any = None) -> float:
+        if not hasattr(self, "constant_"):
+            self.fit()
+        return float(self.constant_)
+
 
 def _n_rows(X: Any) -> int:
     if hasattr(X, "df") and hasattr(X, "meta"):
@@ -497,6 +511,16 @@ class NoisyPredictor(RegressorMixin, BaseEstimator):
             return base
         u = a * (2.0 * keyed_uniform(keys, self.random_state) - 1.0)
         return np.clip(base * np.exp(u), 1.0, MAX_TOKENS)
+
+    def predict_one(self, prompt_head: str, prompt_tokens: int, key: Any = None) -> float:
+        """One request, keyed by ``key`` (its request id), equal to `predict` on that row."""
+        self._validate()
+        base = self._base().predict_one(prompt_head, prompt_tokens)
+        a = noise_amplitude(self.rel_error)
+        if a == 0:
+            return base
+        u = a * (2.0 * keyed_uniform([key], self.random_state)[0] - 1.0)
+        return float(np.clip(base * np.exp(u), 1.0, MAX_TOKENS))
 
 
 # ---- training -------------------------------------------------------------------------------

@@ -255,3 +255,16 @@ def test_constant_predictor():
     with pytest.raises(ConfigError, match="value"):
         ConstantPredictor(0.0).fit()
     assert ConstantPredictor(7.0).predict(make_trace("chat", 0, 1.0, 5)).tolist() == [7.0] * 5
+
+
+def test_predict_one_equals_the_batch_prediction():
+    from repro.workloads import make_trace, predictor_frame
+
+    t = make_trace("mixed", 5, 10.0, 200)
+    X = predictor_frame(t)
+    ids = t.df["request_id"].tolist()
+    base = P.load_default()
+    for model in (base, P.NoisyPredictor(base, 1.5, random_state=3), P.ConstantPredictor(100.0)):
+        batch = model.predict(X, keys=ids)
+        one = [model.predict_one(h, n, key=k) for h, n, k in zip(X["prompt_head"], X["prompt_tokens"], ids)]
+        assert np.allclose(batch, one, rtol=1e-12, atol=0)

@@ -138,6 +138,8 @@ class AsyncEngine:
         self.pulls_ok = 0
         self.pulls_failed = 0
         self.reading: dict[str, Seq] = {}
+        self._pull_tasks: set[asyncio.Task] = set()
+        self.pull_timeout_s = 60.0  # wall seconds; a pull that takes longer fails (local recompute)
 
     # ---- time --------------------------------------------------------------------------------
     def now(self) -> float:
@@ -184,7 +186,9 @@ class AsyncEngine:
             plan = core.schedule((mono() - self.t0) * K)
             if plan is not None and plan.pulls:
                 for seq in plan.pulls:
-                    asyncio.create_task(self._pull(seq))
+                    task = asyncio.create_task(self._pull(seq))
+                    self._pull_tasks.add(task)  # keep a strong reference until it is done
+                    task.add_done_callback(self._pull_tasks.discard)
             if plan is None or (not plan.items and not plan.n_dec):
                 next_wall = None
                 wake.clear()
@@ -220,7 +224,8 @@ class AsyncEngine:
             self.core.expire_handoffs(self.now())
             if parent is not None and os.getppid() != parent:
                 os.kill(os.getpid(), signal.SIGTERM)
-                return
+                await asyncio.sleep(5.0)
+                os._exit(0)  # graceful shutdown did not finish: leave anyway
 
     # ---- P/D: decode side --------------------------------------------------------------------
     async def _pull(self, seq: Seq) -> None:
@@ -236,7 +241,8 @@ class AsyncEngine:
                 "duration_s": self.physics.transfer_time_s(seq.transfer_tokens),
                 "requester_engine_id": self.engine_id,
             }
-            status, _ = await self._client.post_json(url, body)
+            wall = body["duration_s"] / self.K + self.pull_timeout_s
+            status, _ = await asyncio.wait_for(self._client.post_json(url, body), wall)
             ok = status == 200
         except Exception:
             ok = False

@@ -95,6 +95,8 @@ async def serve(cfg: EmulatorConfig) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    # a launcher's blocked signals are inherited across exec: make sure SIGTERM/SIGINT stop us
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
         cfg = config_from_args(argv)
         cfg.physics()

@@ -1,0 +1,124 @@
+"""The calibration benchmark recovers an emulated cluster's profile constants."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from repro.calibrate import (
+    calibrate,
+    compare,
+    fit_samples,
+    parse_metrics,
+    profile_cost_model,
+    samples_path,
+    unique_prompt,
+)
+from repro.calibration import CostModel
+from repro.cluster import launch
+from repro.errors import ConfigError
+from repro.physics import Physics
+from repro.tokenizer import DEFAULT_TOKENIZER
+
+K = 10.0  # fast enough for the test, slow enough that a 2-core machine keeps the emulator's clock
+
+
+def test_recovers_the_profile_within_10_percent(tmp_path):
+    out = tmp_path / "cal.json"
+    with launch("1p1d", "emulated", time_scale=K) as inst:
+        fitted, samples = calibrate(inst, time_scale=K, budget_s=60, out=out, decode_tokens=256,
+                                    concurrencies=(1, 2, 4, 8))
+        ref = profile_cost_model(inst)
+    phys = Physics.load()
+    assert ref == CostModel.from_physics(phys, name="profile")
+    table = compare(fitted, ref).set_index("constant")
+    print(table.to_string())
+    for const in ("tau_pre_base_s", "tau_pre_per_token_s", "tau_dec_s", "ttft_tight_s", "tpot_tight_s"):
+        assert abs(table.loc[const, "rel_error"]) < 0.10, (const, table.loc[const].to_dict())
+    # the concurrency slope is a ~3% effect at batch 8: only its sign and size are checked
+    assert 0 < fitted.dec_concurrency_slope < 3 * ref.dec_concurrency_slope
+    assert fitted.kv_capacity_tokens == phys.kv_budget_tokens  # read from vllm:cache_config_info
+    assert fitted.kv_bytes_per_token == phys.kv_bytes_per_token
+    # the KV transfer is timed and grows with the prompt
+    assert fitted.xfer_bandwidth_bytes_per_s > 0 and math.isfinite(fitted.xfer_latency_s)
+    # budget: about 60 s of physics time
+    assert 20 < samples.attrs["physics_s"] < 90
+    # outputs: the JSON loads back as the same cost model, the samples beside it
+    assert CostModel.load(out) == fitted
+    raw = pd.read_csv(samples_path(out))
+    assert set(raw["phase"]) == {"prefill", "decode", "transfer"}
+    assert (raw["source"] == "engine").all()
+    pre = raw[raw.phase == "prefill"]
+    assert pre["prompt_tokens"].min() == 64 and pre["prompt_tokens"].max() == 8000
+    assert pre.groupby("prompt_tokens").size().min() >= 2  # repeated rounds
+    # client-side latency includes the HTTP round trip: never below the engine's account
+    assert (pre["client_s"] >= pre["engine_s"] * 0.999).all()
+    dec = raw[raw.phase == "decode"]
+    assert sorted(dec["concurrency"].unique()) == [1, 2, 4, 8]
+    assert (dec["mean_context"] == 800).all()
+    assert fit_samples(raw, base=fitted, name=fitted.name) == fitted
+    json.loads(out.read_text())
+
+
+def test_fit_from_synthetic_samples_and_client_fallback():
+    phys = Physics.load()
+    rows = []
+    for L in (100, 1000, 4000):
+        for rnd in range(3):
+            noise = 0.5 if rnd == 2 else 0.0  # one hiccup per length: the median ignores it
+            rows.append(dict(phase="prefill", prompt_tokens=L, concurrency=1, round=rnd,
+                             engine_s=None, client_s=phys.prefill_time_s(L) + noise))
+    for n in (1, 4, 8):
+        rows.append(dict(phase="decode", prompt_tokens=500, concurrency=n, round=0, engine_s=0.02 * (1 + 0.01 * (n - 1)),
+                         client_s=99.0))
+    cm = fit_samples(pd.DataFrame(rows))
+    assert cm.tau_pre_base_s == pytest.approx(phys.prefill_base_s)
+    assert cm.tau_pre_per_token_s == pytest.approx(phys.prefill_per_token_s)
+    assert cm.tau_dec_s == pytest.approx(0.02) and cm.dec_concurrency_slope == pytest.approx(0.01)
+
+
+def test_parse_metrics_sums_label_sets():
+    text = ('# HELP x\n# TYPE vllm:a histogram\nvllm:a_sum{engine="0",model_name="m"} 1.5\n'
+            'vllm:a_sum{engine="1",model_name="m"} 2.0\nvllm:a_count{engine="0"} 3\nvllm:g 7e-1\n')
+    m = parse_metrics(text)
+    assert m == {"vllm:a_sum": 3.5, "vllm:a_count": 3.0, "vllm:g": 0.7}
+
+
+def test_unique_prompts_have_exact_length_and_differ():
+    a, b = unique_prompt(300, "x1"), unique_prompt(300, "x2")
+    assert DEFAULT_TOKENIZER.count(a) == DEFAULT_TOKENIZER.count(b) == 300
+    assert a[:40] != b[:40]
+
+
+def test_bad_arguments_name_the_field():
+    from repro.cluster import Instance
+
+    inst = [Instance("p", "prefill", "http://127.0.0.1:9"), Instance("d", "decode", "http://127.0.0.1:9")]
+    with pytest.raises(ConfigError, match="concurrencies"):
+        calibrate(inst, concurrencies=(4,))
+    with pytest.raises(ConfigError, match="decode_instance"):
+        calibrate(inst, decode_instance="nope")
+    with pytest.raises(ConfigError, match="needs at least one prefill"):
+        calibrate(inst[:1])
+
+
+def test_cli_brings_up_the_cluster_prints_fitted_vs_profile_and_writes(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from repro.calibrate import calibrate_cli
+
+    app = typer.Typer()
+    app.command("calibrate")(calibrate_cli)
+    app.command("other")(lambda: None)
+    out = tmp_path / "c.json"
+    res = CliRunner().invoke(app, ["calibrate", "--cluster", "1p1d", "--time-scale", "20", "--budget", "15",
+                                   "--out", str(out), "--concurrency", "1,2", "--decode-tokens", "160",
+                                   "--no-transfer"])
+    assert res.exit_code == 0, res.output
+    assert "tau_pre_base_s" in res.output and "profile" in res.output and "0.0667" in res.output
+    assert CostModel.load(out).tau_pre_base_s == pytest.approx(0.0667, rel=0.1)
+    assert samples_path(out).exists()
