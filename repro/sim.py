@@ -11,8 +11,9 @@ Engine model (`repro.physics.Physics` is the truth):
   (chunking a long prompt across steps) and lasts ``prefill_time_s(batch tokens)``. A prompt's KV
   is allocated when its first chunk is scheduled and held until the decode engine has pulled it.
 - Decode engine (vLLM semantics): a request whose prefill is done waits FCFS for KV blocks
-  (prompt tokens) and a sequence slot; once admitted its KV is pulled (``transfer_time_s``) and it
-  joins the running batch at the next step boundary. Every running sequence gains one token per
+  (prompt tokens) and a sequence slot; a busy engine looks at its queue only at step boundaries
+  (an idle one at once); once admitted its KV is pulled (``transfer_time_s``) and it joins the
+  running batch at the next step boundary after the pull, so a request meets up to two boundaries. Every running sequence gains one token per
   step; a step over ``n`` sequences holding ``C`` context tokens takes
   ``decode_step_s(n, C)``. Since C grows by n per step, the time of k steps has the closed form
   ``k*(a + b*n + c*C0) + c*n*k*(k-1)/2``, so the simulator jumps straight to the next completion,
@@ -88,7 +89,7 @@ class _Decode:
     __slots__ = (
         "name", "phys", "a", "b", "c", "budget", "max_seqs", "waiting", "reserved", "running",
         "heap", "n", "sum_base", "sum_finish", "V", "t", "pending", "version", "in_transfer",
-        "queued_out", "order",
+        "queued_out", "order", "admit_pending",
     )
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
@@ -113,6 +114,7 @@ class _Decode:
         self.in_transfer: dict[int, int] = {}  # request -> KV tokens reserved while pulling
         self.queued_out = 0  # output tokens of waiting + transferring + pending requests
         self.order: dict[int, None] = {}  # every KV-holding request, in admission order
+        self.admit_pending = False  # a request waits for the next step boundary to be scheduled
 
     # closed-form step timing of the current segment
     def time_after(self, k: int) -> float:
@@ -326,7 +328,12 @@ class Simulator:
             dd = self.dec[d]
             dd.waiting.append(r)
             dd.queued_out += self.out[r]
-            self._decode_admit(dd, d)
+            if dd.n:  # a busy engine schedules new requests at its next step boundary (vLLM)
+                if not dd.admit_pending:
+                    dd.admit_pending = True
+                    self._decode_schedule(dd, d)
+            else:
+                self._decode_admit(dd, d)
         self._prefill_start(p)
 
     # ---- decode ----------------------------------------------------------------------------
@@ -391,7 +398,7 @@ class Simulator:
         k_full = avail // d.n
         if k_full < k:
             k = k_full
-        if d.pending:
+        if d.pending or d.admit_pending:
             k_join = d.steps_done_by(now) + 1
             if k_join < k:
                 k = k_join
@@ -408,6 +415,7 @@ class Simulator:
             d.t = now
         V = d.V
         router = self.router
+        d.admit_pending = False
         # 1. completions
         heap = d.heap
         while heap and heap[0][0] <= V:
