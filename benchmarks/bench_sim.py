@@ -21,6 +21,7 @@ from repro.experiment import RunSpec, build_predictions, build_trace, make_route
 from repro.journal import write_frame
 from repro.policies import PAPER_POLICIES
 from repro.sim import SimConfig, Simulator
+from repro.topology import pools
 
 
 def main() -> None:
@@ -49,14 +50,14 @@ def main() -> None:
     t_pred = time.perf_counter() - t0
     span = float(trace.df["arrival_s"].iloc[-1])
     print(f"   trace {t_trace:.2f} s, predictor {t_pred:.2f} s, simulated span {span:,.0f} s of arrivals")
-    topo = base.topology_parsed()
+    _, pre_phys, _, dec_phys = pools(base.topology_parsed())
     header = f"   {'policy':18s} {'sim wall s':>10s} {'req/wall-s':>12s} {'speed-up':>9s} {'journal s':>9s} {'goodput':>8s}"
     print(header)
     with tempfile.TemporaryDirectory() as tmp:
         for policy in PAPER_POLICIES:
             spec = base.replace(policy=policy)
             router = make_router(spec)
-            sim = Simulator(trace.df, pred, router, [topo.prefill.physics()] * topo.prefill.count, [topo.decode.physics()] * topo.decode.count, SimConfig())
+            sim = Simulator(trace.df, pred, router, pre_phys, dec_phys, SimConfig())
             t0 = time.perf_counter()
             journal = sim.run()
             wall = time.perf_counter() - t0

@@ -106,7 +106,7 @@ def run(
         with console.status(f"running {s.run_id} ({s.backend}, {s.n_requests} requests)"):
             res = run_one(s, out, resume=not fresh)
         rows.append(res)
-    table = Table(title=f"{base.workload} on {base.topology_parsed().label} ({base.backend})")
+    table = Table(title=f"{base.workload} on {base.topology_parsed().shorthand} ({base.backend})")
     for col in ("policy", "seed", "rate", "goodput", "P99 TTFT (s)", "P99 TPOT (s)", "token skew", "ok/failed/rejected"):
         table.add_column(col)
     for res in rows:
@@ -118,6 +118,39 @@ def run(
         )
     console.print(table)
     console.print(f"journals and manifests under {out}/<run_id>/")
+
+
+@app.command()
+@_boundary
+def saturate(
+    workload: str = typer.Option("mixed", help="chat | reasoning | documents | mixed (or a comma list)"),
+    backend: str = typer.Option("sim", help="sim | emulated | vllm"),
+    topology: str = typer.Option("2p4d", help="'2p4d' or a topology YAML"),
+    n_requests: int = typer.Option(3000, "--n-requests", "-n", help="requests per probe"),
+    seed: int = typer.Option(1, help="trace seed of the probes"),
+    collapse_fraction: Optional[float] = typer.Option(None, help="target: round-robin goodput / its light-load goodput (default: the paper's Fig. 5 ratio 0.833)"),
+    band: float = typer.Option(0.02, help="accept a rate whose goodput is within this of the target"),
+    light_rate: float = typer.Option(1.0, help="the light-load probe rate (req/s)"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="emulated: time compression"),
+    cluster: Optional[str] = typer.Option(None, help="cluster YAML (vllm backend)"),
+    out: Path = typer.Option(Path("runs/saturation"), help="probe runs are journaled here (and reused)"),
+) -> None:
+    """Find, per workload, the arrival rate at which round-robin is mid-collapse (probes + bisection)."""
+    from repro.experiment import PAPER_COLLAPSE_FRACTION, RunSpec, run as run_one, saturation_search
+
+    table = Table(title=f"saturation rates ({backend}, {topology})")
+    for col in ("workload", "rate (req/s)", "light-load goodput", "target", "probes (rate: goodput)"):
+        table.add_column(col)
+    for wl in _split(workload):
+        base = RunSpec(backend=backend, workload=wl, topology=topology, n_requests=n_requests, seed=seed,
+                       time_scale=time_scale, cluster=cluster)
+        probe = None if backend == "sim" else (lambda spec: run_one(spec, out).summary["goodput"])
+        with console.status(f"probing {wl}"):
+            res = saturation_search(base, light_rate=light_rate, band=band, probe=probe,
+                                    collapse_fraction=collapse_fraction or PAPER_COLLAPSE_FRACTION)
+        probes = ", ".join(f"{r:g}: {g:.3f}" for r, g in res.probes)
+        table.add_row(wl, f"{res.rate:.2f}", f"{res.light_goodput:.3f}", f"{res.target_goodput:.3f}", probes)
+    console.print(table)
 
 
 @app.command()

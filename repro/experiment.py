@@ -36,7 +36,7 @@ from repro.metrics import summarize
 from repro.policies import make_policy
 from repro.router import Router
 from repro.sim import SimConfig, Simulator
-from repro.topology import Topology, parse_topology
+from repro.topology import Topology, parse_topology, pools
 
 BACKENDS = ("sim", "emulated", "vllm")
 WORKLOADS = ("chat", "reasoning", "documents", "mixed")
@@ -90,13 +90,7 @@ class RunSpec:
         make_policy(self.policy, None, **self.policy_options)  # validate name and options
 
     def topology_parsed(self) -> Topology:
-        topo = parse_topology(self.topology, self.profile)
-        if self.kv_budget_tokens is not None:
-            topo = Topology(
-                dataclasses.replace(topo.prefill, kv_budget_tokens=self.kv_budget_tokens),
-                dataclasses.replace(topo.decode, kv_budget_tokens=self.kv_budget_tokens),
-            )
-        return topo
+        return parse_topology(self.cluster or self.topology, profile=self.profile, kv_budget_tokens=self.kv_budget_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -106,7 +100,7 @@ class RunSpec:
         """Stable id: hash of the spec (a finished run with this id is skipped on resume)."""
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         h = hashlib.sha256(blob.encode()).hexdigest()[:12]
-        return f"{self.workload}-{self.topology_parsed().label}-{self.policy.split(':')[-1].split('.')[-1]}-s{self.seed}-{h}"
+        return f"{self.workload}-{self.topology_parsed().shorthand}-{self.policy.split(':')[-1].split('.')[-1]}-s{self.seed}-{h}"
 
     def replace(self, **changes: Any) -> "RunSpec":
         return dataclasses.replace(self, **changes)
@@ -182,7 +176,7 @@ def build_predictions(spec: RunSpec, trace) -> np.ndarray:
 
 def truth_cost_model(spec: RunSpec) -> CostModel:
     """The deployment's own calibration (source of the SLO targets used for scoring)."""
-    return CostModel.from_physics(spec.topology_parsed().decode.physics(), name="truth")
+    return CostModel.from_physics(pools(spec.topology_parsed())[3][0], name="truth")
 
 
 def router_cost_model(spec: RunSpec) -> CostModel:
@@ -193,10 +187,10 @@ def router_cost_model(spec: RunSpec) -> CostModel:
 
 
 def make_router(spec: RunSpec) -> Router:
-    topo = spec.topology_parsed()
+    pnames, _, dnames, _ = pools(spec.topology_parsed())
     cm = router_cost_model(spec)
     policy = make_policy(spec.policy, cm, **spec.policy_options)
-    return Router(policy, cm, topo.prefill.names(), topo.decode.names())
+    return Router(policy, cm, pnames, dnames)
 
 
 # ---- running --------------------------------------------------------------------------------
@@ -217,13 +211,11 @@ class RunResult:
 
 def simulate_spec(spec: RunSpec) -> pd.DataFrame:
     """Run a spec on the simulator and return its journal (no files written)."""
-    topo = spec.topology_parsed()
+    _, pre, _, dec = pools(spec.topology_parsed())
     trace = build_trace(spec)
     pred = build_predictions(spec, trace)
     router = make_router(spec)
     cfg = SimConfig(service=spec.service, backlog=spec.backlog, kv_poll_interval_s=spec.kv_poll_interval_s)
-    pre = [topo.prefill.physics()] * topo.prefill.count
-    dec = [topo.decode.physics()] * topo.decode.count
     return Simulator(trace.df, pred, router, pre, dec, cfg).run()
 
 
@@ -329,7 +321,7 @@ def _row(res: RunResult) -> dict[str, Any]:
         "run_id": s.run_id,
         "backend": s.backend,
         "workload": s.workload,
-        "topology": s.topology_parsed().label,
+        "topology": s.topology_parsed().shorthand,
         "policy": s.policy,
         "cost_model": s.cost_model,
         "seed": s.seed,

@@ -53,7 +53,7 @@ def proxy_process(cfg: ProxyConfig, run_dir: Path, timeout_s: float = 30.0) -> I
     conf.write_text(cfg.to_json())
     log = open(run_dir / "proxy.log", "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "repro.proxy", "--config", str(conf)],
+        [sys.executable, "-m", "repro.proxy", "--config", str(conf), "--parent-pid", str(os.getpid())],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     url = f"http://{cfg.host}:{cfg.port}"

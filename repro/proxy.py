@@ -536,7 +536,16 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(prog="python -m repro.proxy", description="Router proxy (config from a JSON file).")
     ap.add_argument("--config", required=True, help="ProxyConfig as JSON")
+    ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is no longer our parent")
     args = ap.parse_args(argv)
+    if args.parent_pid is not None:
+        import os
+
+        from repro.procutil import die_with_parent
+
+        die_with_parent()
+        if os.getppid() != args.parent_pid:
+            return
     serve(ProxyConfig.from_json(Path(args.config).read_text()))
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import os
 import signal
 import sys
@@ -12,6 +11,7 @@ from typing import Optional, Sequence
 
 from repro.emulator.engine import EmulatorConfig
 from repro.errors import ConfigError
+from repro.procutil import die_with_parent
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,15 +69,6 @@ def config_from_args(argv: Optional[Sequence[str]] = None) -> EmulatorConfig:
     return cfg
 
 
-def _die_with_parent() -> None:
-    """Linux: get SIGTERM when the parent dies (best effort)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
 async def serve(cfg: EmulatorConfig) -> None:
     import uvicorn
 
@@ -104,7 +95,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if cfg.parent_pid is not None:
-        _die_with_parent()
+        die_with_parent()
         if os.getppid() != cfg.parent_pid:
             return 0
     try:

@@ -1,0 +1,82 @@
+"""Live runs through the whole harness (emulated engines, proxy, gates, load generator)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from repro.experiment import RunSpec, run
+from repro.journal import read as read_journal
+
+
+def test_emulated_run_end_to_end(tmp_path):
+    spec = RunSpec(backend="emulated", workload="chat", rate=20.0, n_requests=60, seed=2, time_scale=4.0, topology="1p2d")
+    res = run(spec, tmp_path)
+    j = read_journal(res.journal_path)
+    assert len(j) == 60 and j.request_id.is_unique
+    assert (j.status == "ok").all(), j.reason.dropna().tolist()[:3]
+    assert (j.generated_tokens == j.output_tokens).all()
+    assert j.decode_instance.notna().all() and j.predicted_output_tokens.notna().all()
+    assert (j.prefill_end_s >= j.prefill_start_s - 0.05).all() and (j.first_token_s >= j.prefill_end_s).all()
+    for name in ("gates.json", "loadgen.json", "proxy.jsonl", "client.jsonl", "manifest.json"):
+        assert (res.run_dir / name).exists(), name
+    assert res.summary["requests"] == 60 and 0.0 <= res.summary["goodput"] <= 1.0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_sweep_killed_with_sigkill_resumes_without_loss_or_repeats(tmp_path):
+    out = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "repro.cli", "run", "--backend", "emulated", "--topology", "1p1d", "--workload", "chat",
+           "--rate", "15", "-n", "90", "--time-scale", "4", "--policy", "round_robin,least_loaded", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("*/manifest.json")):  # the first run finished
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    while not list(out.glob("*least_loaded*/client.jsonl")):  # the second one is under way
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1.0)
+    kids = _children(proc.pid)
+    assert kids  # engines and the proxy
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    t = time.monotonic()
+    while any(_alive(k) for k in kids) and time.monotonic() - t < 10:
+        time.sleep(0.2)
+    assert not any(_alive(k) for k in kids), "a server outlived its killed harness"
+    done = {p.parent.name for p in out.glob("*/manifest.json")}
+    assert len(done) == 1
+    first_manifest = next(out.glob("*/manifest.json")).read_bytes()
+    # start again: the finished run is skipped, the half-written one is redone from scratch
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=180)
+    manifests = sorted(out.glob("*/manifest.json"))
+    assert len(manifests) == 2
+    assert (out / next(iter(done)) / "manifest.json").read_bytes() == first_manifest
+    for m in manifests:
+        j = read_journal(m.parent / "journal.jsonl")
+        assert len(j) == 90 and j.request_id.is_unique
+        c = read_journal(m.parent / "client.jsonl")
+        assert len(c) == 90 and c.request_id.is_unique  # the redone run did not append to the killed one
