@@ -139,7 +139,8 @@ def run_live(spec: Any, run_dir: Path) -> pd.DataFrame:
         gates = run_gates(instances)
         (run_dir / "gates.json").write_text(json.dumps(_jsonable(gates), indent=2, default=str))
         with proxy_process(cfg, run_dir) as url:
-            report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.time_scale)
+            report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.time_scale,
+                                 progress=sys.stderr.isatty())
         (run_dir / "loadgen.json").write_text(json.dumps(_jsonable(report), indent=2, default=str))
     client = read_journal(client_path)
     proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])
