@@ -247,6 +247,17 @@ def _mount_optional() -> None:
         app.add_typer(get_cluster_app(), name="cluster", help="Bring a cluster up or down, or show it.")
     except ImportError:  # pragma: no cover
         pass
+    try:
+        from repro.emulator.cli import emulator
+
+        app.command(
+            "emulator",
+            help="Run one emulated vLLM engine (options as python -m repro.emulator --help).",
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+            add_help_option=False,
+        )(emulator)
+    except ImportError:  # pragma: no cover
+        pass
 
 
 _mount_optional()

@@ -102,8 +102,11 @@ def test_cli_runs_a_small_grid(tmp_path):
 
 
 def test_every_command_has_help():
-    for args in (["--help"], ["run", "--help"], ["policies", "--help"], ["data", "--help"]):
-        assert runner.invoke(app, args).exit_code == 0
+    commands = ["run", "policies", "data", "proxy", "saturate", "loadgen", "gates", "calibrate", "cluster", "emulator"]
+    for args in [["--help"]] + [[c, "--help"] for c in commands]:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (args, result.output)
+        assert "usage" in result.output.lower()
 
 
 def test_saturation_search_brackets_the_collapse_point():
