@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import random
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -218,6 +220,20 @@ class MarginalCost(Policy):
     ``default_output_tokens`` everywhere, including the ledger's charges. With a miscalibrated cost
     model the ledger's backlog decays as if work finished ``tau_dec`` x faster than it does, so the
     size-aware terms fade and the score falls back to the in-flight tie-break: queue counting (§V-B).
+
+    Beyond the paper (both off by default, so the default is the paper's router):
+
+    - ``sample_d = d > 0`` prices only d randomly chosen instances per pool (power-of-d), and
+      ``temperature_s = T > 0`` picks a pair with probability proportional to
+      ``exp(-(score - min score) / T)`` instead of the argmin: either way load cannot pile onto the
+      single momentarily cheapest instance (§V-E's scarcity inversion). Seeded by ``random_state``.
+    - ``admission_guard`` rejects a request whose predicted TTFT exceeds ``guard_margin`` x its
+      class's TTFT target on every candidate, with a retry-after of the excess: hopeless work is
+      not queued in front of requests that can still make their SLO. A rejected request counts as
+      not good. The guard predicts TTFT for a batching prefill engine, from the prompt tokens
+      queued on p (ledger) plus its own, ``Q``: ``ceil(Q / max_num_batched_tokens) * tau_pre_base
+      + Q * tau_pre_per_token + tau_xfer(L) + W_d + tau_dec(n_d)`` (the score's B_p, a serial
+      workload process, overstates a batching engine's wait at high rates of short prompts).
     """
 
     name = "marginal_cost"
@@ -232,8 +248,25 @@ class MarginalCost(Policy):
         cache_safe_fraction: float = 0.8,
         slo_weight: float = 1.0,
         default_output_tokens: float = 256.0,
+        sample_d: int = 0,
+        temperature_s: float = 0.0,
+        admission_guard: bool = False,
+        guard_margin: float = 3.0,
+        random_state: int = 0,
     ) -> None:
         super().__init__(cost_model)
+        if isinstance(sample_d, bool) or not isinstance(sample_d, int) or sample_d < 0:
+            raise ConfigError(f"marginal_cost: option 'sample_d' must be an integer >= 0 (0 = price every instance), got {sample_d!r}")
+        if not temperature_s >= 0:
+            raise ConfigError(f"marginal_cost: option 'temperature_s' must be >= 0, got {temperature_s!r}")
+        if not guard_margin >= 1.0:
+            raise ConfigError(f"marginal_cost: option 'guard_margin' must be >= 1, got {guard_margin!r}")
+        self.sample_d = sample_d
+        self.temperature_s = float(temperature_s)
+        self.admission_guard = bool(admission_guard)
+        self.guard_margin = float(guard_margin)
+        self.random_state = random_state
+        self._rng = random.Random(random_state)
         if not 0.0 <= cache_safe_fraction < 1.0:
             raise ConfigError(f"marginal_cost: option 'cache_safe_fraction' must be in [0, 1), got {cache_safe_fraction!r}")
         if not slo_weight >= 0:
@@ -262,10 +295,28 @@ class MarginalCost(Policy):
             "cache_safe_fraction": self.cache_safe_fraction,
             "slo_weight": self.slo_weight,
             "default_output_tokens": self.default_output_tokens,
+            "sample_d": self.sample_d,
+            "temperature_s": self.temperature_s,
+            "admission_guard": self.admission_guard,
+            "guard_margin": self.guard_margin,
+            "random_state": self.random_state,
         }
 
     def scores(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int]]:
-        """All healthy pairs as (score, in-flight tiebreak, p, d), in tie-rotation order."""
+        """All priced healthy pairs as (score, in-flight tiebreak, p, d), in tie-rotation order."""
+        return [c[:4] for c in self._priced(request, view)]
+
+    def _candidates(self, pool: list[InstanceSignals]) -> list[InstanceSignals]:
+        """The healthy instances to price: all, or ``sample_d`` drawn at random (power-of-d)."""
+        n = len(pool)
+        ordered = [pool[(self._tick + k) % n] for k in range(n)]
+        alive = [s for s in ordered if s.healthy]
+        if self.sample_d and self.sample_d < len(alive):
+            alive = self._rng.sample(alive, self.sample_d)
+        return alive
+
+    def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
+        """(score, in-flight tiebreak, p, d, predicted TTFT in s) for every candidate pair."""
         cm = self.cost_model
         L = request.prompt_tokens
         o = self.output_estimate(request)
@@ -278,19 +329,16 @@ class MarginalCost(Policy):
         safe = self.cache_safe_fraction
 
         pre_parts = []
-        npre = len(view.prefill)
-        for k in range(npre):
-            s = view.prefill[(self._tick + k) % npre]
-            if s.healthy:
-                b = s.backlog_s if self.use_backlog else 0.0
-                pre_parts.append((s.index, b, s.in_flight))
+        budget = max(1, int(cm.max_num_batched_tokens))
+        for s in self._candidates(view.prefill):
+            b = s.backlog_s if self.use_backlog else 0.0
+            # the guard's TTFT: a batching engine pays the base once per step of queued tokens
+            q = s.in_flight_tokens + L
+            pre_wait = math.ceil(q / budget) * cm.tau_pre_base_s + q * cm.tau_pre_per_token_s + cm.tau_xfer(L)
+            pre_parts.append((s.index, b, s.in_flight, pre_wait))
         dec_parts = []
-        ndec = len(view.decode)
         slope = cm.dec_concurrency_slope
-        for k in range(ndec):
-            s = view.decode[(self._tick + k) % ndec]
-            if not s.healthy:
-                continue
+        for s in self._candidates(view.decode):
             tau = cm.tau_dec(s.in_flight)
             cost = o * tau
             if self.use_backlog:
@@ -305,29 +353,57 @@ class MarginalCost(Policy):
                 cost += self.slo_weight * o * (tau - tpot_target)
             dec_parts.append((s.index, cost, s.in_flight, tau + wait))
         out = []
-        for p, pb, pn in pre_parts:
+        for p, pb, pn, pre_wait in pre_parts:
             for d, dc, dn, first in dec_parts:
                 score = pb + own_pre + dc
                 if self.use_slo:
                     ttft_hat = pb + own_pre + first
                     if ttft_hat > ttft_target:
                         score += slo_scale * (ttft_hat - ttft_target)
-                out.append((score, pn + dn, p, d))
+                out.append((score, pn + dn, p, d, pre_wait + first))
         return out
 
     def place(self, request: RequestInfo, view: ClusterView) -> Decision:
         self._tick += 1
+        priced = self._priced(request, view)
+        if not priced:
+            return Rejection("no healthy instance")
+        if self.admission_guard:
+            cm = self.cost_model
+            target = cm.ttft_tight_s * (1.0 if request.slo_class == "tight" else cm.loose_factor)
+            fastest = min(c[4] for c in priced)
+            if fastest > self.guard_margin * target:
+                return Rejection(
+                    f"admission guard: predicted TTFT {fastest:.3f} s exceeds {self.guard_margin:g} x the "
+                    f"{request.slo_class} target ({target:.3f} s) on every instance",
+                    retry_after_s=fastest - target,
+                )
+        if self.temperature_s > 0:
+            low = min(c[0] for c in priced)
+            weights = [math.exp(-(c[0] - low) / self.temperature_s) for c in priced]
+            pick = self._rng.choices(priced, weights=weights)[0]
+            return Placement(pick[2], pick[3])
         best = None
-        for cand in self.scores(request, view):
+        for cand in priced:
             if best is None or cand[0] < best[0] - 1e-12 or (abs(cand[0] - best[0]) <= 1e-12 and cand[1] < best[1]):
                 best = cand
-        if best is None:
-            return Rejection("no healthy instance")
         return Placement(best[2], best[3])
 
 
+class MarginalCostPlus(MarginalCost):
+    """The paper's router with both of our additions on: power-of-2 sampled candidates and the
+    admission guard at 1.5 x the TTFT target (`MarginalCost` documents both; every option can
+    still be overridden). Chosen on the simulator over the four workloads at 2p4d and 1p2d."""
+
+    name = "marginal_cost_plus"
+
+    def __init__(self, cost_model: CostModel | None = None, sample_d: int = 2, admission_guard: bool = True,
+                 guard_margin: float = 1.5, **options: Any) -> None:
+        super().__init__(cost_model, sample_d=sample_d, admission_guard=admission_guard, guard_margin=guard_margin, **options)
+
+
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (RoundRobin, LeastLoaded, LengthThreshold, MarginalCost)
+    cls.name: cls for cls in (RoundRobin, LeastLoaded, LengthThreshold, MarginalCost, MarginalCostPlus)
 }
 PAPER_POLICIES = ("round_robin", "least_loaded", "length_threshold", "marginal_cost")
 
@@ -359,7 +435,9 @@ def make_policy(name: str, cost_model: CostModel | None = None, **options: Any) 
         params = inspect.signature(cls).parameters
     except (TypeError, ValueError):
         params = {}
-    allowed = [p for p in params if p not in ("self", "cost_model")]
+    allowed = [p for p in params if p not in ("self", "cost_model", "options")]
+    if "options" in params and issubclass(cls, MarginalCost):  # a subclass forwarding **options
+        allowed += [p for p in inspect.signature(MarginalCost).parameters if p not in ("self", "cost_model") and p not in allowed]
     for key in options:
         if key not in allowed:
             raise ConfigError(f"policy {name}: unknown option {key!r}; allowed: {allowed}")

@@ -131,3 +131,33 @@ def test_bad_policy_names_and_options_are_config_errors():
         make_policy("marginal_cost", CM, bogus=1)
     with pytest.raises(ConfigError, match="cache_safe_fraction"):
         make_policy("marginal_cost", CM, cache_safe_fraction=1.5)
+
+
+def test_sampled_placement_prices_only_d_instances_and_is_seeded():
+    dec = [sig(i, backlog=float(i), n=1) for i in range(4)]
+    pol = make_policy("marginal_cost", CM, sample_d=2, random_state=7)
+    picks = [pol.place(req(), view(dec=dec)).decode for _ in range(200)]
+    # d0 is the global argmin; with 2 of 4 sampled it wins only when drawn (1/2 of the time)
+    share = picks.count(0) / len(picks)
+    assert 0.35 < share < 0.65 and 3 not in picks  # d3 is never the cheaper of two
+    again = make_policy("marginal_cost", CM, sample_d=2, random_state=7)
+    assert [again.place(req(), view(dec=dec)).decode for _ in range(200)] == picks
+
+
+def test_temperature_spreads_choices_by_score():
+    dec = [sig(0, backlog=0.0, n=1), sig(1, backlog=100.0, n=1), sig(2, backlog=0.0, n=1), sig(3, backlog=0.0, n=1)]
+    pol = make_policy("marginal_cost", CM, temperature_s=0.01, random_state=1)
+    picks = [pol.place(req(o=2000), view(dec=dec)).decode for _ in range(300)]
+    assert set(picks) == {0, 2, 3}  # the expensive one (more interference) is effectively never chosen
+
+
+def test_admission_guard_rejects_hopeless_requests_only():
+    pre = [sig(0, backlog=5.0, tokens=200_000, role="p")]
+    guard = make_policy("marginal_cost", CM, admission_guard=True, guard_margin=1.5)
+    d = guard.place(req(cls="tight"), view(pre=pre))
+    assert isinstance(d, Rejection) and "admission guard" in d.reason and d.retry_after_s > 0
+    assert isinstance(guard.place(req(cls="tight"), view()), Placement)  # an idle cluster admits
+    assert isinstance(make_policy("marginal_cost", CM).place(req(cls="tight"), view(pre=pre)), Placement)
+    plus = make_policy("marginal_cost_plus", CM)
+    assert plus.admission_guard and plus.sample_d == 2
+    assert make_policy("marginal_cost_plus", CM, guard_margin=3.0).guard_margin == 3.0
