@@ -444,3 +444,6 @@ def make_policy(name: str, cost_model: CostModel | None = None, **options: Any) 
     if "cost_model" in params:
         return cls(cost_model=cost_model, **options)
     return cls(**options)
+
+
+import repro.production_policies  # noqa: E402,F401  (registers the production-router baselines)
