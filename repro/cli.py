@@ -239,6 +239,15 @@ def _mount_harness_commands() -> None:
 _mount_harness_commands()
 
 
+def _mount_paper() -> None:
+    from repro.paper import paper_cli
+
+    app.command("paper")(_boundary(paper_cli))
+
+
+_mount_paper()
+
+
 def _mount_optional() -> None:
     """Sub-apps of modules that may be absent in a partial checkout."""
     try:

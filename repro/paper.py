@@ -1,0 +1,322 @@
+"""`repro paper`: run the section notebooks headlessly with papermill and summarise the headline numbers.
+
+Each notebook ``notebooks/NN_name.ipynb`` starts with a cell tagged ``parameters`` whose lines read
+``name: type = value  # help``. The runner parses that cell itself, so that a parameter the notebook
+does not declare is an error naming it (papermill only warns). Executed notebooks go to ``--out``
+(``build/notebooks``), never into ``notebooks/``. Each notebook writes ``results/NN_headline.csv``
+(notebook, key, ours, paper, unit); the runner concatenates them into ``results/summary.csv``.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import subprocess
+import sys
+import time
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import pandas as pd
+
+from repro.errors import ConfigError
+from repro.physics import DATA_DIR
+
+ROOT = DATA_DIR.parent
+NOTEBOOK_DIR = ROOT / "notebooks"
+KERNEL = "python3"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: str
+    default: Any
+    help: str
+
+
+@dataclass
+class NotebookResult:
+    name: str
+    output: Path
+    ok: bool
+    wall_s: float
+    error: str = ""
+    headline: Optional[pd.DataFrame] = field(default=None, repr=False)
+
+
+# ---- discovery and the parameters cell ---------------------------------------------------------
+def discover(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
+    """The section notebooks, ``NN_name.ipynb``, in order."""
+    return sorted(p for p in Path(notebook_dir).glob("[0-9][0-9]_*.ipynb"))
+
+
+def select(only: str | Sequence[str] | None, notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
+    """Notebooks chosen by ``--only 01,04`` (numbers or names); unknown selectors are an error."""
+    nbs = discover(notebook_dir)
+    if not nbs:
+        raise ConfigError(f"paper: no notebooks in {notebook_dir}")
+    if not only:
+        return nbs
+    wanted = [w.strip() for w in (only.split(",") if isinstance(only, str) else only) if w.strip()]
+    chosen: list[Path] = []
+    for w in wanted:
+        hits = [p for p in nbs if p.stem == w or p.stem.split("_", 1)[0] == w.zfill(2) or p.stem.startswith(w + "_")]
+        if not hits:
+            raise ConfigError(f"paper: --only {w!r} matches no notebook; available: {[p.stem for p in nbs]}")
+        chosen.extend(h for h in hits if h not in chosen)
+    return sorted(chosen)
+
+
+def _cell_source(cell: Any) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def parameters_cell(nb: Any) -> str:
+    for cell in nb.cells:
+        if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            return _cell_source(cell)
+    raise ConfigError("paper: notebook has no cell tagged 'parameters'")
+
+
+def parse_parameters(source: str) -> dict[str, Parameter]:
+    """``name: type = value  # help`` lines of a parameters cell (values must be literals)."""
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    out: dict[str, Parameter] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            try:
+                default = ast.literal_eval(node.value)
+            except ValueError:
+                raise ConfigError(f"paper: parameter {node.target.id!r} must have a literal default") from None
+            out[node.target.id] = Parameter(node.target.id, ast.unparse(node.annotation), default,
+                                            comments.get(node.lineno, ""))
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            raise ConfigError(f"paper: parameter {names} needs a type annotation (name: type = value  # help)")
+    return out
+
+
+def notebook_parameters(path: Path) -> dict[str, Parameter]:
+    import nbformat
+
+    return parse_parameters(parameters_cell(nbformat.read(str(path), as_version=4)))
+
+
+def check_parameters(path: Path, params: dict[str, Any]) -> None:
+    """Every passed name must be declared by the notebook (a typo is an error, not a warning)."""
+    declared = notebook_parameters(path)
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        raise ConfigError(f"paper: {path.stem} has no parameter {', '.join(repr(u) for u in unknown)}; "
+                          f"declared: {sorted(declared)}")
+
+
+# ---- kernel --------------------------------------------------------------------------------------
+def ensure_kernel(name: str = KERNEL) -> None:
+    """Install the ``python3`` Jupyter kernel for this interpreter (user level) when it is missing."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if name in KernelSpecManager().find_kernel_specs():
+        return
+    proc = subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", name],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ConfigError(f"paper: could not install the {name!r} Jupyter kernel: {proc.stderr.strip()} "
+                          "(pip install -e '.[notebooks]')")
+
+
+# ---- running -------------------------------------------------------------------------------------
+def _failure_text(exc: BaseException) -> str:
+    tb = getattr(exc, "traceback", None)
+    if tb:
+        from rich.text import Text
+
+        text = "\n".join(tb)
+        return Text.from_ansi(text).plain
+    return f"{type(exc).__name__}: {exc}"
+
+
+def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = NOTEBOOK_DIR) -> NotebookResult:
+    """Execute one notebook with papermill into ``out_dir``; never raises for a failing cell."""
+    import papermill as pm
+
+    check_parameters(path, params)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / path.name
+    t0 = time.perf_counter()
+    try:
+        pm.execute_notebook(str(path), str(output), parameters=params, kernel_name=KERNEL, language="python", cwd=str(cwd),
+                            progress_bar=False, log_output=False, report_mode=False)
+    except Exception as exc:  # papermill's PapermillExecutionError carries the cell traceback
+        return NotebookResult(path.stem, output, False, time.perf_counter() - t0, _failure_text(exc))
+    return NotebookResult(path.stem, output, True, time.perf_counter() - t0)
+
+
+def collect_headlines(names: Sequence[str], results_dir: Path) -> pd.DataFrame:
+    frames = []
+    for name in names:
+        p = results_dir / f"{name.split('_', 1)[0]}_headline.csv"
+        if p.exists():
+            frames.append(pd.read_csv(p, keep_default_na=True))
+    if not frames:
+        return pd.DataFrame(columns=["notebook", "key", "ours", "paper", "unit"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def run_paper(*, backend: str = "sim", scale: str = "quick", only: Optional[str] = None,
+              cluster: Optional[str] = None, out: str | Path = "build/notebooks",
+              results_dir: str | Path = "results", figures_dir: str | Path = "figures",
+              extra: Optional[dict[str, Any]] = None, console: Any = None) -> tuple[list[NotebookResult], pd.DataFrame]:
+    """Run the selected notebooks; returns their results and the summary table (also written)."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from repro.figures import resolve_dir, write_results
+
+    if backend not in ("sim", "emulated", "vllm"):
+        raise ConfigError(f"paper: --backend {backend!r}; allowed: ['sim', 'emulated', 'vllm']")
+    if scale not in ("quick", "full"):
+        raise ConfigError(f"paper: --scale {scale!r}; allowed: ['quick', 'full']")
+    if backend == "vllm" and not cluster:
+        raise ConfigError("paper: --backend vllm needs --cluster FILE (a cluster YAML; see data/clusters/)")
+    if cluster and not Path(cluster).exists() and not (DATA_DIR / "clusters" / f"{cluster}.yaml").exists():
+        raise ConfigError(f"paper: --cluster {cluster!r}: no such file")
+    console = console or Console()
+    nbs = select(only)
+    out_dir, res_dir, fig_dir = resolve_dir(out), resolve_dir(results_dir), resolve_dir(figures_dir)
+    if out_dir.resolve() == NOTEBOOK_DIR.resolve():
+        raise ConfigError("paper: --out must not be notebooks/ (executed notebooks go to a build folder)")
+    params = {"backend": backend, "scale": scale, "cluster": str(Path(cluster).resolve()) if cluster and Path(cluster).exists() else (cluster or ""),
+              "results_dir": str(res_dir), "figures_dir": str(fig_dir), **(extra or {})}
+    for nb in nbs:  # check every notebook's parameters before running any
+        check_parameters(nb, params)
+    ensure_kernel()
+
+    status = {nb.stem: ("pending", None) for nb in nbs}
+
+    def render() -> Table:
+        t = Table(title=f"repro paper --backend {backend} --scale {scale}", expand=False)
+        t.add_column("notebook")
+        t.add_column("status")
+        t.add_column("wall s", justify="right")
+        for name, (st, wall) in status.items():
+            colour = {"done": "green", "FAILED": "red", "running": "yellow"}.get(st, "dim")
+            t.add_row(name, f"[{colour}]{st}[/{colour}]", "" if wall is None else f"{wall:.1f}")
+        return t
+
+    results: list[NotebookResult] = []
+    with Live(render(), console=console, refresh_per_second=4, transient=False) as live:
+        for nb in nbs:
+            status[nb.stem] = ("running", None)
+            live.update(render())
+            res = run_notebook(nb, out_dir, params)
+            results.append(res)
+            status[nb.stem] = ("done" if res.ok else "FAILED", res.wall_s)
+            live.update(render())
+    summary = collect_headlines([r.name for r in results if r.ok], res_dir)
+    if len(summary):
+        write_results(summary, "summary", res_dir)
+        console.print(summary_table(summary))
+    for r in results:
+        if not r.ok:
+            console.print(f"[red]{r.name} failed[/red]; executed notebook: {r.output}")
+            console.print(r.error, markup=False, highlight=False)
+    return results, summary
+
+
+def summary_table(summary: pd.DataFrame) -> Any:
+    from rich.table import Table
+
+    t = Table(title="headline numbers: ours vs the paper")
+    for c in ("notebook", "key", "ours", "paper", "unit"):
+        t.add_column(c, justify="right" if c in ("ours", "paper") else "left")
+    for r in summary.itertuples():
+        fmt = lambda v: "" if pd.isna(v) else f"{v:.4g}"  # noqa: E731
+        t.add_row(str(r.notebook), str(r.key), fmt(r.ours), fmt(r.paper), "" if pd.isna(r.unit) else str(r.unit))
+    return t
+
+
+# ---- command line (mounted by repro.cli as `repro paper`) ----------------------------------------
+def _parse_extra(pairs: Sequence[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"paper: -p {pair!r} must be NAME=VALUE")
+        k, _, v = pair.partition("=")
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def _make_cli():
+    import typer
+
+    def paper_cmd(
+        backend: str = typer.Option("sim", "--backend", help="sim | emulated | vllm"),
+        scale: str = typer.Option("quick", "--scale", help="quick | full"),
+        only: Optional[str] = typer.Option(None, "--only", help="notebooks to run, e.g. 01,04 (default: all)"),
+        cluster: Optional[str] = typer.Option(None, "--cluster", help="cluster YAML for emulated/vllm"),
+        out: Path = typer.Option(Path("build/notebooks"), "--out", help="folder for the executed notebooks"),
+        results_dir: Path = typer.Option(Path("results"), "--results-dir", help="tidy CSVs (relative: to the repo root)"),
+        figures_dir: Path = typer.Option(Path("figures"), "--figures-dir", help="PNG + PDF figures (relative: to the repo root)"),
+        param: list[str] = typer.Option([], "--param", "-p", help="extra notebook parameter NAME=VALUE (repeatable)"),
+    ) -> None:
+        """Rerun the paper: execute the section notebooks and print ours vs the paper's numbers."""
+        results, _ = run_paper(backend=backend, scale=scale, only=only, cluster=cluster, out=out,
+                               results_dir=results_dir, figures_dir=figures_dir, extra=_parse_extra(param))
+        if not all(r.ok for r in results):
+            raise typer.Exit(1)
+
+    return paper_cmd
+
+
+paper_cli = _make_cli()
+
+
+# ---- stored outputs for nbval ------------------------------------------------------------------
+CHECK_MARKER = "# NBVAL_CHECK_OUTPUT"
+
+
+def is_checked(cell: Any) -> bool:
+    return cell.get("cell_type") == "code" and _cell_source(cell).lstrip().startswith(CHECK_MARKER)
+
+
+def store_checked_outputs(source: Path, executed: Path) -> int:
+    """Strip ``source``'s outputs except the ``# NBVAL_CHECK_OUTPUT`` cells, which get ``executed``'s.
+
+    Run after a change that legitimately moves a checked (deterministic, sim) value; returns the
+    number of checked cells updated. Other execution counts are cleared; tags are kept.
+    """
+    import nbformat
+
+    src = nbformat.read(str(source), as_version=4)
+    done = nbformat.read(str(executed), as_version=4)
+    by_source = {_cell_source(c): c for c in done.cells if c.get("cell_type") == "code"}
+    n = 0
+    for cell in src.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        cell["execution_count"] = None
+        if is_checked(cell):
+            ran = by_source.get(_cell_source(cell))
+            if ran is None:
+                raise ConfigError(f"paper: checked cell of {source.name} not found in {executed}")
+            cell["outputs"] = [o for o in ran.get("outputs", []) if o.get("output_type") == "stream"
+                               and o.get("name") == "stdout"]
+            for o in cell["outputs"]:
+                o.pop("execution_count", None)
+            n += 1
+            cell["execution_count"] = n  # nbval treats a cell with outputs but no count as unrun
+        else:
+            cell["outputs"] = []
+    nbformat.write(src, str(source))
+    return n

@@ -1,0 +1,72 @@
+"""The notebook runner: parameter checking, and byte-identical reruns in sim."""
+
+import hashlib
+
+import nbformat
+import pytest
+
+from repro import paper
+from repro.errors import ConfigError
+
+
+def test_parse_parameters_cell():
+    src = 'backend: str = "sim"  # sim | emulated\nseeds: list = [1, 2]  # traces\n'
+    params = paper.parse_parameters(src)
+    assert params["backend"].default == "sim" and params["backend"].help == "sim | emulated"
+    assert params["seeds"].type == "list" and params["seeds"].default == [1, 2]
+
+
+def test_parse_parameters_needs_annotation():
+    with pytest.raises(ConfigError, match="type annotation"):
+        paper.parse_parameters("x = 1\n")
+
+
+@pytest.mark.parametrize("nb", paper.discover(), ids=lambda p: p.stem)
+def test_notebooks_declare_common_parameters_and_are_stripped(nb):
+    params = paper.notebook_parameters(nb)
+    assert {"backend", "scale", "seeds", "cluster", "results_dir", "figures_dir"} <= set(params)
+    assert params["backend"].default == "sim" and params["scale"].default == "quick"
+    assert all(p.help for p in params.values())
+    book = nbformat.read(str(nb), as_version=4)
+    code = [c for c in book.cells if c.cell_type == "code"]
+    assert all(not c.get("outputs") for c in code if not paper.is_checked(c)), "outputs must be stripped"
+    checked = [c for c in code if paper.is_checked(c)]
+    assert checked and all(c.get("outputs") for c in checked), "NBVAL_CHECK_OUTPUT cells keep their outputs"
+    assert nb.with_suffix(".py").exists(), "jupytext py:percent twin missing"
+
+
+def test_unknown_parameter_is_an_error_naming_it():
+    nb = paper.select("04")[0]
+    with pytest.raises(ConfigError, match="'backnd'"):
+        paper.check_parameters(nb, {"backnd": "sim"})
+    with pytest.raises(ConfigError, match="'typo_param'"):
+        paper.run_paper(only="04", extra={"typo_param": 1}, out="build/test-notebooks")
+
+
+def test_only_selector():
+    assert [p.stem[:2] for p in paper.select("01,04")] == ["01", "04"]
+    with pytest.raises(ConfigError, match="99"):
+        paper.select("99")
+
+
+def _digests(folder):
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_repro_paper_twice_is_byte_identical(tmp_path):
+    from typer.testing import CliRunner
+    import typer
+
+    app = typer.Typer()
+    app.command()(paper.paper_cli)
+    args = ["--backend", "sim", "--only", "01,04", "--out", str(tmp_path / "build"),
+            "--results-dir", str(tmp_path / "results"), "--figures-dir", str(tmp_path / "figures")]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    before = _digests(tmp_path / "results"), _digests(tmp_path / "figures")
+    assert "summary.csv" in before[0] and "04_table2_goodput.pdf" in before[1]
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert (_digests(tmp_path / "results"), _digests(tmp_path / "figures")) == before
