@@ -526,12 +526,16 @@ class EmulatedLauncher(_ProcessLauncher):
 
 
 class VllmLauncher(_ProcessLauncher):
-    """Real ``vllm serve`` engines on the GPUs of this node."""
+    """Real ``vllm serve`` engines on the GPUs of this node.
+
+    They bind 127.0.0.1 unless told otherwise: a multi-node cluster sets ``vllm: {host: <address>,
+    side_channel_host: <address>}`` in its YAML so that the other nodes can reach the engines.
+    """
 
     name = "vllm"
 
     def __init__(self, topology: Topology, *, model: Optional[str] = None, dtype: Optional[str] = None,
-                 host: str = "0.0.0.0", url_host: str = "127.0.0.1", base_port: int = 8100,
+                 host: str = "127.0.0.1", url_host: str = "127.0.0.1", base_port: int = 8100,
                  side_channel_base_port: int = 5600, side_channel_host: Optional[str] = None,
                  gpus: Optional[Sequence[str]] = None, extra_args: Sequence[str] = (), dry_run: bool = False,
                  vllm_bin: str = "vllm", log_dir: Optional[Path] = None, detach: bool = False,
