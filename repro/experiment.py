@@ -66,6 +66,7 @@ class RunSpec:
     kv_budget_tokens: int | None = None
     cluster: str | None = None  # cluster file for emulated/vllm backends
     time_scale: float = 1.0  # emulated: engines run physics this many times faster than the wall clock
+    arrival: dict[str, Any] | None = None  # arrival process (`repro.arrivals.ArrivalSpec` fields); None: the workload's own
 
     def __post_init__(self) -> None:
         _choice("backend", self.backend, BACKENDS)
@@ -86,6 +87,8 @@ class RunSpec:
             _int("kv_budget_tokens", self.kv_budget_tokens, 1, 10**9)
         if not isinstance(self.policy_options, dict):
             raise ConfigError("spec: field 'policy_options' must be a mapping")
+        if self.arrival is not None:
+            object.__setattr__(self, "arrival", _arrival_dict(self.arrival))
         self.topology_parsed()  # validate
         make_policy(self.policy, None, **self.policy_options)  # validate name and options
 
@@ -93,7 +96,17 @@ class RunSpec:
         return parse_topology(self.cluster or self.topology, profile=self.profile, kv_budget_tokens=self.kv_budget_tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["arrival"] is None:  # the workload's own process: left out, so run ids made before the field stay valid
+            del d["arrival"]
+        return d
+
+    def arrival_spec(self):
+        """The `ArrivalSpec` of this run: ``arrival`` if given, else the workload's default process."""
+        from repro.arrivals import ArrivalSpec
+        from repro.workloads import default_arrival
+
+        return default_arrival(self.workload) if self.arrival is None else ArrivalSpec.from_dict(self.arrival)
 
     @property
     def run_id(self) -> str:
@@ -104,6 +117,21 @@ class RunSpec:
 
     def replace(self, **changes: Any) -> "RunSpec":
         return dataclasses.replace(self, **changes)
+
+
+def _arrival_dict(value: Any) -> dict[str, Any]:
+    """Validate ``arrival`` into the full, normalised `ArrivalSpec` fields (stable run ids)."""
+    from repro.arrivals import ArrivalSpec
+
+    if isinstance(value, ArrivalSpec):
+        return value.to_dict()
+    if not isinstance(value, dict):
+        raise ConfigError("spec: field 'arrival' must be a mapping of ArrivalSpec fields "
+                          "(process: poisson | gamma | burst, burstiness, burst_factor, period_s, duty)")
+    try:
+        return ArrivalSpec.from_dict(value).to_dict()
+    except ConfigError as exc:
+        raise ConfigError(f"spec: field 'arrival': {exc}") from None
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -151,7 +179,7 @@ def spec_from_dict(raw: dict[str, Any], origin: str = "spec") -> RunSpec:
 def build_trace(spec: RunSpec):
     from repro.workloads import make_trace
 
-    return make_trace(spec.workload, spec.seed, spec.rate, spec.n_requests)
+    return make_trace(spec.workload, spec.seed, spec.rate, spec.n_requests, arrival=spec.arrival_spec())
 
 
 def build_predictions(spec: RunSpec, trace) -> np.ndarray:
