@@ -1,0 +1,158 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: title,tags,-all
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 13 · Beyond the paper: closing the scarcity failure, and production routers
+#
+# The paper leaves two failure regions (narrow pools, and extreme scarcity where greedy argmin
+# collapses to 0.292 goodput at 1p2d while round-robin holds 0.680, §V-E) and compares only with
+# counting baselines. Here:
+#
+# 1. **The frontier of pool shapes** (3 to 8 GPUs, mixed traffic at its saturation rate) with the
+#    two switches of `marginal_cost` that the paper names as the mitigation: power-of-2 sampled
+#    candidates (`sample_d=2`) and an admission guard (`admission_guard`, rejecting with 429 +
+#    `Retry-After` when every candidate's predicted TTFT exceeds 1.5x the request's target; a
+#    rejected request counts as not good), one at a time and together (`marginal_cost_plus`).
+# 2. **Production-router baselines** written from their published formulas
+#    (`repro.production_policies`): power-of-two on in-flight load (vllm-router / SGLang router),
+#    NVIDIA Dynamo's KV-router cost, llm-d's weighted scorer, SGLang's `least_load`, beside the
+#    paper's policies on the four workloads at their saturation rates (2p4d). Their prefix-cache
+#    terms are zero here: caches are reset before every run and the workloads share no prefixes.
+# 3. **vllm-router itself** (the Rust router from PyPI, P/D mode) in front of the same emulated
+#    cluster, on the same traces, when `backend='emulated'` and the binary is installed.
+#
+# Issue 6's goals: at 1p2d no worse than round-robin by more than 0.02; keep the paper router's
+# lead on mixed at 2p4d; never more than 0.03 below the best baseline on any workload or shape.
+
+# %% tags=["parameters"]
+backend: str = "sim"  # sim | emulated | vllm
+scale: str = "quick"  # quick | full
+seeds: list = []  # arrival traces (one seed each); [] = the scale default (quick [1], full [1, 2, 3])
+cluster: str = ""  # cluster YAML for emulated/vllm (empty: emulated clusters of each shape)
+results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
+figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
+time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
+rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # arrival rate per workload (req/s; the sim saturation rates); {} = a saturation search
+shapes: list = ["1p2d", "2p2d", "2p3d", "2p4d", "3p3d", "3p4d", "4p4d"]  # pool shapes of the frontier (3 to 8 GPUs)
+vllm_router_policies: list = ["round_robin", "power_of_two", "cache_aware"]  # vllm-router policies to run (emulated backend only)
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 300 or 1000)
+runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from repro import figures as F
+from repro import paper_reference
+from repro import paper_sections as S
+from repro import sections_analysis as A
+from repro.figures import resolve_dir
+
+seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1,))
+S.check_common(backend, scale, seeds)
+cluster_file = S.check_cluster(backend, cluster)
+if cluster_file and len(shapes) > 1:
+    print(f"cluster file {cluster_file}: the frontier runs on that one cluster's shape only")
+    shapes = [S.check_cluster(backend, cluster)]
+F.set_style()
+ts = time_scale if backend == "emulated" else 1.0
+if not rates:
+    sat, _ = S.saturation_table(backend=backend, n_requests=min(n, 1000), seed=seeds[0], cluster=cluster_file,
+                                time_scale=ts, runs_dir=resolve_dir(runs_dir))
+    rates = dict(zip(sat.workload, sat.saturation_rate.astype(float)))
+rates = A.check_rates(rates)
+frontier_policies = [*S.PAPER_POLICIES, *A.SWITCH_VARIANTS, A.OURS]
+items = A.frontier_specs(backend=backend, seeds=seeds, rate=rates["mixed"], n_requests=n, shapes=shapes,
+                         policies=frontier_policies, cluster=cluster_file, time_scale=ts)
+frontier_runs = A.run_labelled(items, resolve_dir(runs_dir))
+F.write_results(frontier_runs, "13_frontier_runs", results_dir)
+frontier = A.mean_by(frontier_runs, "topology")
+frontier.insert(1, "gpus", frontier.topology.map(A.gpus))
+F.write_results(frontier, "13_frontier", results_dir)
+print(f"{len(frontier_runs)} frontier runs: mixed, {rates['mixed']:.1f} req/s, {n} requests each, seeds {list(seeds)}")
+frontier.pivot(index=["gpus", "topology"], columns="variant", values="goodput")[frontier_policies].round(3)
+
+# %%
+items = A.workload_specs(backend=backend, seeds=seeds, rates=rates, n_requests=n, cluster=cluster_file, time_scale=ts)
+workload_runs = A.run_labelled(items, resolve_dir(runs_dir))
+router_runs, router_note = A.vllm_router_runs(backend=backend, cluster=cluster_file, seeds=seeds, rates=rates,
+                                              n_requests=n, policies=vllm_router_policies, time_scale=ts,
+                                              runs_dir=resolve_dir(runs_dir))
+print(router_note)
+all_runs = pd.concat([workload_runs, router_runs], ignore_index=True)
+F.write_results(all_runs, "13_workload_runs", results_dir)
+workloads = A.mean_by(all_runs, "workload")
+F.write_results(workloads, "13_workloads", results_dir)
+workload_policies = list(dict.fromkeys(workloads.variant))
+workloads.pivot(index="workload", columns="variant", values="goodput").loc[list(rates), workload_policies].round(3)
+
+# %%
+goals = A.beyond_goals(frontier, workloads[workloads.kind != "external"])
+F.write_results(goals, "13_goals", results_dir)
+goals
+
+# %%
+# NBVAL_CHECK_OUTPUT
+f = frontier.pivot(index="topology", columns="variant", values="goodput").loc[shapes]
+print(f[["round_robin", "least_loaded", "marginal_cost", "marginal_cost+sampling", "marginal_cost+guard", A.OURS]].round(3).to_string())
+w = workloads[workloads.kind != "external"].pivot(index="workload", columns="variant", values="goodput").loc[list(rates)]
+print(w.round(3).to_string())
+print(goals.round(3).to_string(index=False))
+
+# %%
+fig, ax = plt.subplots(figsize=(7.4, 4.0))
+styles = {"round_robin": ("o", ":"), "least_loaded": ("v", ":"), "length_threshold": ("^", ":"),
+          "marginal_cost": ("s", "--"), "marginal_cost+sampling": ("<", "-."), "marginal_cost+guard": (">", "-."),
+          A.OURS: ("D", "-")}
+for pol in frontier_policies:
+    g = frontier[frontier.variant == pol].sort_values(["gpus", "topology"])
+    x = [f"{t}\n({k} GPUs)" for t, k in zip(g.topology, g.gpus)]
+    m, ls = styles[pol]
+    ax.plot(x, g.goodput, marker=m, ls=ls, ms=4, lw=1.6 if pol == A.OURS else 1.0, label=F.policy_label(pol))
+order = [f"{t}\n({k} GPUs)" for t, k in frontier.sort_values(["gpus", "topology"])[["topology", "gpus"]].drop_duplicates().itertuples(index=False)]
+ref = {("1p2d", "marginal_cost"): "fig4_mc_1p2d", ("1p2d", "round_robin"): "fig4_rr_1p2d",
+       ("2p3d", "marginal_cost"): "fig4_mc_5gpu", ("2p4d", "marginal_cost"): "fig4_mc_6gpu"}
+pts = [(f"{t}\n({A.gpus(t)} GPUs)", paper_reference.lookup(k)) for (t, _), k in ref.items() if f"{t}\n({A.gpus(t)} GPUs)" in order]
+ax.scatter([p[0] for p in pts], [p[1] for p in pts], label="paper (Fig. 4)", **F.PAPER_MARKER)
+ax.set_ylim(0.0, 1.0)
+ax.set_xlabel("pool shape (prefill p, decode d)")
+ax.set_ylabel("goodput (fraction of requests meeting SLO)")
+ax.set_title(f"Beyond Fig. 4: sampling + admission guard across pool shapes ({backend}, mixed, {rates['mixed']:.1f} req/s)")
+ax.legend(loc="lower right", fontsize=7, ncol=2)
+fig.tight_layout()
+F.save(fig, "13_frontier_switches", figures_dir)
+
+# %%
+plot = workloads.copy()
+plot["err"] = plot.sd
+fig, ax = plt.subplots(figsize=(11.0, 4.0))
+paper_pts = pd.DataFrame([
+    {"workload": wl, "variant": pol, "paper": paper_reference.lookup(k)}
+    for wl, pol, k in (("mixed", "marginal_cost", "fig3_mc_mixed"), ("reasoning", "marginal_cost", "fig3_mc_reasoning"),
+                       ("chat", "length_threshold", "fig3_lt_chat"), ("chat", "marginal_cost", "fig3_mc_chat"),
+                       ("documents", "round_robin", "fig3_rr_documents"))])
+F.bar_with_paper(plot, "workload", "goodput", hue="variant", paper=paper_pts, err="err", order=list(rates),
+                 hue_order=workload_policies, ax=ax,
+                 title=f"Beyond Fig. 3: production routers beside the paper's policies ({backend}, 2p4d, saturation rates)",
+                 xlabel="workload", ylabel="goodput (fraction of requests meeting SLO)", ylim=(0.0, 1.0))
+ax.set_xticklabels([f"{wl}\n({rates[wl]:g} req/s)" for wl in rates])
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=6, fontsize=7)
+fig.tight_layout()
+F.save(fig, "13_production_baselines", figures_dir)
+
+# %%
+F.write_headline(A.beyond_headline(frontier, workloads[workloads.kind != "external"], goals), "13_beyond", results_dir)
