@@ -18,6 +18,7 @@ Everything started here is stopped here, also on errors and Ctrl-C.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -36,7 +37,8 @@ import pandas as pd
 from repro.errors import ConfigError
 from repro.journal import FIELD_NAMES, frame, write_frame
 from repro.journal import read as read_journal
-from repro.proxy import Endpoint, ProxyConfig
+from repro.metrics import AccountingError, check_accounting
+from repro.proxy import API_KEY_ENV, Endpoint, ProxyConfig
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -50,11 +52,16 @@ def proxy_process(cfg: ProxyConfig, run_dir: Path, timeout_s: float = 30.0) -> I
     """Run ``python -m repro.proxy`` with ``cfg``; yields its base URL; always stops it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     conf = run_dir / "proxy.json"
-    conf.write_text(cfg.to_json())
+    # the bearer token never goes into a file in the run directory: it travels in the environment
+    conf.write_text(dataclasses.replace(cfg, api_key=None).to_json())
+    env = dict(os.environ)
+    env.pop(API_KEY_ENV, None)
+    if cfg.api_key:
+        env[API_KEY_ENV] = cfg.api_key
     log = open(run_dir / "proxy.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "repro.proxy", "--config", str(conf), "--parent-pid", str(os.getpid())],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
     )
     url = f"http://{cfg.host}:{cfg.port}"
     try:
@@ -144,9 +151,34 @@ def run_live(spec: Any, run_dir: Path) -> pd.DataFrame:
         (run_dir / "loadgen.json").write_text(json.dumps(_jsonable(report), indent=2, default=str))
     client = read_journal(client_path)
     proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])
+    check_live_accounting(report, client, proxy)
     merged = merge_journals(client, proxy, trace.df)
+    check_accounting(merged, report.sent)
     write_frame(merged, run_dir / "journal.jsonl")
     return merged
+
+
+def check_live_accounting(report: Any, client: pd.DataFrame, proxy: pd.DataFrame | None = None) -> dict[str, int]:
+    """A live run's books must balance, or the run is an error (`AccountingError`), not a warning:
+
+    - every request the load generator sent has exactly one client journal row
+      (``ReplayReport.sent == rows``, ids unique), and sent = ok + failed + rejected there;
+    - the report's own counts agree with the journal's;
+    - the proxy journaled no request the client did not send, and none twice.
+    """
+    counts = check_accounting(client, int(report.sent))
+    mine = {"ok": int(report.ok), "failed": int(report.failed), "rejected": int(report.rejected)}
+    if counts != mine:
+        raise AccountingError(f"accounting: the load generator counted {mine} but its journal holds {counts}")
+    if proxy is not None and len(proxy):
+        dup = proxy["request_id"][proxy["request_id"].duplicated()]
+        if len(dup):
+            raise AccountingError(f"accounting: the proxy journaled {len(dup)} request(s) twice, e.g. {dup.iloc[0]!r}")
+        extra = set(proxy["request_id"].astype(str)) - set(client["request_id"].astype(str))
+        if extra:
+            raise AccountingError(f"accounting: the proxy journaled {len(extra)} request(s) the client never sent, "
+                                  f"e.g. {sorted(extra)[0]!r}")
+    return counts
 
 
 def _jsonable(obj: Any) -> Any:

@@ -2,8 +2,9 @@
 
 A journal is a JSON-Lines file, one object per request, fields in the order of `FIELDS`. It is
 append-only: the proxy appends and flushes each row as the request ends; the simulator writes the
-whole file at the end (deterministically: same inputs, same bytes). A torn last line (a writer
-killed mid-write) is detected and dropped on read.
+whole file at the end (deterministically: same inputs, same bytes). A row counts once its newline
+is written: a torn last line (a writer killed mid-write: no newline, or not valid JSON) is dropped
+on read and truncated away when a writer reopens the file.
 
 Times are seconds from the run's start, on the backend's clock (virtual time in ``sim``, physics
 time in ``emulated``/``vllm``: the wall clock times the emulator's time-scale factor).
@@ -150,6 +151,8 @@ def read(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     data = path.read_bytes() if path.exists() else b""
     lines = data.split(b"\n")
+    if lines and lines[-1].strip():  # no newline after the last row: its write never finished (as the writer rules)
+        lines[-1] = b""
     rows = []
     for i, line in enumerate(lines):
         if not line.strip():

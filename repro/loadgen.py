@@ -26,7 +26,7 @@ request sent, exactly once, also on timeouts and Ctrl-C)::
 Times are physics seconds: wall seconds since the start of the replay times ``time_scale`` (the
 emulated engines' time-compression factor K; 1 for real engines).
 
-Status: ``ok`` (``[DONE]`` seen and exactly ``max_tokens`` tokens), ``rejected`` (HTTP 429; the
+Status: ``ok`` (``[DONE]`` seen and exactly ``max_tokens`` tokens), ``rejected`` (HTTP 429, or a 503 "rejected: ..." from our proxy; the
 reason keeps ``Retry-After``), or ``failed`` with the reason (HTTP error with the server's
 message, transport error, timeout, stream cut without ``[DONE]``, an error event in the stream,
 fewer tokens than ``max_tokens``, cancelled).
@@ -365,7 +365,7 @@ async def _stream(client: aiohttp.ClientSession, target: str, body: bytes, heade
         if resp.status != 200:
             data = await resp.read()
             msg = _error_message(data)
-            if resp.status == 429:
+            if resp.status == 429 or (resp.status == 503 and msg.startswith("rejected")):  # refused by the router
                 ra = resp.headers.get("Retry-After")
                 rec.status = "rejected"
                 rec.reason = f"HTTP 429: {msg}" + (f" (Retry-After: {ra})" if ra is not None else "")

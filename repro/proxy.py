@@ -62,6 +62,7 @@ _KV_RE = re.compile(rb"^vllm:kv_cache_usage_perc\{[^}]*\}\s+([0-9.eE+-]+)", re.M
 _RUN_RE = re.compile(rb"^vllm:num_requests_running\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 _WAIT_RE = re.compile(rb"^vllm:num_requests_waiting\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 HEAD_CHARS = 1000
+API_KEY_ENV = "REPRO_PROXY_API_KEY"
 
 
 @dataclass
@@ -90,9 +91,11 @@ class ProxyConfig:
     prefill_timeout_s: float = 60.0  # wall
     read_timeout_s: float = 60.0  # wall, between decode chunks
     unhealthy_after: int = 1  # consecutive failed polls
+    poll_timeout_s: float = 1.0  # wall: a /metrics poll that takes longer counts as failed
+    failure_cooldown_s: float = 2.0  # wall: an engine a request failed on stays out this long at least
     max_body_bytes: int = 4 * 1024 * 1024
     max_prompt_chars: int = 1_000_000
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never logged; not written by the harness either
     host: str = "127.0.0.1"
     port: int = 8000
     kv_capacity_tokens: int | None = None
@@ -111,6 +114,15 @@ class ProxyConfig:
             raise ConfigError(f"proxy: field 'time_scale' must be > 0, got {self.time_scale!r}")
         if not self.poll_interval_s > 0:
             raise ConfigError(f"proxy: field 'poll_interval_s' must be > 0, got {self.poll_interval_s!r}")
+        for name in ("connect_timeout_s", "prefill_timeout_s", "read_timeout_s", "poll_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+                raise ConfigError(f"proxy: field '{name}' must be a finite number of seconds > 0, got {v!r}")
+        if isinstance(self.failure_cooldown_s, bool) or not isinstance(self.failure_cooldown_s, (int, float)) \
+                or not 0 <= self.failure_cooldown_s < math.inf:
+            raise ConfigError(f"proxy: field 'failure_cooldown_s' must be >= 0, got {self.failure_cooldown_s!r}")
+        if isinstance(self.unhealthy_after, bool) or not isinstance(self.unhealthy_after, int) or self.unhealthy_after < 1:
+            raise ConfigError(f"proxy: field 'unhealthy_after' must be an integer >= 1, got {self.unhealthy_after!r}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -167,6 +179,7 @@ class Proxy:
         self.journal = JournalWriter(cfg.journal) if cfg.journal else None
         self.client: aiohttp.ClientSession | None = None
         self._poll_failures: dict[str, int] = {e.name: 0 for e in cfg.endpoints}
+        self._down_until: dict[str, float] = {e.name: 0.0 for e in cfg.endpoints}  # wall (monotonic)
         self.engine_stats: dict[str, dict[str, float]] = {e.name: {} for e in cfg.endpoints}
         self.in_flight = 0
         self.registry = CollectorRegistry()
@@ -196,17 +209,27 @@ class Proxy:
 
     # ---- poller -----------------------------------------------------------------------------
     async def poll_forever(self) -> None:
+        """One polling loop per engine, so that a hung engine does not delay the polls of the others."""
+        await asyncio.gather(*(self._poll_loop(e) for e in self.cfg.endpoints))
+
+    async def _poll_loop(self, e: Endpoint) -> None:
         wall = max(self.cfg.poll_interval_s / self.cfg.time_scale, self.cfg.min_poll_wall_s)
         while True:
-            await asyncio.gather(*(self.poll_one(e) for e in self.cfg.endpoints))
+            await self.poll_one(e)
             await asyncio.sleep(wall)
 
     async def poll_one(self, e: Endpoint) -> None:
+        """Read one engine's ``/metrics``. Health rules: a poll that fails (refused, non-200, or
+        no answer within ``poll_timeout_s``) ``unhealthy_after`` times in a row marks the engine
+        unhealthy (a dead ``/metrics`` alone is enough: the policies need its load, and a stale
+        view routes blind); the first good poll marks it healthy again, unless a request failed
+        on it less than ``failure_cooldown_s`` ago."""
         assert self.client is not None
         role, i = self.role_index(e.name)
         try:
             async with self.client.get(
-                e.url.rstrip("/") + "/metrics", timeout=aiohttp.ClientTimeout(total=max(0.5, self.cfg.connect_timeout_s))
+                e.url.rstrip("/") + "/metrics",
+                timeout=aiohttp.ClientTimeout(total=self.cfg.poll_timeout_s, connect=min(self.cfg.connect_timeout_s, self.cfg.poll_timeout_s)),
             ) as r:
                 text = await r.read()
                 if r.status != 200:
@@ -223,7 +246,7 @@ class Proxy:
                     stats[key] = float(mm.group(1))
             self.engine_stats[e.name] = stats
             self._poll_failures[e.name] = 0
-            if not self.router.is_healthy(role, i):
+            if not self.router.is_healthy(role, i) and time.monotonic() >= self._down_until[e.name]:
                 self.router.set_health(role, i, True)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             self._poll_failures[e.name] += 1
@@ -232,6 +255,10 @@ class Proxy:
         self.m_healthy.labels(role, e.name).set(1.0 if self.router.is_healthy(role, i) else 0.0)
 
     def mark_failed(self, e: Endpoint) -> None:
+        """A request failed on ``e`` at the transport level (refused, reset, timed out, cut): skip
+        it until a poll succeeds after ``failure_cooldown_s``. (An HTTP 5xx answer does not mark
+        the engine: it is alive and answering; the request alone fails.)"""
+        self._down_until[e.name] = time.monotonic() + self.cfg.failure_cooldown_s
         role, i = self.role_index(e.name)
         self.router.set_health(role, i, False)
         self.m_healthy.labels(role, e.name).set(0.0)
@@ -252,25 +279,44 @@ class Proxy:
 
 
 def _validate(path: str, body: Any) -> str | None:
-    """A vLLM-like validation message, or None if the body is acceptable."""
+    """A vLLM-like validation message, or None if the body is acceptable (a body that passes is
+    safe for the proxy itself; the engine validates the rest and answers 400 through us)."""
     if not isinstance(body, dict):
         return "request body must be a JSON object"
     if path.endswith("/chat/completions"):
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
             return "field 'messages' is required: a non-empty list"
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                return f"field 'messages[{i}]' must be an object with a string 'role'"
+            content = m.get("content")
+            if content is not None and not isinstance(content, (str, list)):
+                return f"field 'messages[{i}].content' must be a string or a list of parts"
+            if isinstance(content, list) and not all(isinstance(p, dict) and isinstance(p.get("text", ""), str) for p in content):
+                return f"field 'messages[{i}].content' parts must be objects with a string 'text'"
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, (str, list)) or (isinstance(prompt, list) and not prompt):
             return "field 'prompt' is required: a string, a list of strings or a list of token ids"
-    mt = body.get("max_tokens", body.get("max_completion_tokens"))
-    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
-        return f"field 'max_tokens' must be an integer >= 1, got {mt!r}"
+        if isinstance(prompt, list) and not (
+            all(isinstance(t, str) for t in prompt)
+            or all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+            or (len(prompt) == 1 and isinstance(prompt[0], list))
+        ):
+            return "field 'prompt' must be a string, a list of strings or a list of token ids"
+    for key in ("max_tokens", "max_completion_tokens"):
+        mt = body.get(key)
+        if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
+            return f"field '{key}' must be an integer >= 1, got {mt!r}"
     stream = body.get("stream", False)
-    if not isinstance(stream, bool):
+    if stream is not None and not isinstance(stream, bool):
         return f"field 'stream' must be a boolean, got {stream!r}"
     if "stream_options" in body and body["stream_options"] is not None and not isinstance(body["stream_options"], dict):
         return "field 'stream_options' must be an object"
+    kv = body.get("kv_transfer_params")
+    if kv is not None and not isinstance(kv, dict):
+        return "field 'kv_transfer_params' must be an object"
     return None
 
 
@@ -344,6 +390,8 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         if slo not in ("tight", "loose"):
             return _error(400, f"header 'X-SLO-Class' must be tight or loose, got {slo!r}")
         rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+        if rid in proxy.router.ledger:  # the ledger (and the journal) key on the id: one in flight at a time
+            return _error(409, f"a request with X-Request-Id {rid[:200]!r} is already in flight", "ConflictError")
         prompt = prompt_of(path, body)
         if len(prompt) > cfg.max_prompt_chars:
             return _error(413, f"prompt of {len(prompt)} characters exceeds the limit of {cfg.max_prompt_chars}")
@@ -383,91 +431,109 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
             proxy.in_flight -= 1
             return _error(status, message or reason, "BadGatewayError" if status >= 500 else "BadRequestError", out_headers)
 
-        # 1. prefill
-        row["prefill_start_s"] = proxy.now()
-        try:
-            async with proxy.client.post(
-                pe.url.rstrip("/") + path, json=prefill_body(body), headers=engine_headers,
-                timeout=aiohttp.ClientTimeout(total=cfg.prefill_timeout_s, connect=cfg.connect_timeout_s),
-            ) as r:
-                status, content = r.status, await r.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            proxy.mark_failed(pe)
-            return fail(f"prefill {pe.name}: {_describe(exc)}", 502)
-        if status != 200:
-            detail = content[:500].decode("utf-8", "replace")
-            if 400 <= status < 500:  # the client's request is bad: pass vLLM's answer through
-                now = proxy.now()
-                proxy.router.finish(rid, now)
-                row.update(status="failed", reason=f"prefill {pe.name}: HTTP {status}: {detail}", finish_s=now, generated_tokens=0)
-                proxy.record(row)
-                proxy.in_flight -= 1
-                return Response(content, status_code=status, media_type="application/json", headers=out_headers)
-            return fail(f"prefill {pe.name}: HTTP {status}: {detail}", 502)
-        try:
-            kv = json.loads(content).get("kv_transfer_params")
-        except (ValueError, AttributeError):
-            return fail(f"prefill {pe.name}: answer is not a JSON object", 502)
-        now = proxy.now()
-        proxy.router.prefill_done(rid, now)
-        row["prefill_end_s"] = now
-        dbody = decode_body(body, kv)
-
-        # 2. decode
-        row["decode_start_s"] = proxy.now()
-        try:
-            upstream = await proxy.client.post(de.url.rstrip("/") + path, json=dbody, headers=engine_headers)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            proxy.mark_failed(de)
-            return fail(f"decode {de.name}: {_describe(exc)}", 502)
-        if upstream.status != 200 or not body.get("stream"):
+        async def serve_placed() -> Response:
+            # 1. prefill
+            row["prefill_start_s"] = proxy.now()
             try:
-                content = await upstream.read()
+                async with proxy.client.post(
+                    pe.url.rstrip("/") + path, json=prefill_body(body), headers=engine_headers,
+                    timeout=aiohttp.ClientTimeout(total=cfg.prefill_timeout_s, connect=cfg.connect_timeout_s),
+                ) as r:
+                    status, content = r.status, await r.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                proxy.mark_failed(pe)
+                return fail(f"prefill {pe.name}: {_describe(exc)}", 502)
+            if status != 200:
+                detail = content[:500].decode("utf-8", "replace")
+                if 400 <= status < 500:  # the client's request is bad: pass vLLM's answer through
+                    now = proxy.now()
+                    proxy.router.finish(rid, now)
+                    row.update(status="failed", reason=f"prefill {pe.name}: HTTP {status}: {detail}", finish_s=now, generated_tokens=0)
+                    proxy.record(row)
+                    proxy.in_flight -= 1
+                    return Response(content, status_code=status, media_type="application/json", headers=out_headers)
+                return fail(f"prefill {pe.name}: HTTP {status}: {detail}", 502)
+            try:
+                kv = json.loads(content).get("kv_transfer_params")
+            except (ValueError, AttributeError):
+                return fail(f"prefill {pe.name}: answer is not a JSON object", 502)
+            now = proxy.now()
+            proxy.router.prefill_done(rid, now)
+            row["prefill_end_s"] = now
+            dbody = decode_body(body, kv)
+
+            # 2. decode
+            row["decode_start_s"] = proxy.now()
+            try:
+                upstream = await proxy.client.post(de.url.rstrip("/") + path, json=dbody, headers=engine_headers)
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 proxy.mark_failed(de)
                 return fail(f"decode {de.name}: {_describe(exc)}", 502)
-            finally:
-                upstream.release()
-            if upstream.status != 200:
-                detail = content[:500].decode("utf-8", "replace")
-                return fail(f"decode {de.name}: HTTP {upstream.status}: {detail}", 502 if upstream.status >= 500 else upstream.status)
-            now = proxy.now()
-            try:
-                usage = json.loads(content).get("usage") or {}
-            except (ValueError, AttributeError):
-                usage = {}
-            _finish_ok(proxy, row, rid, now, now, int(usage.get("completion_tokens") or 0))
-            return Response(content, status_code=200, media_type="application/json", headers=out_headers)
-
-        async def relay() -> AsyncIterator[bytes]:
-            parser = SSEParser()
-            first = None
-            outcome: str | None = None  # None until the row is journaled
-            try:
-                async for chunk in upstream.content.iter_any():
-                    if parser.feed(chunk) and first is None:
-                        first = proxy.now()
-                    yield chunk
-                if not parser.usage.done:
-                    raise aiohttp.ClientPayloadError("stream ended without [DONE]")
+            if upstream.status != 200 or not body.get("stream"):
+                try:
+                    content = await upstream.read()
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    proxy.mark_failed(de)
+                    return fail(f"decode {de.name}: {_describe(exc)}", 502)
+                finally:
+                    upstream.release()
+                if upstream.status != 200:
+                    detail = content[:500].decode("utf-8", "replace")
+                    return fail(f"decode {de.name}: HTTP {upstream.status}: {detail}", 502 if upstream.status >= 500 else upstream.status)
                 now = proxy.now()
-                tokens = parser.usage.completion_tokens
-                if tokens is None:
-                    tokens = DEFAULT_TOKENIZER.count(parser.usage.text)
-                _finish_ok(proxy, row, rid, first if first is not None else now, now, tokens)
-                outcome = "ok"
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                proxy.mark_failed(de)
-                outcome = f"decode {de.name}: stream cut: {_describe(exc)}"
-                _finish_failed(proxy, row, rid, first, parser, outcome)
-                err = {"error": {"message": outcome, "type": "BadGatewayError", "code": 502}}
-                yield f"data: {json.dumps(err)}\n\n".encode()
-            finally:
-                upstream.release()
-                if outcome is None:  # the client went away (generator closed or cancelled)
-                    _finish_failed(proxy, row, rid, first, parser, "client disconnected")
+                try:
+                    usage = json.loads(content).get("usage") or {}
+                except (ValueError, AttributeError):
+                    usage = {}
+                _finish_ok(proxy, row, rid, now, now, int(usage.get("completion_tokens") or 0))
+                return Response(content, status_code=200, media_type="application/json", headers=out_headers)
 
-        return StreamingResponse(relay(), status_code=200, media_type="text/event-stream", headers=out_headers)
+            parser = SSEParser()
+            st: dict[str, Any] = {"outcome": None, "first": None}  # outcome: None until the row is journaled
+
+            def abandon() -> None:  # the response ended without the relay journaling the row
+                if st["outcome"] is None:
+                    st["outcome"] = "client disconnected"
+                    upstream.release()
+                    _finish_failed(proxy, row, rid, st["first"], parser, "client disconnected")
+
+            async def relay() -> AsyncIterator[bytes]:
+                first = None
+                try:
+                    async for chunk in upstream.content.iter_any():
+                        if parser.feed(chunk) and first is None:
+                            first = st["first"] = proxy.now()
+                        yield chunk
+                    if not parser.usage.done:
+                        raise aiohttp.ClientPayloadError("stream ended without [DONE]")
+                    now = proxy.now()
+                    tokens = parser.usage.completion_tokens
+                    if tokens is None:
+                        tokens = DEFAULT_TOKENIZER.count(parser.usage.text)
+                    st["outcome"] = "ok"
+                    _finish_ok(proxy, row, rid, first if first is not None else now, now, tokens)
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    proxy.mark_failed(de)
+                    reason = f"decode {de.name}: stream cut: {_describe(exc)}"
+                    st["outcome"] = reason
+                    _finish_failed(proxy, row, rid, first, parser, reason)
+                    err = {"error": {"message": reason, "type": "BadGatewayError", "code": 502}}
+                    yield f"data: {json.dumps(err)}\n\n".encode()
+                finally:
+                    upstream.release()
+                    abandon()  # the client went away (generator closed or cancelled)
+
+            return _Relay(relay(), abandon, status_code=200, media_type="text/event-stream", headers=out_headers)
+
+        try:
+            return await serve_placed()
+        except BaseException as exc:  # never lose a request: journal it, settle the ledger
+            if row.get("status") is None:
+                if isinstance(exc, asyncio.CancelledError):
+                    fail("cancelled (client went away or proxy stopping)", 499)
+                else:
+                    return fail(f"proxy error: {_describe(exc)}", 500)
+            raise
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -478,6 +544,21 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         return await handle("/v1/chat/completions", request)
 
     return app
+
+
+class _Relay(StreamingResponse):
+    """A streamed answer whose row is journaled even if its body is never iterated (a client
+    that disconnects before the first byte)."""
+
+    def __init__(self, content: Any, on_end: Any, **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self._on_end = on_end
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_end()
 
 
 def _finish_ok(proxy: Proxy, row: dict[str, Any], rid: str, first: float, now: float, tokens: int) -> None:
@@ -546,7 +627,12 @@ def main(argv: list[str] | None = None) -> None:
         die_with_parent()
         if os.getppid() != args.parent_pid:
             return
-    serve(ProxyConfig.from_json(Path(args.config).read_text()))
+    cfg = ProxyConfig.from_json(Path(args.config).read_text())
+    if cfg.api_key is None:  # the harness passes the key in the environment, never in a file
+        import os
+
+        cfg.api_key = os.environ.get(API_KEY_ENV) or None
+    serve(cfg)
 
 
 if __name__ == "__main__":  # pragma: no cover

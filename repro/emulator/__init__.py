@@ -6,7 +6,7 @@
 - `repro.emulator.app`: the FastAPI app (vLLM's endpoints, bodies, SSE framing, errors).
 - `repro.emulator.model`: the deterministic greedy "model" (token ids, text, chat template).
 - `repro.emulator.metrics`: vLLM's Prometheus metrics.
-- `repro.emulator.faults`: fault switches (diverge, slow, kv-drop).
+- `repro.emulator.faults`: fault switches (diverge, slow, kv-drop, crash, hang, errors, cut, dead-metrics, kv-hold).
 - `repro.emulator.server`: command line (``python -m repro.emulator``), ``emulator_app`` for typer.
 """
 

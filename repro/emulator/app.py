@@ -6,7 +6,12 @@ SSE and not), ``GET /health``, ``GET /v1/models``, ``GET /version``, ``POST /tok
 ``VLLM_SERVER_DEV_MODE=1`` (404 otherwise, as in vLLM).
 
 Emulator-only endpoints live under ``/_emulator/``: ``nixl/read`` (the decode engine's KV read,
-standing in for NIXL), ``state`` (allocator and queue state, for tests) and ``info``.
+standing in for NIXL), ``state`` (allocator and queue state, for tests) and ``info``; with
+``VLLM_SERVER_DEV_MODE=1`` also ``faults`` (GET the active fault switches, POST
+``{"faults": [...]}`` to replace them at run time; see `repro.emulator.faults`).
+
+With ``--api-key KEY`` (or ``$VLLM_API_KEY``), as vLLM, every ``/v1/*`` request needs
+``Authorization: Bearer KEY`` (else 401 ``{"error": "Unauthorized"}``); the other endpoints stay open.
 
 Request ids follow vLLM: the response id is ``cmpl-<X-Request-Id>`` (``chatcmpl-`` for chat;
 a random uuid hex when the header is absent) and the engine-internal id, which a prefill engine
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 import uuid
@@ -34,8 +40,10 @@ from typing import Any, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from repro.errors import ConfigError
 from repro.emulator.core import ABORTED, FINISHED, Seq
 from repro.emulator.engine import AsyncEngine, EmulatorConfig
+from repro.emulator.faults import Faults, error_due
 from repro.emulator.metrics import render
 from repro.emulator.model import (
     EOS_TOKEN_ID,
@@ -58,6 +66,25 @@ except ImportError:  # pragma: no cover
 
 VLLM_VERSION = "0.12.0"
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+
+
+class _StreamCut(Exception):
+    """Raised inside a response body to close the connection mid-way (the ``cut:K`` fault)."""
+
+
+class _QuietCut(logging.Filter):
+    """Keep the server log free of the tracebacks of deliberate ``cut:K`` connection closes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        while exc is not None:
+            if isinstance(exc, _StreamCut):
+                return False
+            exc = exc.__cause__ or exc.__context__ or (exc.exceptions[0] if isinstance(exc, BaseExceptionGroup) and exc.exceptions else None)
+        return True
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietCut())
 
 
 class ApiError(Exception):
@@ -225,6 +252,28 @@ def create_app(cfg: EmulatorConfig, engine: Optional[AsyncEngine] = None) -> Fas
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine
+    api_key = cfg.api_key or os.environ.get("VLLM_API_KEY") or None
+
+    class Gate:
+        """Raw ASGI middleware: a hung engine answers nothing (but the fault switch); vLLM's
+        ``--api-key`` check (``/v1/*`` needs ``Authorization: Bearer <key>``, else 401)."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] == "http":
+                path = scope["path"]
+                if engine.hung and path != "/_emulator/faults":
+                    await engine.wait_unhung()
+                if api_key and path.startswith("/v1") and scope.get("method") != "OPTIONS":
+                    auth = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+                    if auth != b"Bearer " + api_key.encode():
+                        await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                        return
+            await self.inner(scope, receive, send)
+
+    app.add_middleware(Gate)
     app.state.side_channel_port = side_port  # None: the HTTP port serves the side channel
 
     def advertised_port(request: Request) -> int:
@@ -285,6 +334,12 @@ def create_app(cfg: EmulatorConfig, engine: Optional[AsyncEngine] = None) -> Fas
         return rid
 
     async def handle(request: Request, chat: bool):
+        engine.completion_requests += 1
+        if engine.crash_due:  # crash fault: die like a segfaulted engine (connections reset)
+            os._exit(1)
+        if engine.hung:  # hang fault: this request (and every later one) is never answered
+            engine.update_hang()
+            await engine.wait_unhung()
         raw = await request.body()
         try:
             body = json.loads(raw) if raw else None
@@ -300,6 +355,9 @@ def create_app(cfg: EmulatorConfig, engine: Optional[AsyncEngine] = None) -> Fas
             max_tokens = resolve_max_tokens(p)
         except ApiError as e:
             return error_response(e.message, e.err_type, e.status, e.param)
+        faults = engine.faults
+        if faults.error_fraction and error_due(engine.completion_requests - engine.error_base, faults.error_fraction):
+            return error_response("injected fault (errors): internal server error", "InternalServerError", 500)
 
         header_id = request.headers.get("x-request-id")
         base = header_id if header_id is not None else (body.get("request_id") if isinstance(body.get("request_id"), str) else uuid.uuid4().hex)
@@ -389,7 +447,16 @@ def create_app(cfg: EmulatorConfig, engine: Optional[AsyncEngine] = None) -> Fas
                 }],
                 "service_tier": None, "system_fingerprint": None, "usage": u, "kv_transfer_params": kv_out,
             }
-        return Response(_dumps(payload), media_type="application/json")
+        data = _dumps(payload)
+        cut = engine.faults.cut_after
+        if cut is not None and n_gen > cut:  # cut fault: half the body, then the connection closes
+
+            async def half():
+                yield data[: len(data) // 2]
+                raise _StreamCut("cut fault")
+
+            return StreamingResponse(half(), media_type="application/json", headers={"content-length": str(len(data))})
+        return Response(data, media_type="application/json")
 
     async def stream_body(seq: Seq, ev: asyncio.Event, chat: bool, resp_id: str, created: int, p: Parsed, text_of, usage):
         core = engine.core
@@ -405,6 +472,10 @@ def create_app(cfg: EmulatorConfig, engine: Optional[AsyncEngine] = None) -> Fas
                     yield b"data: " + _dumps(err) + b"\n\n"
                     break
                 g = seq.g if done else core.generated(seq)
+                cut = engine.faults.cut_after
+                cut_now = cut is not None and g > cut
+                if cut_now:  # cut fault: send up to the K-th token, then close the connection
+                    g, done = max(cut, sent), False
                 if g > sent or done:
                     fr = seq.finish_reason if done else None
                     text = text_of(sent, g)
@@ -434,6 +505,8 @@ def create_app(cfg: EmulatorConfig, engine: Optional[AsyncEngine] = None) -> Fas
                                  "usage": usage(g) if p.continuous_usage else None}
                     yield b"data: " + _dumps(chunk) + b"\n\n"
                     sent = g
+                if cut_now:
+                    raise _StreamCut("cut fault")
                 if done:
                     if p.include_usage:
                         final = {"id": resp_id, "object": obj, "created": created, "model": model_name,
@@ -518,6 +591,11 @@ def create_app(cfg: EmulatorConfig, engine: Optional[AsyncEngine] = None) -> Fas
 
     @app.get("/metrics")
     async def metrics():
+        dead = engine.faults.dead_metrics
+        if dead == "hang":
+            await engine.faults_changed()
+        elif dead == "500":
+            return error_response("injected fault (dead-metrics)", "InternalServerError", 500)
         return Response(render(registry), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     if dev_mode:
@@ -529,6 +607,28 @@ def create_app(cfg: EmulatorConfig, engine: Optional[AsyncEngine] = None) -> Fas
         @app.get("/is_sleeping")
         async def is_sleeping():
             return JSONResponse({"is_sleeping": False})
+
+        @app.get("/_emulator/faults")
+        async def get_faults():
+            return JSONResponse({"faults": engine.faults.names()})
+
+        @app.post("/_emulator/faults")
+        async def set_faults(request: Request):
+            try:
+                body = json.loads(await request.body())
+            except (ValueError, UnicodeDecodeError) as exc:
+                return error_response(f"JSON decode error: {exc}", "Bad Request")
+            specs = body.get("faults") if isinstance(body, dict) else None
+            if not isinstance(specs, list):
+                return error_response('body must be {"faults": ["NAME[:ARG]", ...]}', "Bad Request", param="faults")
+            try:
+                faults = Faults.parse(specs)
+            except ConfigError as exc:
+                return error_response(str(exc), "Bad Request", param="faults")
+            engine.set_faults(faults)
+            if engine.crash_due:  # crash:0 switched at run time: answer, then die
+                asyncio.get_running_loop().call_later(0.05, os._exit, 1)
+            return JSONResponse({"faults": faults.names()})
 
     @app.post("/_emulator/nixl/read")
     async def nixl_read(request: Request):

@@ -54,6 +54,7 @@ class EmulatorConfig:
     max_lag_ms: float = 5.0
     parent_pid: Optional[int] = None
     log_level: str = "warning"
+    api_key: Optional[str] = field(default=None, repr=False)  # as vLLM's --api-key: /v1/* needs the bearer token
 
     def physics(self) -> Physics:
         phys = Physics.load(self.profile)
@@ -140,6 +141,68 @@ class AsyncEngine:
         self.reading: dict[str, Seq] = {}
         self._pull_tasks: set[asyncio.Task] = set()
         self.pull_timeout_s = 60.0  # wall seconds; a pull that takes longer fails (local recompute)
+        self.completion_requests = 0  # completion requests received (counts for crash:N / hang:N / errors:F)
+        self.held_forever: list[Seq] = []  # kv-hold: handoffs read but never released
+        self._running = asyncio.Event()  # cleared while the engine hangs
+        self._running.set()
+        self._fault_change: Optional[asyncio.Event] = None
+        self._arm(self.faults, at_start=True)
+
+    # ---- faults ------------------------------------------------------------------------------
+    # crash:N / hang:N from the command line fire when completion request N+1 arrives (so that an
+    # engine started with ``hang`` still passes its start-up health check); switched at run time
+    # they count from the switch and N=0 fires at once.
+    def _arm(self, faults: Faults, at_start: bool) -> None:
+        base = self.completion_requests + (1 if at_start else 0)
+        self.hang_at = None if faults.hang_after is None else base + faults.hang_after
+        self.crash_at = None if faults.crash_after is None else base + faults.crash_after
+        self.error_base = self.completion_requests
+
+    def set_faults(self, faults: Faults) -> None:
+        """Switch faults at run time (the dev-mode ``POST /_emulator/faults``)."""
+        self.faults = faults
+        self.core.slow_factor = faults.slow_factor
+        if not faults.kv_hold and self.held_forever:  # lifting kv-hold frees what it leaked
+            for seq in self.held_forever:
+                self.core.pool.release(seq.blocks)
+                seq.blocks = []
+            self.held_forever = []
+            if self._wake is not None:
+                self._wake.set()
+        self._arm(faults, at_start=False)
+        self.update_hang()
+        if self._fault_change is not None:
+            self._fault_change.set()
+            self._fault_change = None
+
+    async def faults_changed(self) -> None:
+        """Wait for the next run-time fault switch (a dead-metrics:hang /metrics waits here)."""
+        if self._fault_change is None:
+            self._fault_change = asyncio.Event()
+        await self._fault_change.wait()
+
+    @property
+    def hung(self) -> bool:
+        return self.hang_at is not None and self.completion_requests >= self.hang_at
+
+    @property
+    def crash_due(self) -> bool:
+        return self.crash_at is not None and self.completion_requests >= self.crash_at
+
+    def update_hang(self) -> None:
+        if self.hung:
+            self._running.clear()
+        else:
+            self._running.set()
+            if self._wake is not None:
+                self._wake.set()
+
+    async def wait_unhung(self) -> None:
+        """Return only once the engine is not hung (never, for a hung engine left alone)."""
+        while self.hung:
+            await self._running.wait()
+            if self.hung:
+                self._running.clear()
 
     # ---- time --------------------------------------------------------------------------------
     def now(self) -> float:
@@ -182,7 +245,11 @@ class AsyncEngine:
         mono = time.monotonic
         next_wall: Optional[float] = None
         wake = self._wake
+        running = self._running
         while True:
+            if not running.is_set():  # hang fault: the engine is stuck
+                await running.wait()
+                next_wall = None
             plan = core.schedule((mono() - self.t0) * K)
             if plan is not None and plan.pulls:
                 for seq in plan.pulls:
@@ -221,7 +288,8 @@ class AsyncEngine:
         parent = self.cfg.parent_pid
         while True:
             await asyncio.sleep(0.5)
-            self.core.expire_handoffs(self.now())
+            if not self.faults.kv_hold:
+                self.core.expire_handoffs(self.now())
             if parent is not None and os.getppid() != parent:
                 os.kill(os.getpid(), signal.SIGTERM)
                 await asyncio.sleep(5.0)
@@ -274,8 +342,11 @@ class AsyncEngine:
                 await asyncio.sleep(duration / self.K)
         finally:
             self.reading.pop(rid, None)
-            self.core.pool.release(seq.blocks)
-            seq.blocks = []
+            if self.faults.kv_hold:  # the leak: the blocks stay allocated for good
+                self.held_forever.append(seq)
+            else:
+                self.core.pool.release(seq.blocks)
+                seq.blocks = []
             self._wake.set()
         return 200, {"ok": True, "num_blocks": len(blocks or []), "request_id": rid}
 

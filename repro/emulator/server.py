@@ -36,7 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="send streamed tokens every N tokens (vLLM's --stream-interval; default 1)")
     ap.add_argument("--stream-interval-ms", type=float, default=0.0,
                     help="when N > 1, also flush pending tokens every M wall-clock ms (default 0: off)")
-    ap.add_argument("--fault", action="append", default=[], help="diverge | slow:F | kv-drop (repeatable)")
+    ap.add_argument("--fault", action="append", default=[],
+                    help="diverge | slow:F | kv-drop | crash[:N] | hang[:N] | errors:F | cut:K | dead-metrics[:500|hang] "
+                         "| kv-hold (repeatable; see repro.emulator.faults). With VLLM_SERVER_DEV_MODE=1 they can also "
+                         "be switched at run time: POST /_emulator/faults {\"faults\": [...]}")
+    ap.add_argument("--api-key", default=None,
+                    help="as vLLM: /v1/* requests need 'Authorization: Bearer KEY' (default: $VLLM_API_KEY; none: open)")
     ap.add_argument("--eos-mean-tokens", type=int, default=256,
                     help="mean natural output length when ignore_eos is false (default 256)")
     ap.add_argument("--kv-budget-tokens", type=int, default=None, help="override the profile's KV budget (tokens)")
@@ -60,7 +65,7 @@ def config_from_args(argv: Optional[Sequence[str]] = None) -> EmulatorConfig:
         stream_interval_ms=a.stream_interval_ms, faults=tuple(a.fault), eos_mean_tokens=a.eos_mean_tokens,
         kv_budget_tokens=a.kv_budget_tokens, num_gpu_blocks_override=a.num_gpu_blocks_override,
         max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
-        max_lag_ms=a.max_lag_ms, parent_pid=a.parent_pid, log_level=a.log_level,
+        max_lag_ms=a.max_lag_ms, parent_pid=a.parent_pid, log_level=a.log_level, api_key=a.api_key,
     )
     if a.engine_id:
         kwargs["engine_id"] = a.engine_id
