@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from repro.errors import ConfigError
+from repro.errors import ConfigError, parse_assignments
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Calibrate, Then Route: reproduction harness.")
 data_app = typer.Typer(no_args_is_help=True, help="Rebuild the shipped data (ShareGPT table, predictor, cost models).")
@@ -50,15 +50,7 @@ def _parse_seeds(value: str) -> list[int]:
 
 
 def _parse_options(pairs: list[str]) -> dict[str, Any]:
-    import yaml
-
-    opts: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"spec: field 'policy_options' entry {pair!r} must be KEY=VALUE")
-        key, _, raw = pair.partition("=")
-        opts[key.strip()] = yaml.safe_load(raw)
-    return opts
+    return parse_assignments(pairs, "spec: field 'policy_options'")
 
 
 @app.command()

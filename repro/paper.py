@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 import pandas as pd
 
-from repro.errors import ConfigError
+from repro.errors import ConfigError, parse_assignments
 from repro.physics import DATA_DIR
 
 ROOT = DATA_DIR.parent
@@ -246,15 +246,7 @@ def summary_table(summary: pd.DataFrame) -> Any:
 
 # ---- command line (mounted by repro.cli as `repro paper`) ----------------------------------------
 def _parse_extra(pairs: Sequence[str]) -> dict[str, Any]:
-    import yaml
-
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"paper: -p {pair!r} must be NAME=VALUE")
-        k, _, v = pair.partition("=")
-        out[k.strip()] = yaml.safe_load(v)
-    return out
+    return parse_assignments(list(pairs), "paper: -p")
 
 
 def _make_cli():
