@@ -28,6 +28,14 @@ def synthetic_trace(n: int, rate: float, prompt, output, seed: int = 0, slo=None
     )
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a child that must react to Ctrl-C: a runner started in the background
+    (nohup, CI) may ignore SIGINT, and Python then installs no KeyboardInterrupt handler."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def make_trace_df():
     return synthetic_trace

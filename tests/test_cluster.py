@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.conftest import default_sigint
 from typer.testing import CliRunner
 
 from repro.cluster import (
@@ -183,7 +185,7 @@ def test_emulated_launcher_tears_down_on_ctrl_c(tmp_path):
             print(json.dumps([i.pid for i in inst]), flush=True)
             time.sleep(60)
     """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     pids = json.loads(proc.stdout.readline())
     assert all(alive(p) for p in pids)
     proc.send_signal(signal.SIGINT)
@@ -201,7 +203,7 @@ def test_engines_die_with_a_killed_parent(tmp_path):
             print(json.dumps([i.pid for i in inst]), flush=True)
             time.sleep(60)
     """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     pids = json.loads(proc.stdout.readline())
     proc.kill()  # no chance to clean up: the engines notice their parent is gone
     proc.wait(timeout=10)

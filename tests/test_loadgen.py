@@ -20,6 +20,8 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
+
+from tests.conftest import default_sigint
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
