@@ -233,7 +233,7 @@ def test_ctrl_c_on_the_cli_journals_in_flight(fake, tmp_path):
               "app.command()(loadgen_cli)\napp()\n")
     proc = subprocess.Popen([sys.executable, "-c", script, "--url", fake.url, "--trace", str(trace_file),
                              "--journal", str(j), "--no-progress"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 20
         while sum(1 for e in list(fake.log) if e["rid"].startswith("k-slow")) < 3:
