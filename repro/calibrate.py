@@ -48,6 +48,7 @@ import pandas as pd
 from repro.calibration import CostModel, DecodeSample, PrefillSample, TransferSample, fit
 from repro.errors import ConfigError
 from repro.pdproto import decode_body, headers_for, prefill_body
+from repro.procutil import run_sync
 
 DEFAULT_PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8000)
 DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16)
@@ -443,7 +444,7 @@ def fit_samples(samples: pd.DataFrame, *, base: Optional[CostModel] = None, name
 def calibrate(instances: Sequence[Any], *, time_scale: float = 1.0, budget_s: float = 300.0,
               out: Optional[str | Path] = None, **kw: Any) -> tuple[CostModel, pd.DataFrame]:
     """Sync form of `calibrate_async`: ``(CostModel, samples DataFrame)``."""
-    return asyncio.run(calibrate_async(instances, time_scale=time_scale, budget_s=budget_s, out=out, **kw))
+    return run_sync(calibrate_async(instances, time_scale=time_scale, budget_s=budget_s, out=out, **kw))
 
 
 # ---- comparison with the profile ----------------------------------------------------------------

@@ -44,6 +44,7 @@ import httpx
 
 from repro.errors import ConfigError
 from repro.pdproto import decode_body, headers_for, prefill_body
+from repro.procutil import run_sync
 
 COMPLETIONS = "/v1/completions"
 DEFAULT_TIMEOUT_S = 120.0
@@ -577,23 +578,23 @@ async def run_gates_async(instances: Sequence[Any], *, n_tokens: int = 64, n_pro
 
 # ---- sync forms --------------------------------------------------------------------------------
 def reset_prefix_caches(instances: Sequence[Any], **kw: Any) -> GateReport:
-    return asyncio.run(reset_prefix_caches_async(instances, **kw))
+    return run_sync(reset_prefix_caches_async(instances, **kw))
 
 
 def warm_up(prefills: Sequence[Any], decodes: Sequence[Any], **kw: Any) -> GateReport:
-    return asyncio.run(warm_up_async(prefills, decodes, **kw))
+    return run_sync(warm_up_async(prefills, decodes, **kw))
 
 
 def token_contract(prefills: Sequence[Any], decodes: Sequence[Any], **kw: Any) -> GateReport:
-    return asyncio.run(token_contract_async(prefills, decodes, **kw))
+    return run_sync(token_contract_async(prefills, decodes, **kw))
 
 
 def greedy_equivalence(prefills: Sequence[Any], decodes: Sequence[Any], **kw: Any) -> GateReport:
-    return asyncio.run(greedy_equivalence_async(prefills, decodes, **kw))
+    return run_sync(greedy_equivalence_async(prefills, decodes, **kw))
 
 
 def run_gates(instances: Sequence[Any], **kw: Any) -> GatesReport:
-    return asyncio.run(run_gates_async(instances, **kw))
+    return run_sync(run_gates_async(instances, **kw))
 
 
 # ---- command line (mounted by repro.cli as `repro gates`) ----------------------------------------

@@ -55,6 +55,7 @@ import pandas as pd
 from repro.errors import ConfigError
 from repro.journal import JournalWriter, empty_row, tpot
 from repro.pdproto import SSEParser
+from repro.procutil import run_sync
 
 SLO_HEADER = "X-SLO-Class"
 PREFILL_INSTANCE_HEADER = "X-Prefill-Instance"
@@ -467,7 +468,7 @@ class _Progress:
 
 def replay_sync(trace: Any, url: str, **kwargs: Any) -> ReplayReport:
     """`replay` under ``asyncio.run`` (Ctrl-C: in-flight requests are journaled, then it re-raises)."""
-    return asyncio.run(replay(trace, url, **kwargs))
+    return run_sync(replay(trace, url, **kwargs))
 
 
 # ---- command line (mounted by repro.cli as `repro loadgen`) --------------------------------------
