@@ -14,6 +14,7 @@
 #     name: python3
 # ---
 
+# %%
 
 # %% [markdown]
 # # 06 · Effect of workload heterogeneity: Fig. 3 (§V-C)
@@ -68,9 +69,12 @@ F.write_results(tab, "06_fig3", results_dir)
 tab
 
 # %%
-# NBVAL_CHECK_OUTPUT
-print(tab.pivot(index="policy", columns="workload", values="goodput").loc[list(S.PAPER_POLICIES), list(S.WORKLOADS)]
-      .round(3).to_string())
+# checked: the values printed here are compared with notebooks/expected/06_heterogeneity-1.txt in the test run
+from repro.paper import expected_output  # noqa: E402
+
+with expected_output("06_heterogeneity", 1):
+    print(tab.pivot(index="policy", columns="workload", values="goodput").loc[list(S.PAPER_POLICIES), list(S.WORKLOADS)]
+          .round(3).to_string())
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12.0, 3.9), gridspec_kw={"width_ratios": [1.0, 1.0]})

@@ -14,6 +14,7 @@
 #     name: python3
 # ---
 
+# %%
 
 # %% [markdown]
 # # 07 · Effect of pool width (§V-D)
@@ -66,9 +67,12 @@ F.write_results(tab, "07_pool_width", results_dir)
 tab
 
 # %%
-# NBVAL_CHECK_OUTPUT
-print(tab[["decode_width", "policy", "goodput", "goodput_sd", "paper_goodput", "mc_margin_over_best_baseline"]]
-      .round(3).to_string(index=False))
+# checked: the values printed here are compared with notebooks/expected/07_pool_width-1.txt in the test run
+from repro.paper import expected_output  # noqa: E402
+
+with expected_output("07_pool_width", 1):
+    print(tab[["decode_width", "policy", "goodput", "goodput_sd", "paper_goodput", "mc_margin_over_best_baseline"]]
+          .round(3).to_string(index=False))
 
 # %%
 paper = tab[["decode_width", "policy", "paper_goodput"]].rename(columns={"paper_goodput": "paper"})

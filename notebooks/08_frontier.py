@@ -14,6 +14,7 @@
 #     name: python3
 # ---
 
+# %%
 
 # %% [markdown]
 # # 08 · Goodput versus provisioned GPUs: Fig. 4 (§V-E)
@@ -69,13 +70,16 @@ saving = R.gpu_saving(front, 6, tol=match_tolerance)
 front
 
 # %%
-# NBVAL_CHECK_OUTPUT
-print(front.pivot(index="gpus", columns="policy", values="goodput")[list(S.PAPER_POLICIES)].round(3).to_string())
-print(f"learned router at 6 GPUs: {saving['goodput']:.3f}; round-robin needs {saving['baseline_gpus']:g} GPUs "
-      f"for it ({saving['saving_pct']:.1f}% fewer GPUs; paper ~14%, 6 vs 7)")
-s = shape_tab.set_index(["topology", "policy"]).goodput
-print(f"1p2d: learned {s[('1p2d', 'marginal_cost')]:.3f} vs round-robin {s[('1p2d', 'round_robin')]:.3f} "
-      f"(paper 0.292 vs 0.680)" if "1p2d" in shapes else "")
+# checked: the values printed here are compared with notebooks/expected/08_frontier-1.txt in the test run
+from repro.paper import expected_output  # noqa: E402
+
+with expected_output("08_frontier", 1):
+    print(front.pivot(index="gpus", columns="policy", values="goodput")[list(S.PAPER_POLICIES)].round(3).to_string())
+    print(f"learned router at 6 GPUs: {saving['goodput']:.3f}; round-robin needs {saving['baseline_gpus']:g} GPUs "
+          f"for it ({saving['saving_pct']:.1f}% fewer GPUs; paper ~14%, 6 vs 7)")
+    s = shape_tab.set_index(["topology", "policy"]).goodput
+    print(f"1p2d: learned {s[('1p2d', 'marginal_cost')]:.3f} vs round-robin {s[('1p2d', 'round_robin')]:.3f} "
+          f"(paper 0.292 vs 0.680)" if "1p2d" in shapes else "")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12.0, 3.9), gridspec_kw={"width_ratios": [1.15, 1.0]})

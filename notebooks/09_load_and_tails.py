@@ -14,6 +14,7 @@
 #     name: python3
 # ---
 
+# %%
 
 # %% [markdown]
 # # 09 · Load and tails: Figs. 5, 6, 7 (§V-F)
@@ -84,11 +85,14 @@ F.write_results(btab, "09_fig7_burst", results_dir)
 btab
 
 # %%
-# NBVAL_CHECK_OUTPUT
-print(sweep.pivot(index="load", columns="policy", values="goodput")[list(S.PAPER_POLICIES)].round(3).to_string())
-print(op[["policy", "ttft_p99_s", "paper_ttft_p99_s"]].round(3).to_string(index=False))
-print(btab[["policy", "rolling_ttft_p95_s_mean", "rolling_goodput_mean", "windows_at_or_above_rr"]].round(3)
-      .to_string(index=False))
+# checked: the values printed here are compared with notebooks/expected/09_load_and_tails-1.txt in the test run
+from repro.paper import expected_output  # noqa: E402
+
+with expected_output("09_load_and_tails", 1):
+    print(sweep.pivot(index="load", columns="policy", values="goodput")[list(S.PAPER_POLICIES)].round(3).to_string())
+    print(op[["policy", "ttft_p99_s", "paper_ttft_p99_s"]].round(3).to_string(index=False))
+    print(btab[["policy", "rolling_ttft_p95_s_mean", "rolling_goodput_mean", "windows_at_or_above_rr"]].round(3)
+          .to_string(index=False))
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11.0, 3.6))

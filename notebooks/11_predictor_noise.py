@@ -67,8 +67,11 @@ F.write_results(tab, "11_fig9_noise", results_dir)
 tab
 
 # %%
-# NBVAL_CHECK_OUTPUT
-print(tab[["policy", "noise_pct", "mean_goodput", "sd"]].round(3).to_string(index=False))
+# checked: the values printed here are compared with notebooks/expected/11_predictor_noise-1.txt in the test run
+from repro.paper import expected_output  # noqa: E402
+
+with expected_output("11_predictor_noise", 1):
+    print(tab[["policy", "noise_pct", "mean_goodput", "sd"]].round(3).to_string(index=False))
 
 # %%
 fig, ax = plt.subplots(figsize=(6.4, 3.8))

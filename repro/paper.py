@@ -10,14 +10,17 @@ does not declare is an error naming it (papermill only warns). Executed notebook
 from __future__ import annotations
 
 import ast
+import contextlib
+import difflib
 import io
+import os
 import subprocess
 import sys
 import time
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import pandas as pd
 
@@ -274,41 +277,45 @@ def _make_cli():
 paper_cli = _make_cli()
 
 
-# ---- stored outputs for nbval ------------------------------------------------------------------
-CHECK_MARKER = "# NBVAL_CHECK_OUTPUT"
+# ---- checked outputs (golden files) ------------------------------------------------------------
+CHECK_ENV = "REPRO_CHECK_OUTPUTS"  # "1": compare checked cells with their golden files; "update": rewrite them
+EXPECTED_DIR = NOTEBOOK_DIR / "expected"
+CHECK_MARKER = "expected_output("
 
 
 def is_checked(cell: Any) -> bool:
-    return cell.get("cell_type") == "code" and _cell_source(cell).lstrip().startswith(CHECK_MARKER)
+    """A code cell whose printed values are compared with a golden file (see `expected_output`)."""
+    return cell.get("cell_type") == "code" and CHECK_MARKER in _cell_source(cell)
 
 
-def store_checked_outputs(source: Path, executed: Path) -> int:
-    """Strip ``source``'s outputs except the ``# NBVAL_CHECK_OUTPUT`` cells, which get ``executed``'s.
+@contextlib.contextmanager
+def expected_output(notebook: str, index: int) -> Iterator[None]:
+    """Print what the block prints and, when ``$REPRO_CHECK_OUTPUTS`` is set, compare it with
+    ``notebooks/expected/<notebook>-<index>.txt`` (``update``: rewrite that file instead).
 
-    Run after a change that legitimately moves a checked (deterministic, sim) value; returns the
-    number of checked cells updated. Other execution counts are cleared; tags are kept.
+    The notebooks stay stripped of outputs in git; the deterministic values a change must not move
+    silently live in these small golden files. The test run sets the variable (the root
+    ``conftest.py``), so a changed headline number fails the notebook's cell with a diff;
+    interactive and ``repro paper`` runs, at any parameters, only print.
     """
-    import nbformat
-
-    src = nbformat.read(str(source), as_version=4)
-    done = nbformat.read(str(executed), as_version=4)
-    by_source = {_cell_source(c): c for c in done.cells if c.get("cell_type") == "code"}
-    n = 0
-    for cell in src.cells:
-        if cell.get("cell_type") != "code":
-            continue
-        cell["execution_count"] = None
-        if is_checked(cell):
-            ran = by_source.get(_cell_source(cell))
-            if ran is None:
-                raise ConfigError(f"paper: checked cell of {source.name} not found in {executed}")
-            cell["outputs"] = [o for o in ran.get("outputs", []) if o.get("output_type") == "stream"
-                               and o.get("name") == "stdout"]
-            for o in cell["outputs"]:
-                o.pop("execution_count", None)
-            n += 1
-            cell["execution_count"] = n  # nbval treats a cell with outputs but no count as unrun
-        else:
-            cell["outputs"] = []
-    nbformat.write(src, str(source))
-    return n
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        yield
+    text = buf.getvalue()
+    sys.stdout.write(text)
+    mode = os.environ.get(CHECK_ENV, "")
+    if not mode:
+        return
+    path = EXPECTED_DIR / f"{notebook}-{index}.txt"
+    if mode == "update":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    expected = path.read_text() if path.exists() else None
+    if expected != text:
+        diff = "".join(difflib.unified_diff((expected or "").splitlines(True), text.splitlines(True),
+                                            fromfile=str(path), tofile="this run"))
+        raise AssertionError(
+            f"checked output of {notebook} (cell {index}) changed; if the change is intended, rerun "
+            f"the notebook tests with {CHECK_ENV}=update\n{diff}"
+        )
