@@ -5,3 +5,13 @@ this environment. Set REPRO_CHECK_OUTPUTS=update yourself to rewrite the golden 
 import os
 
 os.environ.setdefault("REPRO_CHECK_OUTPUTS", "1")
+
+# Property tests are derandomized by default so that CI on a clean clone is reproducible (a
+# random search once found a real bug there, after the tests had passed here: see the @example
+# in tests/test_tokenizer.py). To search for new counterexamples, run with
+# HYPOTHESIS_PROFILE=explore (random seeds, 10x examples).
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("repro", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, max_examples=1000, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))

@@ -46,7 +46,9 @@ class ApproxTokenizer:
         return sum(1 for _ in _PIECE.finditer(text))
 
     def encode(self, text: str) -> list[int]:
-        return [zlib.crc32(p.encode("utf-8")) % VOCAB_SIZE for p in _PIECE.findall(text)]
+        # surrogatepass: a lone surrogate (legal in a Python str, e.g. from a JSON "\\ud800") is
+        # still one piece with a stable id rather than an encoding error.
+        return [zlib.crc32(p.encode("utf-8", "surrogatepass")) % VOCAB_SIZE for p in _PIECE.findall(text)]
 
     def fit(self, text: str, n_tokens: int) -> str:
         if n_tokens < 0:

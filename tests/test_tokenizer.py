@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from repro.tokenizer import DEFAULT_TOKENIZER, FILLER_PIECE, ApproxTokenizer, Tokenizer
@@ -27,6 +27,8 @@ def test_fit_gives_exact_count(text, n):
 
 @settings(max_examples=200, deadline=None)
 @given(text=texts)
+@example(text="\ud800")  # a lone surrogate: encode once raised UnicodeEncodeError (CI, session 1)
+@example(text="a\udfff b")
 def test_pieces_concatenate_to_text(text):
     pieces = TOK.pieces(text)
     assert "".join(pieces) == text
