@@ -29,7 +29,8 @@ cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated cluster)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-n_requests: int = 0  # requests per saturation probe; 0 means the scale default (sim 1000 or 4000, live 300 or 1000)
+runs_dir: str = "runs/paper"  # journals of live runs (resumable; relative paths are relative to the repo root)
+n_requests: int = 0  # requests per saturation probe; 0 means the scale default (sim 1000 or 4000, live 200 or 1000)
 
 # %%
 import matplotlib.pyplot as plt
@@ -37,6 +38,7 @@ import seaborn as sns
 
 from repro import figures as F
 from repro import paper_sections as S
+from repro.scale import fixed_rates, pick, searches_rates
 from repro.workloads import table_one
 
 S.check_common(backend, scale, seeds)
@@ -70,9 +72,12 @@ else:
         raise RuntimeError("a correctness gate failed: fix the cluster before measuring (see the report above)")
 
 # %%
-n = n_requests or {("sim", "quick"): 1000, ("sim", "full"): 4000}.get((backend, scale), 300 if scale == "quick" else 1000)
-rates, probes = S.saturation_table(backend=backend, n_requests=n, seed=seeds[0], cluster=cluster_file,
-                                   time_scale=time_scale if backend == "emulated" else 1.0)
+n = n_requests or {("sim", "quick"): 1000, ("sim", "full"): 4000}.get((backend, scale), 200 if scale == "quick" else 1000)
+# live quick checks the simulator's operating point of mixed with one round-robin probe instead of searching
+workloads = pick("saturation_workloads", [], backend, scale, S.WORKLOADS)
+fixed = None if searches_rates(backend, scale) else fixed_rates(workloads)
+rates, probes = S.saturation_table(workloads, backend=backend, n_requests=n, seed=seeds[0], cluster=cluster_file,
+                                   time_scale=time_scale if backend == "emulated" else 1.0, fixed=fixed, runs_dir=runs_dir)
 F.write_results(rates, "03_saturation_rates", results_dir)
 F.write_results(probes, "03_saturation_probes", results_dir)
 rates
@@ -86,18 +91,21 @@ with expected_output("03_methodology", 2):
         print(f"{r.workload:>10}: {r.saturation_rate:.1f} req/s (round-robin goodput {r.light_goodput:.3f} light -> target {r.target_goodput:.3f})")
 
 # %%
-fig, axes = plt.subplots(1, 4, figsize=(12.0, 3.2))
+fig, axes = plt.subplots(1, len(rates), figsize=(3.0 * len(rates) + 0.5, 3.2), squeeze=False)
+axes = axes[0]
 for ax, r in zip(axes, rates.itertuples()):
     p = probes[probes.workload == r.workload].sort_values("rate")
     ax.plot(p.rate, p.round_robin_goodput, "o-", ms=3, label="round-robin probes")
-    ax.axhline(r.target_goodput, color="grey", ls=":", lw=0.8, label="mid-collapse target")
+    if fixed is None:
+        ax.axhline(r.target_goodput, color="grey", ls=":", lw=0.8, label="mid-collapse target")
     ax.axvline(r.saturation_rate, color="black", ls="--", lw=0.8, label="chosen rate")
     ax.set_xscale("log")
     ax.set_title(f"{r.workload}: {r.saturation_rate:.1f} req/s")
     ax.set_xlabel("arrival rate (req/s)")
 axes[0].set_ylabel("goodput (fraction)")
 axes[0].legend(loc="lower left", fontsize=7)
-fig.suptitle(f"§IV-B: saturation search per workload ({backend}, 2p4d)", y=1.02)
+fig.suptitle(f"§IV-B: saturation search per workload ({backend}, 2p4d)" if fixed is None else
+             f"§IV-B: the simulator's operating point checked with one round-robin probe ({backend}, 2p4d)", y=1.02)
 fig.tight_layout()
 F.save(fig, "03_saturation_search", figures_dir)
 

@@ -25,13 +25,13 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = [1, 2, 3]  # arrival traces (one seed each)
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; full [1, 2, 3])
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 300 or 1000)
+rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (live quick: the simulator's rate)
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 
 # %%
@@ -39,17 +39,18 @@ import matplotlib.pyplot as plt
 
 from repro import figures as F
 from repro import paper_sections as S
+from repro import sections_analysis as A
+from repro import sections_results as R
 from repro.figures import resolve_dir
 
+seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
 cluster_file = S.check_cluster(backend, cluster)
 F.set_style()
-n = n_requests or {("sim", "quick"): 2000, ("sim", "full"): 10000}.get((backend, scale), 300 if scale == "quick" else 1000)
 ts = time_scale if backend == "emulated" else 1.0
 if rate <= 0:
-    sat, _ = S.saturation_table(["mixed"], backend=backend, n_requests=min(n, 1000), seed=seeds[0],
-                                cluster=cluster_file, time_scale=ts, runs_dir=resolve_dir(runs_dir))
-    rate = float(sat.saturation_rate.iloc[0])
+    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0],
+                             cluster=cluster_file, time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
 specs = S.table_two_specs(backend=backend, seeds=seeds, rate=rate, n_requests=n, cluster=cluster_file, time_scale=ts)
 runs = S.run_grid(specs, resolve_dir(runs_dir))
 F.write_results(runs, "04_table2_runs", results_dir)
@@ -73,7 +74,7 @@ import pandas as pd  # noqa: E402
 ours = tab.assign(err=tab.sd)
 paper = pd.DataFrame({"policy": ["marginal_cost"], "paper": [tab.set_index("policy").loc["marginal_cost", "paper_mean_goodput"]]})
 fig, ax = F.bar_with_paper(ours, "policy", "mean_goodput", paper=paper, err="err", order=S.PAPER_POLICIES,
-                           title=f"Table II (§V-A): mixed bursty traffic, 2p4d, {len(seeds)} traces ({backend})",
+                           title=f"Table II (§V-A): mixed bursty traffic, 2p4d, {F.traces_label(seeds)} ({backend})",
                            xlabel="policy", ylabel="goodput (fraction of requests meeting SLO)", ylim=(0.0, 1.0))
 for i, pol in enumerate(S.PAPER_POLICIES):
     g = runs[runs.policy == pol]

@@ -31,13 +31,13 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = [1, 2, 3]  # arrival traces (one seed each)
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; full [1, 2, 3])
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d)
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 300 or 1000)
+rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d; live quick: the simulator's rate)
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 
 # %%
@@ -46,16 +46,17 @@ import pandas as pd
 
 from repro import figures as F
 from repro import paper_sections as S
+from repro import sections_analysis as A
 from repro import sections_results as R
 from repro.figures import resolve_dir
 
+seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
 cluster_file = S.check_cluster(backend, cluster)
 F.set_style()
-n = R.default_n(backend, scale, n_requests)
 ts = time_scale if backend == "emulated" else 1.0
 if rate <= 0:
-    rate = R.operating_rates(["mixed"], backend=backend, n_requests=min(n, 1000), seed=seeds[0], cluster=cluster_file,
+    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0], cluster=cluster_file,
                              time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
 specs = R.calibration_specs(backend=backend, seeds=seeds, rate=rate, n_requests=n, cluster=cluster_file, time_scale=ts)
 runs = S.run_grid(specs, resolve_dir(runs_dir))
@@ -110,7 +111,7 @@ for a in axes:
     a.tick_params(axis="x", labelrotation=20)
     for lab in a.get_xticklabels():
         lab.set_horizontalalignment("right")
-fig.suptitle(f"§V-B: calibrated vs simulator-derived cost constants, mixed, 2p4d, {len(seeds)} traces ({backend})",
+fig.suptitle(f"§V-B: calibrated vs simulator-derived cost constants, mixed, 2p4d, {F.traces_label(seeds)} ({backend})",
              y=1.02)
 fig.tight_layout()
 F.save(fig, "05_calibration_value", figures_dir)

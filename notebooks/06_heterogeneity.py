@@ -27,14 +27,15 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = [1, 2, 3]  # arrival traces (one seed each)
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; full [1, 2, 3])
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # one arrival rate (req/s) for every workload; 0 means a saturation search per workload
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 300 or 1000)
+rate: float = 0.0  # one arrival rate (req/s) for every workload; 0 means a saturation search per workload (live quick: the simulator's rates)
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+policies: list = []  # policies to compare; [] means the scale default (the paper's four; live quick: round-robin and marginal-cost)
 
 # %%
 import matplotlib.pyplot as plt
@@ -43,20 +44,23 @@ import seaborn as sns
 
 from repro import figures as F
 from repro import paper_sections as S
+from repro import sections_analysis as A
 from repro import sections_results as R
 from repro.figures import resolve_dir
+from repro.scale import pick
 
+seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
 cluster_file = S.check_cluster(backend, cluster)
 F.set_style()
-n = R.default_n(backend, scale, n_requests)
 ts = time_scale if backend == "emulated" else 1.0
 if rate > 0:
     rates = {wl: float(rate) for wl in S.WORKLOADS}
 else:
-    rates = R.operating_rates(S.WORKLOADS, backend=backend, n_requests=min(n, 1000), seed=seeds[0],
+    rates = R.operating_rates(S.WORKLOADS, backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0],
                               cluster=cluster_file, time_scale=ts, runs_dir=resolve_dir(runs_dir))
-specs = R.specs_grid(workloads=S.WORKLOADS, rates=rates, seeds=seeds, backend=backend, n_requests=n,
+policies = pick("heterogeneity_policies", policies, backend, scale, S.PAPER_POLICIES)
+specs = R.specs_grid(workloads=S.WORKLOADS, rates=rates, policies=policies, seeds=seeds, backend=backend, n_requests=n,
                      cluster=cluster_file, time_scale=ts)
 runs = S.run_grid(specs, resolve_dir(runs_dir))
 F.write_results(runs, "06_heterogeneity_runs", results_dir)
@@ -73,12 +77,12 @@ tab
 from repro.paper import expected_output  # noqa: E402
 
 with expected_output("06_heterogeneity", 1):
-    print(tab.pivot(index="policy", columns="workload", values="goodput").loc[list(S.PAPER_POLICIES), list(S.WORKLOADS)]
+    print(tab.pivot(index="policy", columns="workload", values="goodput").loc[policies, list(S.WORKLOADS)]
           .round(3).to_string())
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12.0, 3.9), gridspec_kw={"width_ratios": [1.0, 1.0]})
-pols, wls = list(S.PAPER_POLICIES), list(S.WORKLOADS)
+pols, wls = policies, list(S.WORKLOADS)
 for ax, col, pcol, label, fmt, cmap in (
         (axes[0], "goodput", "paper_goodput", "goodput (fraction meeting SLO)", "{:.3f}", "viridis"),
         (axes[1], "ttft_p99_s", "paper_ttft_p99_s", "P99 TTFT (s)", "{:.2f} s", "rocket_r")):
@@ -96,7 +100,7 @@ for ax, col, pcol, label, fmt, cmap in (
     ax.set_xlabel("workload (at its saturation rate)")
     ax.set_ylabel("")
     ax.set_title(label)
-fig.suptitle(f"Fig. 3 (§V-C): policy x workload, 2p4d, {len(seeds)} traces ({backend}); paper's value in brackets", y=1.02)
+fig.suptitle(f"Fig. 3 (§V-C): policy x workload, 2p4d, {F.traces_label(seeds)} ({backend}); paper's value in brackets", y=1.02)
 fig.tight_layout()
 F.save(fig, "06_fig3_heterogeneity", figures_dir)
 

@@ -27,15 +27,16 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = [1, 2, 3]  # arrival traces (one seed each)
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; full [1, 2, 3])
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: emulated pools; for vllm a template with {topology}, e.g. "clusters/a40-{topology}.yaml")
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d)
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 300 or 1000)
+rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d; live quick: the simulator's rate)
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
-widths: list = [3, 4, 6]  # decode widths (2 prefill instances each)
+widths: list = []  # decode widths (2 prefill instances each); [] means the scale default ([3, 4, 6]; live quick [3, 4])
+policies: list = []  # policies to compare; [] means the scale default (the paper's four; live quick: least-loaded and marginal-cost)
 
 # %%
 import matplotlib.pyplot as plt
@@ -43,19 +44,23 @@ import pandas as pd
 
 from repro import figures as F
 from repro import paper_sections as S
+from repro import sections_analysis as A
 from repro import sections_results as R
 from repro.figures import resolve_dir
+from repro.scale import pick
 
+seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
 cluster_file = None if "{topology}" in cluster else S.check_cluster(backend, cluster)
 F.set_style()
-n = R.default_n(backend, scale, n_requests)
 ts = time_scale if backend == "emulated" else 1.0
 if rate <= 0:
-    rate = R.operating_rates(["mixed"], backend=backend, n_requests=min(n, 1000), seed=seeds[0], cluster=R.shape_cluster(cluster or None, "2p4d", False),
+    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0], cluster=R.shape_cluster(cluster or None, "2p4d", False),
                              time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
+widths = pick("widths", widths, backend, scale, R.WIDTHS)
+policies = pick("width_policies", policies, backend, scale, S.PAPER_POLICIES)
 topologies = R.width_topologies(widths)
-specs = R.specs_grid(rates=rate, topologies=topologies, seeds=seeds, backend=backend, n_requests=n,
+specs = R.specs_grid(rates=rate, topologies=topologies, policies=policies, seeds=seeds, backend=backend, n_requests=n,
                      cluster=cluster or None, time_scale=ts)
 runs = S.run_grid(specs, resolve_dir(runs_dir))
 F.write_results(runs, "07_pool_width_runs", results_dir)
@@ -77,9 +82,9 @@ with expected_output("07_pool_width", 1):
 # %%
 paper = tab[["decode_width", "policy", "paper_goodput"]].rename(columns={"paper_goodput": "paper"})
 fig, ax = F.bar_with_paper(tab.assign(err=tab.goodput_sd), "decode_width", "goodput", hue="policy", paper=paper,
-                           err="err", order=sorted(set(tab.decode_width)), hue_order=list(S.PAPER_POLICIES),
+                           err="err", order=sorted(set(tab.decode_width)), hue_order=policies,
                            title=f"§V-D: goodput vs decode width, mixed, 2 prefill, {rate:.1f} req/s, "
-                                 f"{len(seeds)} traces ({backend})",
+                                 f"{F.traces_label(seeds)} ({backend})",
                            xlabel="decode instances (2 prefill each)",
                            ylabel="goodput (fraction meeting SLO, ±1 sd)", ylim=(0.0, 1.0))
 ax.legend(loc="lower right", ncol=2)

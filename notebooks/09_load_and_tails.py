@@ -30,19 +30,20 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = [1, 2, 3]  # arrival traces (one seed each)
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; full [1, 2, 3])
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # the operating point in req/s (top of the sweep, mean of the burst train); 0 means a saturation search
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 300 or 1000)
+rate: float = 0.0  # the operating point in req/s (top of the sweep, mean of the burst train); 0 means a saturation search (live quick: the simulator's rate)
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
-rate_fractions: list = [0.25, 0.4, 0.55, 0.7, 0.85, 1.0]  # Fig. 5 rates as fractions of the operating point
+rate_fractions: list = []  # Fig. 5 rates as fractions of the operating point; [] means the scale default ([0.25, 0.4, 0.55, 0.7, 0.85, 1.0]; live quick [0.5, 1.0])
+policies: list = []  # policies of Figs. 5-7; [] means the scale default (the paper's four; live quick: round-robin and marginal-cost)
 burst_factor: float = 3.0  # Fig. 7: rate inside a burst / mean rate
-burst_period_s: float = 30.0  # Fig. 7: one burst every this many seconds (of physics time)
+burst_period_s: float = 0.0  # Fig. 7: one burst every this many seconds of physics time; 0 means the scale default (30; live quick 10)
 burst_duty: float = 0.2  # Fig. 7: fraction of each period spent in the burst
-window_s: float = 10.0  # Fig. 7: rolling window (s of arrival time)
+window_s: float = 0.0  # Fig. 7: rolling window (s of arrival time); 0 means a third of the burst period
 
 # %%
 import matplotlib.pyplot as plt
@@ -50,20 +51,24 @@ import pandas as pd
 
 from repro import figures as F
 from repro import paper_sections as S
+from repro import sections_analysis as A
 from repro import sections_results as R
 from repro.figures import resolve_dir
+from repro.scale import pick, value
 
+seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
 cluster_file = S.check_cluster(backend, cluster)
 F.set_style()
-n = R.default_n(backend, scale, n_requests)
 ts = time_scale if backend == "emulated" else 1.0
 if rate <= 0:
-    rate = R.operating_rates(["mixed"], backend=backend, n_requests=min(n, 1000), seed=seeds[0], cluster=cluster_file,
+    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0], cluster=cluster_file,
                              time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
+rate_fractions = pick("rate_fractions", rate_fractions, backend, scale, R.RATE_FRACTIONS)
+policies = pick("sweep_policies", policies, backend, scale, S.PAPER_POLICIES)
 if not rate_fractions or any(not 0 < f <= 4 for f in rate_fractions):
     raise ValueError(f"parameter 'rate_fractions' = {rate_fractions!r}: a non-empty list of fractions in (0, 4]")
-specs = [s for f in sorted(rate_fractions) for s in R.specs_grid(rates=rate * f, seeds=seeds, backend=backend,
+specs = [s for f in sorted(rate_fractions) for s in R.specs_grid(rates=rate * f, policies=policies, seeds=seeds, backend=backend,
                                                                    n_requests=n, cluster=cluster_file, time_scale=ts)]
 runs = S.run_grid(specs, resolve_dir(runs_dir))
 F.write_results(runs, "09_load_sweep_runs", results_dir)
@@ -75,9 +80,12 @@ print(f"{len(runs)} runs: mixed, 2p4d, rates {', '.join(f'{rate * f:.1f}' for f 
       f"{n} requests each, seeds {list(seeds)}")
 
 # %%
+burst_period_s = value("burst_period_s", burst_period_s, backend, scale, 30.0)
+window_s = window_s or burst_period_s / 3
 burst = {"process": "burst", "burst_factor": burst_factor, "period_s": burst_period_s, "duty": burst_duty}
-bspecs = R.burst_specs(backend=backend, seeds=seeds, rate=rate, n_requests=n, cluster=cluster_file, time_scale=ts,
-                       burst=burst)
+burst_n = R.burst_requests(rate, burst_period_s, n)  # at least three periods
+bspecs = R.burst_specs(backend=backend, seeds=seeds, rate=rate, n_requests=burst_n, cluster=cluster_file, time_scale=ts,
+                       policies=policies, burst=burst)
 timeline = R.burst_timeline(bspecs, resolve_dir(runs_dir), window_s=window_s)
 btab = R.burst_table(timeline)
 F.write_results(timeline, "09_fig7_burst_timeline", results_dir)
@@ -89,14 +97,14 @@ btab
 from repro.paper import expected_output  # noqa: E402
 
 with expected_output("09_load_and_tails", 1):
-    print(sweep.pivot(index="load", columns="policy", values="goodput")[list(S.PAPER_POLICIES)].round(3).to_string())
+    print(sweep.pivot(index="load", columns="policy", values="goodput")[policies].round(3).to_string())
     print(op[["policy", "ttft_p99_s", "paper_ttft_p99_s"]].round(3).to_string(index=False))
     print(btab[["policy", "rolling_ttft_p95_s_mean", "rolling_goodput_mean", "windows_at_or_above_rr"]].round(3)
           .to_string(index=False))
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11.0, 3.6))
-for pol in S.PAPER_POLICIES:
+for pol in policies:
     g = sweep[sweep.policy == pol]
     axes[0].errorbar(g.rate, g.goodput, yerr=g.goodput_sd, marker="o", ms=3.5, capsize=2, label=F.policy_label(pol))
     axes[1].plot(g.rate, g.ttft_p99_s, marker="o", ms=3.5, label=F.policy_label(pol))
@@ -108,14 +116,14 @@ axes[0].set_ylabel("goodput (fraction meeting SLO, ±1 sd)")
 axes[0].set_ylim(0.0, 1.0)
 axes[1].set_ylabel("P99 TTFT (s, mean over traces)")
 axes[0].legend(loc="lower left", fontsize=7)
-fig.suptitle(f"Fig. 5 (§V-F): rising request rate, mixed, 2p4d, {len(seeds)} traces ({backend})", y=1.02)
+fig.suptitle(f"Fig. 5 (§V-F): rising request rate, mixed, 2p4d, {F.traces_label(seeds)} ({backend})", y=1.02)
 fig.tight_layout()
 F.save(fig, "09_fig5_load_sweep", figures_dir)
 
 # %%
 paper = op[["policy", "paper_ttft_p99_s"]].rename(columns={"paper_ttft_p99_s": "paper"})
 fig, ax = F.bar_with_paper(op.assign(err=(op.ttft_p99_max_s - op.ttft_p99_min_s) / 2), "policy", "ttft_p99_s",
-                           paper=paper, err="err", order=list(S.PAPER_POLICIES),
+                           paper=paper, err="err", order=policies,
                            title=f"Fig. 6 (§V-F): P99 TTFT at the operating point ({rate:.1f} req/s), mixed, 2p4d ({backend})",
                            xlabel="policy", ylabel="P99 TTFT (s; bar: mean, whisker: half range over traces)")
 F.save(fig, "09_fig6_operating_point", figures_dir)
@@ -123,7 +131,7 @@ F.save(fig, "09_fig6_operating_point", figures_dir)
 # %%
 mean_t = timeline.groupby(["policy", "window_s"], sort=False)[["goodput", "ttft_p95_s"]].mean().reset_index()
 fig, axes = plt.subplots(2, 1, figsize=(10.0, 5.6), sharex=True)
-for pol in S.PAPER_POLICIES:
+for pol in policies:
     g = mean_t[mean_t.policy == pol]
     axes[0].plot(g.window_s + window_s / 2, g.ttft_p95_s, lw=1.2, label=F.policy_label(pol))
     axes[1].plot(g.window_s + window_s / 2, g.goodput, lw=1.2, label=F.policy_label(pol))
@@ -138,13 +146,14 @@ axes[0].axhline(ref.loc["marginal_cost", "paper_rolling_ttft_p95_s"], color="bla
 axes[0].axhspan(R.paper_value("fig7_other_ttft_p95_rolling_lo"), R.paper_value("fig7_other_ttft_p95_rolling_hi"),
                 color="black", alpha=0.08, label="paper: baselines 0.30-0.37 s")
 axes[0].set_yscale("log")
-axes[0].set_ylabel(f"rolling P95 TTFT (s, {window_s:g} s windows)")
+F.plain_log_axis(axes[0])
+axes[0].set_ylabel(f"rolling P95 TTFT (s, {window_s:.3g} s windows)")
 axes[1].set_ylabel("rolling goodput (fraction)")
 axes[1].set_ylim(0.0, 1.0)
 axes[1].set_xlabel("arrival time (s)")
 axes[0].legend(loc="upper right", fontsize=6.5, ncol=3)
 axes[0].set_title(f"Fig. 7 (§V-F): burst train (x{burst_factor:g} for {burst_duty:.0%} of every {burst_period_s:g} s, "
-                  f"mean {rate:.1f} req/s), mixed, 2p4d, mean of {len(seeds)} traces ({backend})")
+                  f"mean {rate:.1f} req/s), mixed, 2p4d, mean of {F.traces_label(seeds)} ({backend})")
 fig.tight_layout()
 F.save(fig, "09_fig7_burst_train", figures_dir)
 

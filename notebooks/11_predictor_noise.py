@@ -27,14 +27,15 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = []  # arrival traces (one seed each); [] = the scale default (quick [1, 2], full [1, 2, 3])
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3])
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed
-noise_levels: list = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5]  # injected relative errors of the predictor (1.5 = 150%)
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 300 or 1000)
+rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (live quick: the simulator's rate)
+noise_levels: list = []  # injected relative errors of the predictor (1.5 is 150%); [] means the scale default ([0, 0.25, ..., 1.5]; live quick [0, 1])
+policies: list = []  # length-aware policies to perturb; [] means the scale default (marginal-cost and length-threshold; live quick marginal-cost)
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 
 # %%
@@ -44,7 +45,9 @@ from repro import figures as F
 from repro import paper_reference
 from repro import paper_sections as S
 from repro import sections_analysis as A
+from repro import sections_results as R
 from repro.figures import resolve_dir
+from repro.scale import pick
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests)
 S.check_common(backend, scale, seeds)
@@ -52,10 +55,11 @@ cluster_file = S.check_cluster(backend, cluster)
 F.set_style()
 ts = time_scale if backend == "emulated" else 1.0
 if rate <= 0:
-    sat, _ = S.saturation_table(["mixed"], backend=backend, n_requests=min(n, 1000), seed=seeds[0],
-                                cluster=cluster_file, time_scale=ts, runs_dir=resolve_dir(runs_dir))
-    rate = float(sat.saturation_rate.iloc[0])
-items = A.noise_specs(backend=backend, seeds=seeds, rate=rate, n_requests=n, noise_levels=noise_levels,
+    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0],
+                             cluster=cluster_file, time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
+noise_levels = pick("noise_levels", noise_levels, backend, scale, A.NOISE_LEVELS)
+policies = pick("noise_policies", policies, backend, scale, ("marginal_cost", "length_threshold"))
+items = A.noise_specs(backend=backend, seeds=seeds, rate=rate, n_requests=n, noise_levels=noise_levels, policies=policies,
                       cluster=cluster_file, time_scale=ts)
 runs = A.run_labelled(items, resolve_dir(runs_dir))
 F.write_results(runs, "11_noise_runs", results_dir)
@@ -76,6 +80,8 @@ with expected_output("11_predictor_noise", 1):
 # %%
 fig, ax = plt.subplots(figsize=(6.4, 3.8))
 for pol, marker in (("marginal_cost", "o"), ("length_threshold", "s")):
+    if pol not in policies:
+        continue
     g = tab[(tab.policy == pol) & tab.noise.notna()].sort_values("noise")
     ax.errorbar(g.noise_pct, g.mean_goodput, yerr=g.sd, marker=marker, ms=4, capsize=2.5, label=F.policy_label(pol))
 ref = tab[tab.noise.isna()]

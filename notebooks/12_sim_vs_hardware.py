@@ -42,13 +42,14 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm (the reference of the residual grid)
 scale: str = "quick"  # quick | full
-seeds: list = []  # arrival traces (one seed each); [] = the scale default (quick [1, 2], full [1, 2, 3])
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3])
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # reference arrival rate per workload (req/s; the sim saturation rates); {} = a saturation search
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 300 or 1000)
+rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # reference arrival rate per workload (req/s; the sim saturation rates); {} means a saturation search
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
+policies: list = []  # policies of the reference grid; [] means the scale default (the paper's four; live quick: round-robin and marginal-cost)
 anchor_requests: int = 1000  # requests per probe of the simulator's rate re-anchoring
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 
@@ -63,6 +64,7 @@ from repro import paper_sections as S
 from repro import sections_analysis as A
 from repro.experiment import RunSpec
 from repro.figures import resolve_dir
+from repro.scale import pick
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests)
 S.check_common(backend, scale, seeds)
@@ -74,10 +76,11 @@ if not rates:
                                 time_scale=ts, runs_dir=resolve_dir(runs_dir))
     rates = dict(zip(sat.workload, sat.saturation_rate.astype(float)))
 rates = A.check_rates(rates)
+policies = pick("heterogeneity_policies", policies, backend, scale, S.PAPER_POLICIES)
 live = backend != "sim"
 reference_name = backend if live else "sim-batching (stand-in for hardware)"
 models = ["serial", "batching"] if live else ["serial"]
-reference = A.run_labelled(A.grid_specs(backend=backend, seeds=seeds, rates=rates, n_requests=n, cluster=cluster_file,
+reference = A.run_labelled(A.grid_specs(backend=backend, seeds=seeds, rates=rates, n_requests=n, policies=policies, cluster=cluster_file,
                                         time_scale=ts), resolve_dir(runs_dir))
 reference["role"] = "reference"
 print(f"reference: {reference_name}, {len(reference)} runs, {n} requests each, seeds {list(seeds)}")
@@ -95,7 +98,8 @@ for model in models:
         anchored[model][wl] = r
         probes += [{"model": model, "workload": wl, "probe": i, "rate": x, "round_robin_goodput": g, "target": target}
                    for i, (x, g) in enumerate(pr)]
-    runs = A.run_labelled(A.grid_specs(backend="sim", seeds=seeds, rates=anchored[model], n_requests=n, service=model))
+    runs = A.run_labelled(A.grid_specs(backend="sim", seeds=seeds, rates=anchored[model], n_requests=n, policies=policies,
+                                      service=model))
     runs["role"] = model
     model_runs.append(runs)
 probes = pd.DataFrame(probes)

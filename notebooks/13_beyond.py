@@ -40,15 +40,17 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = []  # arrival traces (one seed each); [] = the scale default (quick [1], full [1, 2, 3])
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (quick [1]; full [1, 2, 3])
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: emulated clusters of each shape)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # arrival rate per workload (req/s; the sim saturation rates); {} = a saturation search
-shapes: list = ["1p2d", "2p2d", "2p3d", "2p4d", "3p3d", "3p4d", "4p4d"]  # pool shapes of the frontier (3 to 8 GPUs)
-vllm_router_policies: list = ["round_robin", "power_of_two", "cache_aware"]  # vllm-router policies to run (emulated backend only)
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 300 or 1000)
+rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # arrival rate per workload (req/s; the sim saturation rates); {} means a saturation search
+shapes: list = []  # pool shapes of the frontier; [] means the scale default (1p2d .. 4p4d, 3 to 8 GPUs; live quick ["1p2d", "2p4d"])
+policies: list = []  # frontier policies; [] means the scale default (the paper's four, each switch alone, both; live quick: round-robin, marginal-cost, both switches)
+table_workloads: list = []  # workloads of the production-router table; [] means the scale default (all four; live quick ["mixed"])
+vllm_router_policies: list = []  # vllm-router policies to run (live backends); [] means the scale default (["round_robin", "power_of_two", "cache_aware"]; live quick the first two)
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 
 # %%
@@ -61,10 +63,15 @@ from repro import paper_reference
 from repro import paper_sections as S
 from repro import sections_analysis as A
 from repro.figures import resolve_dir
+from repro.scale import pick
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1,))
 S.check_common(backend, scale, seeds)
 cluster_file = S.check_cluster(backend, cluster)
+shapes = pick("frontier_shapes", shapes, backend, scale, A.FRONTIER_SHAPES)
+frontier_policies = pick("frontier_policies", policies, backend, scale, [*S.PAPER_POLICIES, *A.SWITCH_VARIANTS, A.OURS])
+table_workloads = pick("beyond_workloads", table_workloads, backend, scale, S.WORKLOADS)
+vllm_router_policies = pick("vllm_router_policies", vllm_router_policies, backend, scale, A.VLLM_ROUTER_POLICIES)
 if cluster_file and len(shapes) > 1:
     print(f"cluster file {cluster_file}: the frontier runs on that one cluster's shape only")
     shapes = [S.check_cluster(backend, cluster)]
@@ -75,15 +82,16 @@ if not rates:
                                 time_scale=ts, runs_dir=resolve_dir(runs_dir))
     rates = dict(zip(sat.workload, sat.saturation_rate.astype(float)))
 rates = A.check_rates(rates)
-frontier_policies = [*S.PAPER_POLICIES, *A.SWITCH_VARIANTS, A.OURS]
-items = A.frontier_specs(backend=backend, seeds=seeds, rate=rates["mixed"], n_requests=n, shapes=shapes,
+mixed_rate = rates["mixed"]
+rates = {wl: rates[wl] for wl in table_workloads}  # the workload table's rows
+items = A.frontier_specs(backend=backend, seeds=seeds, rate=mixed_rate, n_requests=n, shapes=shapes,
                          policies=frontier_policies, cluster=cluster_file, time_scale=ts)
 frontier_runs = A.run_labelled(items, resolve_dir(runs_dir))
 F.write_results(frontier_runs, "13_frontier_runs", results_dir)
 frontier = A.mean_by(frontier_runs, "topology")
 frontier.insert(1, "gpus", frontier.topology.map(A.gpus))
 F.write_results(frontier, "13_frontier", results_dir)
-print(f"{len(frontier_runs)} frontier runs: mixed, {rates['mixed']:.1f} req/s, {n} requests each, seeds {list(seeds)}")
+print(f"{len(frontier_runs)} frontier runs: mixed, {mixed_rate:.1f} req/s, {n} requests each, seeds {list(seeds)}")
 frontier.pivot(index=["gpus", "topology"], columns="variant", values="goodput")[frontier_policies].round(3)
 
 # %%
@@ -111,7 +119,8 @@ from repro.paper import expected_output  # noqa: E402
 
 with expected_output("13_beyond", 1):
     f = frontier.pivot(index="topology", columns="variant", values="goodput").loc[shapes]
-    print(f[["round_robin", "least_loaded", "marginal_cost", "marginal_cost+sampling", "marginal_cost+guard", A.OURS]].round(3).to_string())
+    print(f[[c for c in ["round_robin", "least_loaded", "marginal_cost", "marginal_cost+sampling", "marginal_cost+guard", A.OURS]
+             if c in f.columns]].round(3).to_string())
     w = workloads[workloads.kind != "external"].pivot(index="workload", columns="variant", values="goodput").loc[list(rates)]
     print(w.round(3).to_string())
     print(goals.round(3).to_string(index=False))
@@ -134,7 +143,7 @@ ax.scatter([p[0] for p in pts], [p[1] for p in pts], label="paper (Fig. 4)", **F
 ax.set_ylim(0.0, 1.0)
 ax.set_xlabel("pool shape (prefill p, decode d)")
 ax.set_ylabel("goodput (fraction of requests meeting SLO)")
-ax.set_title(f"Beyond Fig. 4: sampling + admission guard across pool shapes ({backend}, mixed, {rates['mixed']:.1f} req/s)")
+ax.set_title(f"Beyond Fig. 4: sampling + admission guard across pool shapes ({backend}, mixed, {mixed_rate:.1f} req/s)")
 ax.legend(loc="lower right", fontsize=7, ncol=2)
 fig.tight_layout()
 F.save(fig, "13_frontier_switches", figures_dir)
@@ -153,7 +162,7 @@ F.bar_with_paper(plot, "workload", "goodput", hue="variant", paper=paper_pts, er
                  title=f"Beyond Fig. 3: production routers beside the paper's policies ({backend}, 2p4d, saturation rates)",
                  xlabel="workload", ylabel="goodput (fraction of requests meeting SLO)", ylim=(0.0, 1.0))
 ax.set_xticklabels([f"{wl}\n({rates[wl]:g} req/s)" for wl in rates])
-ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=6, fontsize=7)
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, fontsize=7)
 fig.tight_layout()
 F.save(fig, "13_production_baselines", figures_dir)
 

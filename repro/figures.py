@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
@@ -21,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from repro.physics import DATA_DIR  # noqa: E402
+from repro.physics import DATA_DIR, resolve_dir  # noqa: E402,F401  (resolve_dir: re-exported for the notebooks)
 
 ROOT = DATA_DIR.parent
 DPI = 150
@@ -35,14 +36,15 @@ POLICY_LABELS = {
     "least_loaded": "least-loaded (JSQ)",
     "length_threshold": "length threshold",
     "marginal_cost": "learned (marginal cost)",
+    "marginal_cost+sampling": "learned + power-of-2 sampling",
+    "marginal_cost+guard": "learned + admission guard",
+    "marginal_cost_plus": "ours: learned + sampling + guard",
+    "power_of_two": "power of two (vllm-router, SGLang)",
+    "dynamo_kv": "Dynamo KV router",
+    "llmd_weighted": "llm-d weighted scorer",
+    "sglang_least_load": "SGLang least-load",
 }
 POLICY_ORDER = ["round_robin", "least_loaded", "length_threshold", "marginal_cost"]
-
-
-def resolve_dir(path: str | Path) -> Path:
-    """A relative folder is relative to the repository root (so a notebook's cwd does not matter)."""
-    p = Path(path)
-    return p if p.is_absolute() else ROOT / p
 
 
 def set_style() -> None:
@@ -140,7 +142,9 @@ def bar_with_paper(
                     ax.scatter([p_i], [float(pv.iloc[0])], label=None if paper_drawn else "paper", **PAPER_MARKER)
                     paper_drawn = True
     ax.set_xticks(xs)
-    ax.set_xticklabels([policy_label(k) if isinstance(k, str) else str(k) for k in order])
+    # wrapped so that four long policy names do not run into each other
+    ax.set_xticklabels([textwrap.fill(policy_label(k), 14, break_long_words=False) if isinstance(k, str) else str(k)
+                        for k in order])
     ax.set_xlabel(xlabel if xlabel is not None else x)
     ax.set_ylabel(ylabel if ylabel is not None else y)
     if ylim is not None:
@@ -173,12 +177,31 @@ def write_results(df: pd.DataFrame, name: str, out_dir: str | Path = "results",
     return path
 
 
+def plain_log_axis(ax: Any, which: str = "y") -> None:
+    """Label a log axis with plain numbers (0.2, 0.5, 1, 2, ...) instead of 2x10^-1."""
+    from matplotlib import ticker
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    axis.set_major_locator(ticker.LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def traces_label(seeds: Sequence[int]) -> str:
+    """'1 trace' / '3 traces': how many arrival traces a figure averages."""
+    return f"{len(seeds)} trace" + ("" if len(seeds) == 1 else "s")
+
+
+HEADLINE_COLUMNS = ("notebook", "key", "ours", "paper", "unit", "meaning")
+
+
 def write_headline(rows: list[dict[str, Any]], notebook: str, out_dir: str | Path = "results") -> Path:
-    """``results/<nn>_headline.csv`` (key, ours, paper, unit): the numbers `repro paper` summarises.
+    """``results/<nn>_headline.csv`` (key, ours, paper, unit, meaning): the numbers `repro paper` summarises.
 
     Each row: ``key`` (a paper_reference key when the paper states it, else our own name),
     ``ours``, ``paper`` (NaN when the paper gives none; filled from the reference by key if absent),
-    ``unit``.
+    ``unit``, ``meaning`` (what the number is, in the paper's sign convention; from the reference's
+    ``quantity`` by key unless given).
     """
     from repro import paper_reference
 
@@ -190,6 +213,8 @@ def write_headline(rows: list[dict[str, Any]], notebook: str, out_dir: str | Pat
         if paper is None:
             paper = float(ref.loc[key, "value"]) if key in ref.index else float("nan")
         unit = r.get("unit") or (str(ref.loc[key, "unit"]) if key in ref.index else "")
-        out.append({"notebook": notebook, "key": key, "ours": float(r["ours"]), "paper": float(paper), "unit": unit})
+        meaning = r.get("meaning") or (str(ref.loc[key, "quantity"]) if key in ref.index else "")
+        out.append({"notebook": notebook, "key": key, "ours": float(r["ours"]), "paper": float(paper), "unit": unit,
+                    "meaning": meaning})
     nn = notebook.split("_", 1)[0]
-    return write_results(pd.DataFrame(out, columns=["notebook", "key", "ours", "paper", "unit"]), f"{nn}_headline", out_dir)
+    return write_results(pd.DataFrame(out, columns=list(HEADLINE_COLUMNS)), f"{nn}_headline", out_dir)

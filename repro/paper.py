@@ -155,8 +155,10 @@ def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = 
     output = out_dir / path.name
     t0 = time.perf_counter()
     try:
+        # --log-level=ERROR: the kernel's start-up warning about TCP on 127.0.0.1 would print once per notebook
         pm.execute_notebook(str(path), str(output), parameters=params, kernel_name=KERNEL, language="python", cwd=str(cwd),
-                            progress_bar=False, log_output=False, report_mode=False)
+                            progress_bar=False, log_output=False, report_mode=False,
+                            extra_arguments=["--log-level=ERROR"])
     except Exception as exc:  # papermill's PapermillExecutionError carries the cell traceback
         return NotebookResult(path.stem, output, False, time.perf_counter() - t0, _failure_text(exc))
     return NotebookResult(path.stem, output, True, time.perf_counter() - t0)
@@ -169,11 +171,13 @@ def collect_headlines(names: Sequence[str], results_dir: Path) -> pd.DataFrame:
         if p.exists():
             frames.append(pd.read_csv(p, keep_default_na=True))
     if not frames:
-        return pd.DataFrame(columns=["notebook", "key", "ours", "paper", "unit"])
+        from repro.figures import HEADLINE_COLUMNS
+
+        return pd.DataFrame(columns=list(HEADLINE_COLUMNS))
     return pd.concat(frames, ignore_index=True)
 
 
-def run_paper(*, backend: str = "sim", scale: str = "quick", only: Optional[str] = None,
+def run_paper(*, backend: str = "emulated", scale: str = "quick", only: Optional[str] = None,
               cluster: Optional[str] = None, out: str | Path = "build/notebooks",
               results_dir: str | Path = "results", figures_dir: str | Path = "figures",
               extra: Optional[dict[str, Any]] = None, console: Any = None) -> tuple[list[NotebookResult], pd.DataFrame]:
@@ -239,11 +243,12 @@ def summary_table(summary: pd.DataFrame) -> Any:
     from rich.table import Table
 
     t = Table(title="headline numbers: ours vs the paper")
-    for c in ("notebook", "key", "ours", "paper", "unit"):
-        t.add_column(c, justify="right" if c in ("ours", "paper") else "left")
+    for c in ("notebook", "key", "ours", "paper", "unit", "meaning"):
+        t.add_column(c, justify="right" if c in ("ours", "paper") else "left", overflow="fold")
+    text = lambda v: "" if pd.isna(v) else str(v)  # noqa: E731
     for r in summary.itertuples():
         fmt = lambda v: "" if pd.isna(v) else f"{v:.4g}"  # noqa: E731
-        t.add_row(str(r.notebook), str(r.key), fmt(r.ours), fmt(r.paper), "" if pd.isna(r.unit) else str(r.unit))
+        t.add_row(str(r.notebook), str(r.key), fmt(r.ours), fmt(r.paper), text(r.unit), text(getattr(r, "meaning", "")))
     return t
 
 
@@ -256,7 +261,7 @@ def _make_cli():
     import typer
 
     def paper_cmd(
-        backend: str = typer.Option("sim", "--backend", help="sim | emulated | vllm"),
+        backend: str = typer.Option("emulated", "--backend", help="emulated (default: local emulated vLLM engines over real HTTP) | sim | vllm"),
         scale: str = typer.Option("quick", "--scale", help="quick | full"),
         only: Optional[str] = typer.Option(None, "--only", help="notebooks to run, e.g. 01,04 (default: all)"),
         cluster: Optional[str] = typer.Option(None, "--cluster", help="cluster YAML for emulated/vllm"),
@@ -265,7 +270,12 @@ def _make_cli():
         figures_dir: Path = typer.Option(Path("figures"), "--figures-dir", help="PNG + PDF figures (relative: to the repo root)"),
         param: list[str] = typer.Option([], "--param", "-p", help="extra notebook parameter NAME=VALUE (repeatable)"),
     ) -> None:
-        """Rerun the paper: execute the section notebooks and print ours vs the paper's numbers."""
+        """Rerun the paper: execute the section notebooks and print ours vs the paper's numbers.
+
+        Default: the emulated cluster at quick scale (the real proxy and load generator over HTTP
+        against local emulated vLLM engines; ~20 minutes on 2 cores; see repro.scale for what
+        quick cuts). --backend sim runs the deterministic simulator (quick ~2 min, full ~8 min).
+        """
         results, _ = run_paper(backend=backend, scale=scale, only=only, cluster=cluster, out=out,
                                results_dir=results_dir, figures_dir=figures_dir, extra=_parse_extra(param))
         if not all(r.ok for r in results):

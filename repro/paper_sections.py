@@ -17,7 +17,7 @@ import pandas as pd
 
 from repro.calibration import CostModel
 from repro.errors import ConfigError
-from repro.physics import Physics
+from repro.physics import Physics, resolve_dir
 
 BACKENDS = ("sim", "emulated", "vllm")
 SCALES = ("quick", "full")
@@ -198,15 +198,30 @@ def predictor_accuracy(seed: Optional[int] = None) -> tuple[pd.DataFrame, pd.Dat
 def saturation_table(workloads: Sequence[str] = WORKLOADS, *, backend: str = "sim", n_requests: int = 1000,
                      seed: int = 1, topology: str = "2p4d", cluster: Optional[str] = None,
                      runs_dir: str | Path = "runs/paper", time_scale: float = 1.0,
-                     max_probes: int = 16) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Saturation search per workload: ``(rates, probes)`` tidy frames."""
-    from repro.experiment import RunSpec, run, saturation_search
+                     max_probes: int = 16, fixed: Optional[dict[str, float]] = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Saturation search per workload: ``(rates, probes)`` tidy frames. A relative ``runs_dir`` is
+    relative to the repository root (as in `run_grid`), whatever the notebook's working directory.
+
+    With ``fixed`` (workload -> req/s) there is no search: one round-robin probe per workload at
+    the given rate checks that operating point (``light_goodput`` and ``target_goodput`` NaN).
+    """
+    from repro.experiment import RunSpec, run, saturation_search, simulate_spec, truth_cost_model
+    from repro.metrics import summarize
 
     rates, probes = [], []
     for wl in workloads:
         base = RunSpec(backend=backend, workload=wl, seed=seed, n_requests=n_requests, topology=topology,
                        cluster=cluster, time_scale=time_scale)
-        probe = None if backend == "sim" else (lambda spec: run(spec, runs_dir).summary["goodput"])
+        probe = None if backend == "sim" else (lambda spec: run(spec, resolve_dir(runs_dir)).summary["goodput"])
+        if fixed is not None:
+            if wl not in fixed:
+                raise ConfigError(f"saturation: no fixed rate for workload {wl!r}; given: {sorted(fixed)}")
+            spec = base.replace(policy="round_robin", policy_options={}, rate=float(fixed[wl]))
+            g = (probe(spec) if probe else summarize(simulate_spec(spec), truth_cost_model(spec).slo)["goodput"])
+            rates.append({"workload": wl, "saturation_rate": float(fixed[wl]), "light_goodput": np.nan,
+                          "target_goodput": np.nan, "probes": 1})
+            probes.append({"workload": wl, "probe": 0, "rate": float(fixed[wl]), "round_robin_goodput": float(g)})
+            continue
         res = saturation_search(base, probe=probe, max_probes=max_probes)
         rates.append({"workload": wl, "saturation_rate": res.rate, "light_goodput": res.light_goodput,
                       "target_goodput": res.target_goodput, "probes": len(res.probes)})
@@ -245,7 +260,7 @@ def run_grid(specs: Sequence[Any], runs_dir: str | Path = "runs/paper", on_run: 
         if spec.backend == "sim":
             summary = summarize(simulate_spec(spec), truth_cost_model(spec).slo, sent=spec.n_requests)
         else:
-            summary = run(spec, runs_dir).summary
+            summary = run(spec, resolve_dir(runs_dir)).summary
         rows.append({"workload": spec.workload, "topology": spec.topology, "policy": spec.policy,
                      "cost_model": spec.cost_model, "seed": spec.seed, "rate": spec.rate,
                      "n_requests": spec.n_requests, "backend": spec.backend,

@@ -43,6 +43,12 @@ HARDWARE_DIR = DATA_DIR / "hardware"
 DEFAULT_PROFILE = "a40-qwen2.5-3b"
 
 
+def resolve_dir(path: str | Path) -> Path:
+    """A relative folder is relative to the repository root (so a notebook's cwd does not matter)."""
+    p = Path(path)
+    return p if p.is_absolute() else DATA_DIR.parent / p
+
+
 @dataclass(frozen=True)
 class Physics:
     """True timing of one engine. All times in seconds, sizes in tokens or bytes."""

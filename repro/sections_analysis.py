@@ -28,32 +28,27 @@ import numpy as np
 import pandas as pd
 
 from repro import paper_reference
+from repro import scale as scale_mod
 from repro.errors import ConfigError
 from repro.paper_sections import PAPER_POLICIES, WORKLOADS, run_grid
 
 # The workloads' saturation rates on the simulator (req/s, 2p4d, round-robin mid-collapse): the
 # rates of `repro saturate` at 4,000-request probes. Live backends run the same physics, so these
 # are the defaults there too; a notebook can ask for a fresh search instead.
-SIM_SATURATION_RATES = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}
+SIM_SATURATION_RATES = scale_mod.SIM_SATURATION_RATES
 
 
 # ---- shared ----------------------------------------------------------------------------------
 def scale_plan(backend: str, scale: str, seeds: Sequence[int] | None, n_requests: int, *,
-               sim: tuple[int, int] = (2000, 10000), live: tuple[int, int] = (300, 1000),
+               sim: tuple[int, int] = scale_mod.SIM_REQUESTS, live: tuple[int, int] = scale_mod.LIVE_REQUESTS,
                quick_seeds: Sequence[int] = (1, 2), full_seeds: Sequence[int] = (1, 2, 3)) -> tuple[list[int], int]:
     """``(seeds, n_requests)`` for a notebook: given values win; empty/0 mean the scale default.
 
-    Quick scale: two traces of ``sim[0]`` (sim) or ``live[0]`` requests. Full scale: the paper's
-    protocol, three traces of ``sim[1]`` or ``live[1]`` requests.
+    Sim quick: ``quick_seeds`` traces of ``sim[0]`` requests; live quick: one trace of ``live[0]``
+    (see `repro.scale`). Full scale: the paper's protocol, three traces of ``sim[1]`` or ``live[1]``.
     """
-    if scale not in ("quick", "full"):
-        raise ConfigError(f"parameter 'scale' = {scale!r}; allowed: ['quick', 'full']")
-    if isinstance(n_requests, bool) or not isinstance(n_requests, (int, np.integer)) or n_requests < 0:
-        raise ConfigError(f"parameter 'n_requests' = {n_requests!r} must be an integer >= 0 (0 = the scale default)")
-    full = scale == "full"
-    chosen = list(seeds) if seeds else list(full_seeds if full else quick_seeds)
-    n = int(n_requests) or (sim if backend == "sim" else live)[1 if full else 0]
-    return chosen, n
+    return scale_mod.seeds_and_requests(backend, scale, seeds, n_requests, quick_seeds=quick_seeds,
+                                        full_seeds=full_seeds, sim=sim, live=live)
 
 
 def check_rates(rates: dict[str, float], workloads: Sequence[str] = WORKLOADS) -> dict[str, float]:
@@ -129,22 +124,25 @@ def operating_rates(saturation_rate: float, steady_fraction: float = 0.75) -> di
 def ablation_specs(*, backend: str = "sim", seeds: Sequence[int] = (1, 2), rates: dict[str, float] | None = None,
                    n_requests: int = 2000, topology: str = "2p4d", workload: str = "mixed",
                    cluster: Optional[str] = None, time_scale: float = 1.0,
-                   uncalibrated_features: Sequence[str] = ("slo",)) -> list[tuple[dict[str, Any], Any]]:
+                   uncalibrated_features: Sequence[str] = ("slo",),
+                   features: Optional[Sequence[str]] = None) -> list[tuple[dict[str, Any], Any]]:
     """``(labels, spec)`` for Fig. 8: the full router and each term off, per operating point and seed.
 
     With the calibrated cost model every term is ablated; with the simulator-derived constants
     (``sim_derived``) the features in ``uncalibrated_features`` are (the paper's -12-point SLO case).
+    ``features`` limits the calibrated ablations (default: every term of `ABLATION_FEATURES`).
     """
     from repro.experiment import RunSpec
 
     rates = rates or operating_rates(16.0)
     known = {f for f, _ in ABLATION_FEATURES}
-    bad = [f for f in uncalibrated_features if f not in known]
+    features = list(features) if features else [f for f, _ in ABLATION_FEATURES]
+    bad = [f for f in [*uncalibrated_features, *features] if f not in known]
     if bad:
         raise ConfigError(f"ablation: unknown feature(s) {bad}; allowed: {sorted(known)}")
     out = []
     for op, rate in rates.items():
-        for cm, feats in (("calibrated", [f for f, _ in ABLATION_FEATURES]), ("sim_derived", list(uncalibrated_features))):
+        for cm, feats in (("calibrated", features), ("sim_derived", list(uncalibrated_features))):
             if not feats:
                 continue
             for variant in ["full", *feats]:
@@ -471,6 +469,7 @@ def sim_vs_hardware_headline(summary: pd.DataFrame, calib: pd.DataFrame, physics
 # ---- beyond the paper (issue 6) -------------------------------------------------------------------
 FRONTIER_SHAPES = ("1p2d", "2p2d", "2p3d", "2p4d", "3p3d", "3p4d", "4p4d")  # 3 .. 8 GPUs
 PRODUCTION_POLICIES = ("power_of_two", "dynamo_kv", "llmd_weighted", "sglang_least_load")
+VLLM_ROUTER_POLICIES = ("round_robin", "power_of_two", "cache_aware")  # vllm-router's own --policy names
 OURS = "marginal_cost_plus"
 # The two switches of marginal_cost_plus, one at a time (options of marginal_cost).
 SWITCH_VARIANTS = {"marginal_cost+sampling": {"sample_d": 2},

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from repro import paper_reference
+from repro import scale as scale_mod
 from repro.errors import ConfigError
 from repro.paper_sections import PAPER_POLICIES, WORKLOADS, run_grid, saturation_table
 
@@ -31,8 +32,8 @@ LOAD_AWARE = ("least_loaded", "length_threshold", "marginal_cost")
 
 
 # ---- shared ------------------------------------------------------------------------------------
-def default_n(backend: str, scale: str, n_requests: int = 0, *, sim: tuple[int, int] = (2000, 10000),
-              live: tuple[int, int] = (300, 1000)) -> int:
+def default_n(backend: str, scale: str, n_requests: int = 0, *, sim: tuple[int, int] = scale_mod.SIM_REQUESTS,
+              live: tuple[int, int] = scale_mod.LIVE_REQUESTS) -> int:
     """Requests per run: ``n_requests`` if > 0, else the (quick, full) default of the backend."""
     if n_requests:
         if isinstance(n_requests, bool) or not isinstance(n_requests, int) or n_requests < 1:
@@ -42,10 +43,16 @@ def default_n(backend: str, scale: str, n_requests: int = 0, *, sim: tuple[int, 
     return int(pair[0] if scale == "quick" else pair[1])
 
 
-def operating_rates(workloads: Sequence[str] = ("mixed",), *, backend: str = "sim", n_requests: int = 1000,
-                    seed: int = 1, topology: str = "2p4d", cluster: Optional[str] = None,
+def operating_rates(workloads: Sequence[str] = ("mixed",), *, backend: str = "sim", scale: str = "full",
+                    n_requests: int = 1000, seed: int = 1, topology: str = "2p4d", cluster: Optional[str] = None,
                     time_scale: float = 1.0, runs_dir: str | Path = "runs/paper") -> dict[str, float]:
-    """The saturation rate (round-robin mid-collapse, §IV-B) of each workload, req/s."""
+    """The saturation rate (round-robin mid-collapse, §IV-B) of each workload, req/s.
+
+    A saturation search on the backend, except at live quick scale, which takes the simulator's
+    rates (`repro.scale.SIM_SATURATION_RATES`) instead of searching the live cluster.
+    """
+    if not scale_mod.searches_rates(backend, scale):
+        return scale_mod.fixed_rates(workloads)
     rates, _ = saturation_table(list(workloads), backend=backend, n_requests=n_requests, seed=seed,
                                 topology=topology, cluster=cluster, runs_dir=runs_dir, time_scale=time_scale)
     return {r.workload: float(r.saturation_rate) for r in rates.itertuples()}
@@ -245,8 +252,9 @@ def heterogeneity_headline(tab: pd.DataFrame) -> list[dict[str, Any]]:
                > t.loc[("marginal_cost", "chat"), "goodput"]),
               ("fig3_rr_worst_documents", "documents", lambda: tab[tab.workload == "documents"]
                .sort_values("goodput").iloc[0].policy == "round_robin")]
-    for key, wl, claim in claims:
-        if wl in best.index:
+    present = tab.groupby("workload")["policy"].agg(set)
+    for key, wl, claim in claims:  # a ranking claim is only made when all four policies ran on that workload
+        if wl in best.index and set(PAPER_POLICIES) <= present[wl]:
             out.append({"key": key, "ours": float(bool(claim())), "paper": 1.0, "unit": "bool"})
     return out
 
@@ -385,6 +393,14 @@ def operating_point_table(runs: pd.DataFrame) -> pd.DataFrame:
     tab = policy_summary(at, ("policy",))
     tab["paper_ttft_p99_s"] = [paper_value(FIG6_KEYS[p]) if p in FIG6_KEYS else np.nan for p in tab.policy]
     return tab
+
+
+def burst_requests(rate: float, period_s: float, n_requests: int, periods: int = 3) -> int:
+    """Requests of a burst-train run: ``n_requests``, or more when that would not span ``periods``
+    burst periods at the mean ``rate`` (a train of one burst shows nothing)."""
+    if not rate > 0 or not period_s > 0:
+        raise ConfigError(f"burst: rate ({rate!r} req/s) and period ({period_s!r} s) must be > 0")
+    return max(int(n_requests), int(np.ceil(rate * period_s * periods)))
 
 
 def burst_specs(*, backend: str = "sim", seeds: Sequence[int] = (1,), rate: float = 16.0, n_requests: int = 2000,

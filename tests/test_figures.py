@@ -45,6 +45,7 @@ def test_write_headline_fills_paper_values(tmp_path):
                          "04_test", tmp_path)
     df = pd.read_csv(p)
     assert p.name == "04_headline.csv"
-    assert list(df.columns) == ["notebook", "key", "ours", "paper", "unit"]
+    assert list(df.columns) == ["notebook", "key", "ours", "paper", "unit", "meaning"]
     assert df.loc[0, "paper"] == 0.864 and df.loc[0, "unit"] == "fraction"
-    assert pd.isna(df.loc[1, "paper"])
+    assert "goodput" in df.loc[0, "meaning"]  # the reference's quantity, so summary.csv says what each number is
+    assert pd.isna(df.loc[1, "paper"]) and pd.isna(df.loc[1, "meaning"])

@@ -11,7 +11,8 @@ from repro.experiment import RunSpec
 def test_scale_plan_defaults_and_overrides():
     assert A.scale_plan("sim", "quick", [], 0) == ([1, 2], 2000)
     assert A.scale_plan("sim", "full", [], 0) == ([1, 2, 3], 10000)
-    assert A.scale_plan("emulated", "quick", [5], 0) == ([5], 300)
+    assert A.scale_plan("emulated", "quick", [5], 0) == ([5], 200)
+    assert A.scale_plan("emulated", "quick", [], 0) == ([1], 200)
     assert A.scale_plan("sim", "quick", [], 123) == ([1, 2], 123)
     with pytest.raises(ConfigError, match="n_requests"):
         A.scale_plan("sim", "quick", [], -1)

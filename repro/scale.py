@@ -1,0 +1,134 @@
+"""What a section notebook runs at each (backend, scale): traces, requests per run, operating rates, grids.
+
+Three plans, one per (backend family, scale):
+
+- ``sim`` (quick or full): the paper's grids and saturation searches; quick shrinks the requests
+  per run (2000 instead of 10000), never the grids. Deterministic.
+- live ``full`` (``emulated``, ``vllm``): the paper's protocol on the live cluster: three traces of
+  1000 requests, saturation searches on that cluster, the full grids. Hours on real GPUs.
+- live ``quick`` (the README's main job on ``emulated``): every section on the real proxy and HTTP
+  path in about 20 minutes on 2 cores. One trace of `LIVE_QUICK_REQUESTS` requests per run, the
+  simulator's saturation rates (`SIM_SATURATION_RATES`) as operating points instead of a live
+  search, and each sweep cut to the rows that carry its section's claim (`LIVE_QUICK_GRIDS`).
+  Notebooks share identical runs (a run is resumed from ``runs_dir`` by the hash of its spec), so
+  notebook 04's four runs also serve 05, 06, 09, 10, 12 and 13.
+
+A live run's wall time is set by its trace's slowest request, not its request count: at time scale
+2 a mixed run of 200 requests takes ~40 s, of which ~27 s drain one ~4,500-token reasoning answer.
+Hence the grids, not the request counts, are what live quick cuts. Given values always win: a
+notebook parameter that is not empty (or not 0) overrides the plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from repro.errors import ConfigError
+
+BACKENDS = ("sim", "emulated", "vllm")
+SCALES = ("quick", "full")
+
+# The saturation rate (req/s) of each workload on 2p4d (round-robin mid-collapse, §IV-B), from the
+# simulator's search (`repro saturate`); notebooks 12 and 13 use them as reference rates, and live
+# quick as its operating points. The emulated engines run the same physics, so the rates carry over
+# (notebook 03 checks the mixed one with a round-robin probe on the live cluster).
+SIM_SATURATION_RATES = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}
+
+SIM_REQUESTS = (2000, 10000)  # requests per run at (quick, full)
+LIVE_REQUESTS = (200, 1000)
+LIVE_QUICK_REQUESTS = LIVE_REQUESTS[0]
+FULL_SEEDS = (1, 2, 3)  # the paper's three arrival traces
+LIVE_QUICK_SEEDS = (1,)
+
+# Live quick: each sweep cut to the rows that carry its section's claim (name -> values).
+LIVE_QUICK_GRIDS: dict[str, tuple[Any, ...]] = {
+    "saturation_workloads": ("mixed",),  # 03: check the mixed operating point (its probe is 04's round-robin run)
+    "heterogeneity_policies": ("round_robin", "marginal_cost"),  # 06, 12: the two ends of Fig. 3
+    "widths": (3, 4),  # 07: the narrow pool where the router matters, and the paper's 2p4d
+    "width_policies": ("least_loaded", "marginal_cost"),  # 07: the paper's §V-D comparison
+    "shapes": ("1p2d", "2p4d"),  # 08: the scarcity corner and the paper's default shape
+    "shape_policies": ("round_robin", "least_loaded", "marginal_cost"),
+    "rate_fractions": (0.5, 1.0),  # 09: half load and the operating point
+    "sweep_policies": ("round_robin", "marginal_cost"),  # 09: Fig. 5 and Fig. 7
+    "ablation_features": ("length", "slo"),  # 10: the two terms the paper finds matter
+    "ablation_points": ("saturation",),  # 10: the operating point of Table II (and no sim-derived SLO ablation)
+    "noise_levels": (0.0, 1.0),  # 11: exact lengths and 100% error
+    "noise_policies": ("marginal_cost",),
+    "frontier_shapes": ("1p2d", "2p4d"),  # 13: the scarcity failure and the headline shape
+    "frontier_policies": ("round_robin", "marginal_cost", "marginal_cost_plus"),
+    "beyond_workloads": ("mixed",),  # 13: production baselines on the paper's headline workload
+    "vllm_router_policies": ("round_robin", "power_of_two"),  # 13: when the vllm-router binary is installed
+}
+
+
+# Live quick: single values (name -> value) where the paper's would not fit a short trace.
+LIVE_QUICK_VALUES: dict[str, float] = {
+    "burst_period_s": 10.0,  # 09: three burst periods fit in ~500 requests at 16 req/s (the paper's 30 s need ~1,500)
+}
+
+
+def check_backend_scale(backend: str, scale: str) -> None:
+    if backend not in BACKENDS:
+        raise ConfigError(f"parameter 'backend' = {backend!r}; allowed: {list(BACKENDS)}")
+    if scale not in SCALES:
+        raise ConfigError(f"parameter 'scale' = {scale!r}; allowed: {list(SCALES)}")
+
+
+def is_live_quick(backend: str, scale: str) -> bool:
+    """True for the smoke-sized plan: a live backend at quick scale."""
+    check_backend_scale(backend, scale)
+    return backend != "sim" and scale == "quick"
+
+
+def searches_rates(backend: str, scale: str) -> bool:
+    """Whether a rate of 0 means a saturation search (else the simulator's rates are used)."""
+    return not is_live_quick(backend, scale)
+
+
+def pick(name: str, given: Any, backend: str, scale: str, default: Sequence[Any]) -> list[Any]:
+    """The values of grid ``name``: ``given`` when not empty, else the live-quick cut, else ``default``."""
+    if given:
+        return list(given)
+    if name not in LIVE_QUICK_GRIDS:
+        raise KeyError(f"scale: no grid named {name!r}; known: {sorted(LIVE_QUICK_GRIDS)}")
+    return list(LIVE_QUICK_GRIDS[name] if is_live_quick(backend, scale) else default)
+
+
+def value(name: str, given: float, backend: str, scale: str, default: float) -> float:
+    """A single setting: ``given`` when > 0, else the live-quick value, else ``default``."""
+    if given and given > 0:
+        return float(given)
+    if name not in LIVE_QUICK_VALUES:
+        raise KeyError(f"scale: no value named {name!r}; known: {sorted(LIVE_QUICK_VALUES)}")
+    return float(LIVE_QUICK_VALUES[name] if is_live_quick(backend, scale) else default)
+
+
+def seeds_and_requests(backend: str, scale: str, seeds: Sequence[int] | None, n_requests: int, *,
+                       quick_seeds: Sequence[int] = FULL_SEEDS, full_seeds: Sequence[int] = FULL_SEEDS,
+                       sim: tuple[int, int] = SIM_REQUESTS, live: tuple[int, int] = LIVE_REQUESTS) -> tuple[list[int], int]:
+    """``(seeds, n_requests)``: given values win; empty / 0 mean the plan's default.
+
+    ``quick_seeds`` is the notebook's sim-quick choice; live quick always runs `LIVE_QUICK_SEEDS`.
+    """
+    check_backend_scale(backend, scale)
+    if isinstance(n_requests, bool) or not isinstance(n_requests, int) or n_requests < 0:
+        raise ConfigError(f"parameter 'n_requests' = {n_requests!r} must be an integer >= 0 (0 = the scale default)")
+    full = scale == "full"
+    if seeds:
+        chosen = list(seeds)
+    elif full:
+        chosen = list(full_seeds)
+    else:
+        chosen = list(LIVE_QUICK_SEEDS if backend != "sim" else quick_seeds)
+    if not chosen or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in chosen):
+        raise ConfigError(f"parameter 'seeds' = {seeds!r} must be a list of integers >= 0 ([] = the scale default)")
+    n = int(n_requests) or (sim if backend == "sim" else live)[1 if full else 0]
+    return chosen, n
+
+
+def fixed_rates(workloads: Sequence[str]) -> dict[str, float]:
+    """The simulator's saturation rates of ``workloads`` (req/s), live quick's operating points."""
+    unknown = [w for w in workloads if w not in SIM_SATURATION_RATES]
+    if unknown:
+        raise ConfigError(f"scale: no operating point for workload(s) {unknown}; known: {sorted(SIM_SATURATION_RATES)}")
+    return {w: SIM_SATURATION_RATES[w] for w in workloads}

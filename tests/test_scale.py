@@ -1,0 +1,123 @@
+"""The scale plans: what each notebook runs at (backend, scale), and the live-quick cuts."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from repro import paper_sections as S
+from repro import scale
+from repro import sections_analysis as A
+from repro import sections_results as R
+from repro.errors import ConfigError
+from repro.experiment import RunSpec, simulate_spec, truth_cost_model
+from repro.metrics import summarize
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def test_pick_given_wins_then_live_quick_cut_then_default():
+    assert scale.pick("widths", [5], "emulated", "quick", (3, 4, 6)) == [5]
+    assert scale.pick("widths", [], "emulated", "quick", (3, 4, 6)) == [3, 4]
+    assert scale.pick("widths", [], "vllm", "quick", (3, 4, 6)) == [3, 4]
+    assert scale.pick("widths", [], "sim", "quick", (3, 4, 6)) == [3, 4, 6]
+    assert scale.pick("widths", [], "emulated", "full", (3, 4, 6)) == [3, 4, 6]
+    with pytest.raises(KeyError, match="no grid named"):
+        scale.pick("widthz", [], "sim", "quick", (3,))
+    with pytest.raises(ConfigError, match="'backend'"):
+        scale.pick("widths", [], "gpu", "quick", (3,))
+    with pytest.raises(ConfigError, match="'scale'"):
+        scale.pick("widths", [], "sim", "medium", (3,))
+
+
+def test_value_and_burst_requests():
+    assert scale.value("burst_period_s", 0.0, "emulated", "quick", 30.0) == 10.0
+    assert scale.value("burst_period_s", 0.0, "sim", "quick", 30.0) == 30.0
+    assert scale.value("burst_period_s", 7.0, "emulated", "quick", 30.0) == 7.0
+    assert R.burst_requests(16.0, 10.0, 200) == 480  # three periods at the mean rate
+    assert R.burst_requests(16.0, 30.0, 2000) == 2000  # sim quick: the run is already long enough
+    with pytest.raises(ConfigError, match="period"):
+        R.burst_requests(16.0, 0.0, 200)
+
+
+def test_seeds_and_requests_per_plan():
+    assert scale.seeds_and_requests("sim", "quick", [], 0) == ([1, 2, 3], 2000)
+    assert scale.seeds_and_requests("sim", "quick", [], 0, quick_seeds=(1,)) == ([1], 2000)
+    assert scale.seeds_and_requests("sim", "full", [], 0) == ([1, 2, 3], 10000)
+    assert scale.seeds_and_requests("emulated", "quick", [], 0) == ([1], 200)
+    assert scale.seeds_and_requests("vllm", "full", [], 0) == ([1, 2, 3], 1000)
+    assert scale.seeds_and_requests("emulated", "quick", [4, 5], 50) == ([4, 5], 50)
+    with pytest.raises(ConfigError, match="n_requests"):
+        scale.seeds_and_requests("sim", "quick", [], -3)
+    with pytest.raises(ConfigError, match="seeds"):
+        scale.seeds_and_requests("sim", "quick", [-1], 0)
+
+
+def test_live_quick_takes_the_simulator_rates_without_searching(monkeypatch):
+    def no_search(*a, **k):
+        raise AssertionError("live quick must not run a saturation search")
+
+    monkeypatch.setattr(R, "saturation_table", no_search)
+    got = R.operating_rates(["mixed", "chat"], backend="emulated", scale="quick")
+    assert got == {"mixed": scale.SIM_SATURATION_RATES["mixed"], "chat": scale.SIM_SATURATION_RATES["chat"]}
+    with pytest.raises(AssertionError, match="must not"):
+        R.operating_rates(["mixed"], backend="emulated", scale="full")
+    with pytest.raises(ConfigError, match="no operating point"):
+        scale.fixed_rates(["poetry"])
+
+
+def test_saturation_table_fixed_rate_is_one_round_robin_probe():
+    rates, probes = S.saturation_table(["chat"], backend="sim", n_requests=150, seed=3, fixed={"chat": 40.0})
+    assert rates.saturation_rate.tolist() == [40.0] and rates.light_goodput.isna().all() and rates.probes.tolist() == [1]
+    spec = RunSpec(backend="sim", workload="chat", seed=3, n_requests=150, rate=40.0, policy="round_robin")
+    want = summarize(simulate_spec(spec), truth_cost_model(spec).slo)["goodput"]
+    assert probes.round_robin_goodput.tolist() == [pytest.approx(want)]
+    with pytest.raises(ConfigError, match="no fixed rate"):
+        S.saturation_table(["mixed"], backend="sim", n_requests=50, fixed={"chat": 40.0})
+
+
+def test_ablation_features_subset():
+    items = A.ablation_specs(seeds=(1,), rates={"saturation": 16.0}, n_requests=100, uncalibrated_features=(),
+                             features=["length", "slo"])
+    assert [lab["variant"] for lab, _ in items] == ["full", "length", "slo"]
+    assert items[1][1].policy_options == {"use_length": False}
+    with pytest.raises(ConfigError, match="unknown feature"):
+        A.ablation_specs(seeds=(1,), features=["colour"])
+
+
+def test_every_grid_a_notebook_picks_exists_and_live_quick_cuts_are_valid():
+    used = set()
+    for nb in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
+        used |= set(re.findall(r'pick\("([a-z_]+)"', nb.read_text()))
+    assert used, "the notebooks pick their grids through repro.scale"
+    assert used <= set(scale.LIVE_QUICK_GRIDS), used - set(scale.LIVE_QUICK_GRIDS)
+    assert set(scale.LIVE_QUICK_GRIDS) <= used, "a live-quick cut no notebook uses"
+    values = set()
+    for nb in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
+        values |= set(re.findall(r'value\("([a-z_]+)"', nb.read_text()))
+    assert values == set(scale.LIVE_QUICK_VALUES)
+    from repro.policies import POLICIES
+
+    known = set(POLICIES)
+    for name, values in scale.LIVE_QUICK_GRIDS.items():
+        if name.endswith("_policies") and name != "vllm_router_policies":
+            assert set(values) <= known | set(A.SWITCH_VARIANTS), (name, values)
+    assert set(scale.LIVE_QUICK_GRIDS["shapes"]) <= set(R.SHAPES)
+    assert set(scale.LIVE_QUICK_GRIDS["frontier_shapes"]) <= set(A.FRONTIER_SHAPES)
+    assert set(scale.LIVE_QUICK_GRIDS["widths"]) <= set(R.WIDTHS)
+    assert set(scale.LIVE_QUICK_GRIDS["vllm_router_policies"]) <= set(A.VLLM_ROUTER_POLICIES)
+
+
+def test_live_quick_runs_are_shared_between_notebooks():
+    """Notebook 04's round-robin run is notebook 03's operating-point probe and 06's mixed cell:
+    identical specs, so one run (resumed by its hash) serves all three."""
+    n = scale.LIVE_QUICK_REQUESTS
+    probe = RunSpec(backend="emulated", workload="mixed", seed=1, n_requests=n, topology="2p4d", time_scale=2.0
+                    ).replace(policy="round_robin", policy_options={}, rate=16.0)
+    t2 = S.table_two_specs(backend="emulated", seeds=[1], rate=16.0, n_requests=n, time_scale=2.0)
+    het = R.specs_grid(workloads=["mixed"], rates={"mixed": 16.0}, policies=["round_robin"], seeds=[1],
+                       backend="emulated", n_requests=n, time_scale=2.0)
+    ref = A.grid_specs(backend="emulated", seeds=[1], rates={"mixed": 16.0}, n_requests=n, policies=["round_robin"],
+                       time_scale=2.0)[0][1]
+    rr = [s for s in t2 if s.policy == "round_robin"][0]
+    assert probe.run_id == rr.run_id == het[0].run_id == ref.run_id
