@@ -42,9 +42,10 @@ from repro import figures as F
 from repro import paper_reference as R
 from repro import paper_sections as S
 from repro.calibration import CostModel
+from repro.figures import resolve_dir
 
 S.check_common(backend, scale, seeds)
-cluster_file = S.check_cluster(backend, cluster)
+cluster_file = S.check_cluster(backend, cluster, need_calibration=False)  # this notebook makes the calibration
 F.set_style()
 shipped, sim_derived = CostModel.load("calibrated"), CostModel.load("sim_derived")
 if backend == "sim":
@@ -87,6 +88,12 @@ F.plain_log_axis(b)
 b.set_title(f"§III-B: decode rate vs concurrency (paper: sim-derived {R.lookup('sim_tau_dec_underestimate')}x too fast)")
 fig.tight_layout()
 F.save(fig, "01_calibration_curves", figures_dir)
+
+# %%
+# The fitted cost model, ready for a cluster file's `calibration:` (what the router believes on these engines)
+calibration_file = resolve_dir(results_dir) / "01_calibration.json"
+fitted.save(calibration_file)
+print(f"wrote {calibration_file}" + (f"; add 'calibration: {calibration_file}' to {cluster_file}" if cluster_file else ""))
 
 # %%
 F.write_headline([

@@ -186,7 +186,8 @@ def parse_topology(spec: "str | Path | dict | Topology", *, profile: Optional[st
     return _from_dict(raw, str(path), profile, kv_budget_tokens)
 
 
-_TOP_KEYS = {"name", "launcher", "profile", "kv_budget_tokens", "instances", "vllm", "emulated", "description"}
+_TOP_KEYS = {"name", "launcher", "profile", "kv_budget_tokens", "instances", "vllm", "emulated", "description",
+             "calibration"}
 _INST_KEYS = {"role", "count", "profile", "kv_budget_tokens", "url", "urls", "gpus", "gpu", "engine_id", "fault", "faults", "name"}
 
 
@@ -247,7 +248,28 @@ def _from_dict(raw: dict, origin: str, profile: Optional[str], kv_budget: Option
     if len(set(names)) != len(names):
         raise _err("instances", f"instance names must be unique, got {names}")
     options = {k: raw[k] for k in ("vllm", "emulated") if k in raw}
+    if raw.get("calibration") is not None:
+        options["calibration"] = _check_calibration(raw["calibration"], origin)
     return Topology(name=str(raw.get("name") or "cluster"), instances=tuple(specs), launcher=launcher, options=options)
+
+
+def _check_calibration(value: Any, origin: str) -> str:
+    """The cluster's cost model: a shipped name (``calibrated``, ``sim_derived``) or a JSON file
+    written by ``repro calibrate`` (relative to the cluster file); a missing file says how to make it."""
+    from repro.calibration import CALIBRATION_DIR
+
+    if not isinstance(value, str) or not value.strip():
+        raise _err("calibration", f"must be a shipped cost model name or a path to a calibration JSON in {origin}, got {value!r}")
+    if (CALIBRATION_DIR / f"{value}.json").exists():
+        return value
+    path = Path(value)
+    if not path.is_absolute() and Path(origin).exists():
+        path = Path(origin).resolve().parent / path
+    if not path.exists():
+        raise _err("calibration", f"file {path} does not exist: calibrate these engines first "
+                                  f"(repro calibrate --cluster {origin} --out {value}, or notebook 01 with this "
+                                  "cluster), or write 'calibration: calibrated' to use the paper's A40 constants")
+    return str(path)
 
 
 # ---- process helpers -------------------------------------------------------------------------
@@ -353,7 +375,8 @@ def wait_healthy(instances: Sequence[Instance], timeout: float, procs: Optional[
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"not healthy after {timeout:.0f} s: {sorted(pending)} "
-                                   f"({', '.join(pending[n].url for n in sorted(pending))})")
+                                   f"({', '.join(pending[n].url for n in sorted(pending))}): check that the engines "
+                                   "run and that this machine reaches them (curl URL/health), or fix the URLs")
             time.sleep(interval)
 
 

@@ -202,13 +202,27 @@ def build_predictions(spec: RunSpec, trace) -> np.ndarray:
     return np.asarray(model.predict(X), dtype=float)
 
 
+def cluster_calibration(spec: RunSpec) -> str | None:
+    """The ``calibration:`` of the spec's cluster file (a shipped name or a JSON path), if it has one."""
+    return spec.topology_parsed().options.get("calibration") if spec.cluster else None
+
+
 def truth_cost_model(spec: RunSpec) -> CostModel:
-    """The deployment's own calibration (source of the SLO targets used for scoring)."""
+    """The deployment's own calibration (source of the SLO targets used for scoring): on real
+    engines (``vllm``) the cluster file's ``calibration``, else the profile's physics."""
+    cal = cluster_calibration(spec) if spec.backend == "vllm" else None
+    if cal:
+        return CostModel.load(cal)
     return CostModel.from_physics(pools(spec.topology_parsed())[3][0], name="truth")
 
 
 def router_cost_model(spec: RunSpec) -> CostModel:
-    cm = CostModel.load(spec.cost_model)
+    """What the router believes: ``spec.cost_model``, where ``calibrated`` means the cluster file's
+    own ``calibration`` when it names one (the shipped A40 constants otherwise)."""
+    name = spec.cost_model
+    if name == "calibrated":
+        name = cluster_calibration(spec) or name
+    cm = CostModel.load(name)
     if spec.kv_budget_tokens is not None:
         cm = cm.with_overrides(kv_capacity_tokens=spec.kv_budget_tokens)
     return cm

@@ -36,18 +36,49 @@ def check_common(backend: str, scale: str, seeds: Sequence[int] | None = None) -
             raise ConfigError(f"parameter 'seeds' = {seeds!r} must be a non-empty list of integers >= 0")
 
 
-def check_cluster(backend: str, cluster: str) -> Optional[str]:
-    """The cluster file for a live backend (None for sim); a missing file is an error saying what to do."""
+def check_cluster(backend: str, cluster: str, *, need_calibration: bool = True) -> Optional[str]:
+    """The cluster file for a live backend (None for sim). Stops at once, saying what to do, when the
+    file is missing or malformed, when ``vllm`` engines have no calibration (``need_calibration``;
+    notebook 01, which makes one, passes False), or when remote engines do not answer ``/health``."""
     if backend == "sim":
         return None
     if backend == "vllm" and not cluster:
         raise ConfigError("backend 'vllm' needs a cluster file: pass cluster='cluster.yaml' "
                           "(repro paper --backend vllm --cluster cluster.yaml); see data/clusters/")
-    if cluster:
-        from repro.topology import parse_topology
+    if not cluster:
+        return None
+    from repro.topology import parse_topology
 
-        parse_topology(cluster)  # validates: a missing or malformed file raises ConfigError
-    return cluster or None
+    topo = parse_topology(cluster)  # validates: a missing or malformed file (or calibration file) raises ConfigError
+    if backend == "vllm" and need_calibration and "calibration" not in topo.options:
+        raise ConfigError(f"cluster {cluster} has no 'calibration': the router's cost model and the SLO targets come "
+                          f"from calibrating these engines. Run notebook 01 on it (repro paper --only 01 --backend vllm "
+                          f"--cluster {cluster}) or `repro calibrate --cluster {cluster} --out calibration.json`, then add "
+                          "'calibration: calibration.json' to the file ('calibration: calibrated' uses the paper's A40 constants)")
+    urls = [i.url for i in topo.instances if i.url]
+    if urls:
+        unreachable = unreachable_urls(urls)
+        if unreachable:
+            raise ConfigError(f"cluster {cluster}: no answer from GET /health of {unreachable}: start the engines, "
+                              "check that this machine reaches them (curl URL/health), or fix the URLs in the file")
+    return cluster
+
+
+def unreachable_urls(urls: Sequence[str], timeout_s: float = 2.0) -> list[str]:
+    """The URLs whose ``GET /health`` does not answer 200 within ``timeout_s`` (probed concurrently)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    def ok(url: str) -> bool:
+        try:
+            return httpx.get(url.rstrip("/") + "/health", timeout=timeout_s, trust_env=False).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    with ThreadPoolExecutor(max_workers=min(16, len(urls)) or 1) as pool:
+        answers = list(pool.map(ok, urls))
+    return [u for u, good in zip(urls, answers) if not good]
 
 
 @contextmanager

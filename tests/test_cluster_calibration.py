@@ -1,0 +1,77 @@
+"""A cluster file's `calibration:`, and notebooks stopping at once on a cluster they cannot use."""
+
+import time
+
+import pytest
+
+from repro import paper_sections as S
+from repro.calibration import CostModel
+from repro.cluster import parse_topology
+from repro.errors import ConfigError
+from repro.experiment import RunSpec, router_cost_model, truth_cost_model
+
+REMOTE = """name: mine
+launcher: remote
+{extra}instances:
+  - {{role: prefill, urls: ["{url}"]}}
+  - {{role: decode, urls: ["{url}"]}}
+"""
+
+
+def _write(tmp_path, extra="", url="http://127.0.0.1:9"):
+    p = tmp_path / "cluster.yaml"
+    p.write_text(REMOTE.format(extra=extra, url=url))
+    return p
+
+
+def test_calibration_file_is_resolved_next_to_the_cluster_file(tmp_path):
+    fitted = CostModel.load("calibrated").with_overrides(tau_dec_s=0.02, name="mine")
+    fitted.save(tmp_path / "cal.json")
+    topo = parse_topology(str(_write(tmp_path, "calibration: cal.json\n")))
+    assert topo.options["calibration"] == str((tmp_path / "cal.json").resolve())
+    assert parse_topology(str(_write(tmp_path, "calibration: sim_derived\n"))).options["calibration"] == "sim_derived"
+
+
+def test_missing_calibration_file_says_how_to_make_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"calibration.*does not exist.*repro calibrate --cluster"):
+        parse_topology(str(_write(tmp_path, "calibration: nowhere.json\n")))
+    with pytest.raises(ConfigError, match="calibration"):
+        parse_topology(str(_write(tmp_path, "calibration: 3\n")))
+
+
+def test_router_and_slo_use_the_cluster_calibration(tmp_path):
+    fitted = CostModel.load("calibrated").with_overrides(tau_dec_s=0.02, name="mine")
+    fitted.save(tmp_path / "cal.json")
+    cluster = str(_write(tmp_path, "calibration: cal.json\n"))
+    spec = RunSpec(backend="vllm", cluster=cluster, n_requests=10)
+    assert router_cost_model(spec).tau_dec_s == pytest.approx(0.02)
+    assert truth_cost_model(spec).slo.tpot_tight_s == pytest.approx(fitted.slo.tpot_tight_s)
+    # an explicitly chosen cost model is still what the router believes (the §V-B comparison)
+    assert router_cost_model(spec.replace(cost_model="sim_derived")).tau_dec_s == CostModel.load("sim_derived").tau_dec_s
+    # no calibration in the file: the shipped A40 constants, SLOs from the profile's physics
+    plain = RunSpec(backend="vllm", cluster=str(_write(tmp_path)), n_requests=10)
+    assert router_cost_model(plain).tau_dec_s == CostModel.load("calibrated").tau_dec_s
+
+
+def test_vllm_notebook_without_calibration_stops_with_what_to_do(tmp_path):
+    with pytest.raises(ConfigError, match=r"no 'calibration'.*repro paper --only 01"):
+        S.check_cluster("vllm", str(_write(tmp_path)))
+
+
+def test_unreachable_engines_stop_a_notebook_at_once(tmp_path):
+    cluster = str(_write(tmp_path, "calibration: calibrated\n", url="http://127.0.0.1:9"))
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=r"no answer from GET /health.*127\.0\.0\.1:9"):
+        S.check_cluster("vllm", cluster)
+    assert time.monotonic() - t0 < 5.0  # a quick probe, not the launcher's 10 s health wait
+    # notebook 01 (which makes the calibration) still refuses an unreachable cluster
+    with pytest.raises(ConfigError, match="no answer"):
+        S.check_cluster("vllm", str(_write(tmp_path)), need_calibration=False)
+
+
+def test_reachable_remote_cluster_passes(tmp_path):
+    from repro.cluster import launch
+
+    with launch("1p1d", launcher="emulated") as instances:
+        cluster = str(_write(tmp_path, "calibration: calibrated\n", url=instances[0].url))
+        assert S.check_cluster("vllm", cluster) == cluster
