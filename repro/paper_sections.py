@@ -18,6 +18,7 @@ import pandas as pd
 from repro.calibration import CostModel
 from repro.errors import ConfigError
 from repro.physics import Physics, resolve_dir
+from repro.scale import for_this_machine
 
 BACKENDS = ("sim", "emulated", "vllm")
 SCALES = ("quick", "full")
@@ -243,7 +244,7 @@ def saturation_table(workloads: Sequence[str] = WORKLOADS, *, backend: str = "si
     for wl in workloads:
         base = RunSpec(backend=backend, workload=wl, seed=seed, n_requests=n_requests, topology=topology,
                        cluster=cluster, time_scale=time_scale)
-        probe = None if backend == "sim" else (lambda spec: run(spec, resolve_dir(runs_dir)).summary["goodput"])
+        probe = None if backend == "sim" else (lambda spec: run(for_this_machine(spec), resolve_dir(runs_dir)).summary["goodput"])
         if fixed is not None:
             if wl not in fixed:
                 raise ConfigError(f"saturation: no fixed rate for workload {wl!r}; given: {sorted(fixed)}")
@@ -286,6 +287,7 @@ def run_grid(specs: Sequence[Any], runs_dir: str | Path = "runs/paper", on_run: 
 
     rows = []
     for i, spec in enumerate(specs):
+        spec = for_this_machine(spec)  # emulated: no faster than the CPUs can keep up with (repro.scale)
         if on_run is not None:
             on_run(i, len(specs), spec)
         if spec.backend == "sim":
@@ -294,7 +296,7 @@ def run_grid(specs: Sequence[Any], runs_dir: str | Path = "runs/paper", on_run: 
             summary = run(spec, resolve_dir(runs_dir)).summary
         rows.append({"workload": spec.workload, "topology": spec.topology, "policy": spec.policy,
                      "cost_model": spec.cost_model, "seed": spec.seed, "rate": spec.rate,
-                     "n_requests": spec.n_requests, "backend": spec.backend,
+                     "n_requests": spec.n_requests, "backend": spec.backend, "time_scale": spec.time_scale,
                      **{k: summary.get(k, np.nan) for k in SUMMARY_COLUMNS}})
     return pd.DataFrame(rows)
 

@@ -553,18 +553,20 @@ def beyond_goals(frontier: pd.DataFrame, workloads: pd.DataFrame, ours: str = OU
     """
     rows = []
     f = frontier.pivot(index="topology", columns="variant", values="goodput")
-    if "1p2d" in f.index and "round_robin" in f.columns:
+    if "1p2d" in f.index and {"round_robin", ours} <= set(f.columns):
         v = f.loc["1p2d", ours] - f.loc["1p2d", "round_robin"]
         rows.append({"goal": "1p2d scarcity: ours - round_robin", "where": "1p2d", "value": float(v),
                      "threshold": -0.02, "met": bool(v >= -0.02)})
     w = workloads.pivot(index="workload", columns="variant", values="goodput")
-    if "mixed" in w.index:
+    if "mixed" in w.index and ours in w.columns:
         others = [c for c in w.columns if c != ours and c in (*baselines, "marginal_cost")]
         lead = w.loc["mixed", ours] - w.loc["mixed", others].max()
         rows.append({"goal": "mixed 2p4d: ours - best other policy", "where": "mixed/2p4d", "value": float(lead),
                      "threshold": 0.0, "met": bool(lead >= 0.0)})
     worst = None
     for frame, label in ((f, "topology"), (w, "workload")):
+        if ours not in frame.columns:
+            continue
         for idx, r in frame.iterrows():
             base = [c for c in baselines if c in frame.columns and not pd.isna(r[c])]
             if not base:
@@ -583,12 +585,14 @@ def beyond_headline(frontier: pd.DataFrame, workloads: pd.DataFrame, goals: pd.D
     f = frontier.pivot(index="topology", columns="variant", values="goodput")
     out = []
     if "1p2d" in f.index:
-        out += [{"key": "fig4_mc_1p2d", "ours": f.loc["1p2d", "marginal_cost"]},
-                {"key": "fig4_rr_1p2d", "ours": f.loc["1p2d", "round_robin"]},
-                {"key": "beyond_plus_1p2d", "ours": f.loc["1p2d", OURS], "unit": "fraction"}]
+        for pol, key, unit in (("marginal_cost", "fig4_mc_1p2d", None), ("round_robin", "fig4_rr_1p2d", None),
+                               (OURS, "beyond_plus_1p2d", "fraction")):
+            if pol in f.columns:
+                out.append({"key": key, "ours": f.loc["1p2d", pol], **({"unit": unit} if unit else {})})
     w = workloads.pivot(index="workload", columns="variant", values="goodput")
-    for wl in w.index:
-        out.append({"key": f"beyond_plus_{wl}", "ours": w.loc[wl, OURS], "unit": "fraction"})
+    if OURS in w.columns:
+        for wl in w.index:
+            out.append({"key": f"beyond_plus_{wl}", "ours": w.loc[wl, OURS], "unit": "fraction"})
     for r in goals.itertuples():
         key = {"1p2d scarcity: ours - round_robin": "beyond_goal_scarcity_gap",
                "mixed 2p4d: ours - best other policy": "beyond_goal_mixed_lead",
@@ -624,8 +628,9 @@ def vllm_router_runs(*, backend: str, cluster: Optional[str], seeds: Sequence[in
     for wl, rate in rates.items():
         for pol in policies:
             for s in seeds:
-                spec = RunSpec(backend=backend, workload=wl, topology=topology, seed=int(s), rate=float(rate),
-                               n_requests=int(n_requests), policy="round_robin", cluster=cluster, time_scale=time_scale)
+                spec = scale_mod.for_this_machine(RunSpec(
+                    backend=backend, workload=wl, topology=topology, seed=int(s), rate=float(rate),
+                    n_requests=int(n_requests), policy="round_robin", cluster=cluster, time_scale=time_scale))
                 run_dir = Path(runs_dir) / f"vllm-router-{pol}-{spec.run_id}"
                 manifest = run_dir / "manifest.json"
                 if manifest.exists() and json.loads(manifest.read_text()).get("complete"):

@@ -26,6 +26,7 @@ import pandas as pd
 from repro import paper_reference
 from repro import scale as scale_mod
 from repro.errors import ConfigError
+from repro.physics import resolve_dir
 from repro.paper_sections import PAPER_POLICIES, WORKLOADS, run_grid, saturation_table
 
 LOAD_AWARE = ("least_loaded", "length_threshold", "marginal_cost")
@@ -420,7 +421,8 @@ def burst_timeline(specs: Sequence[Any], runs_dir: str | Path = "runs/paper", wi
 
     frames = []
     for spec in specs:
-        journal = simulate_spec(spec) if spec.backend == "sim" else run(spec, runs_dir).journal()
+        spec = scale_mod.for_this_machine(spec)
+        journal = simulate_spec(spec) if spec.backend == "sim" else run(spec, resolve_dir(runs_dir)).journal()
         r = rolling(journal, truth_cost_model(spec).slo, window_s=window_s, q=q)
         last_full = float(np.floor(journal["arrival_s"].max() / window_s) * window_s)
         r = r[r.window < last_full].rename(columns={"window": "window_s"})

@@ -30,6 +30,18 @@ def test_pick_given_wins_then_live_quick_cut_then_default():
         scale.pick("widths", [], "sim", "medium", (3,))
 
 
+def test_emulated_time_scale_keeps_the_wall_rate_within_the_cpus():
+    assert scale.emulated_time_scale(16.0, 2.0) == 2.0  # mixed: 32 wall req/s
+    assert scale.emulated_time_scale(64.0, 2.0) == 1.0  # chat: 128 would be the CPU's measurement
+    assert scale.emulated_time_scale(40.0, 2.0) == pytest.approx(1.2)
+    assert scale.emulated_time_scale(200.0, 2.0) == 1.0  # never slower than real time
+    assert scale.emulated_time_scale(200.0, 0.5) == 0.5  # nor faster than asked
+    spec = RunSpec(backend="emulated", workload="chat", rate=64.0, time_scale=2.0, n_requests=10)
+    assert scale.for_this_machine(spec).time_scale == 1.0
+    sim = spec.replace(backend="sim", time_scale=1.0, rate=500.0)
+    assert scale.for_this_machine(sim) is sim
+
+
 def test_value_and_burst_requests():
     assert scale.value("burst_period_s", 0.0, "emulated", "quick", 30.0) == 10.0
     assert scale.value("burst_period_s", 0.0, "sim", "quick", 30.0) == 30.0

@@ -124,6 +124,11 @@ def test_frontier_and_goals():
     assert len(goals) == 3 and goals.met.dtype == bool
     keys = {r["key"] for r in A.beyond_headline(frontier, workloads, goals)}
     assert {"fig4_mc_1p2d", "fig4_rr_1p2d", "beyond_plus_1p2d", "beyond_goal_worst_gap"} <= keys
+    # a frontier without our router (e.g. -p 'policies=["round_robin"]') has no goals to check there
+    without = A.beyond_goals(frontier[frontier.variant != A.OURS], workloads[workloads.variant != A.OURS])
+    assert without.empty
+    assert not any(r["key"].startswith("beyond_plus") for r in A.beyond_headline(
+        frontier[frontier.variant != A.OURS], workloads[workloads.variant != A.OURS], without))
 
 
 def test_vllm_router_skips_with_a_note_in_sim():
