@@ -196,7 +196,8 @@ def run_paper(*, backend: str = "emulated", scale: str = "quick", only: Optional
         raise ConfigError("paper: --backend vllm needs --cluster FILE (a cluster YAML; see data/clusters/)")
     if cluster and not Path(cluster).exists() and not (DATA_DIR / "clusters" / f"{cluster}.yaml").exists():
         raise ConfigError(f"paper: --cluster {cluster!r}: no such file")
-    console = console or Console()
+    # a log file or pipe gets a wide table (Rich would fold it to 80 columns and cut the keys)
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
     nbs = select(only)
     out_dir, res_dir, fig_dir = resolve_dir(out), resolve_dir(results_dir), resolve_dir(figures_dir)
     if out_dir.resolve() == NOTEBOOK_DIR.resolve():
