@@ -43,7 +43,6 @@ import contextlib
 import gc
 import json
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence

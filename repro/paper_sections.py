@@ -18,20 +18,15 @@ import pandas as pd
 from repro.calibration import CostModel
 from repro.errors import ConfigError
 from repro.physics import Physics, resolve_dir
-from repro.scale import for_this_machine
+from repro.scale import check_backend_scale, for_this_machine
 
-BACKENDS = ("sim", "emulated", "vllm")
-SCALES = ("quick", "full")
 PAPER_POLICIES = ("round_robin", "least_loaded", "length_threshold", "marginal_cost")
 WORKLOADS = ("chat", "reasoning", "documents", "mixed")
 
 
 def check_common(backend: str, scale: str, seeds: Sequence[int] | None = None) -> None:
     """Validate the shared notebook parameters; a bad one stops the notebook with what to do."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"parameter 'backend' = {backend!r}; allowed: {list(BACKENDS)}")
-    if scale not in SCALES:
-        raise ConfigError(f"parameter 'scale' = {scale!r}; allowed: {list(SCALES)}")
+    check_backend_scale(backend, scale)
     if seeds is not None:
         if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
             raise ConfigError(f"parameter 'seeds' = {seeds!r} must be a non-empty list of integers >= 0")
@@ -48,6 +43,7 @@ def check_cluster(backend: str, cluster: str, *, need_calibration: bool = True) 
                           "(repro paper --backend vllm --cluster cluster.yaml); see data/clusters/")
     if not cluster:
         return None
+    from repro.cluster import Instance, wait_healthy
     from repro.topology import parse_topology
 
     topo = parse_topology(cluster)  # validates: a missing or malformed file (or calibration file) raises ConfigError
@@ -56,30 +52,13 @@ def check_cluster(backend: str, cluster: str, *, need_calibration: bool = True) 
                           f"from calibrating these engines. Run notebook 01 on it (repro paper --only 01 --backend vllm "
                           f"--cluster {cluster}) or `repro calibrate --cluster {cluster} --out calibration.json`, then add "
                           "'calibration: calibration.json' to the file ('calibration: calibrated' uses the paper's A40 constants)")
-    urls = [i.url for i in topo.instances if i.url]
-    if urls:
-        unreachable = unreachable_urls(urls)
-        if unreachable:
-            raise ConfigError(f"cluster {cluster}: no answer from GET /health of {unreachable}: start the engines, "
-                              "check that this machine reaches them (curl URL/health), or fix the URLs in the file")
-    return cluster
-
-
-def unreachable_urls(urls: Sequence[str], timeout_s: float = 2.0) -> list[str]:
-    """The URLs whose ``GET /health`` does not answer 200 within ``timeout_s`` (probed concurrently)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import httpx
-
-    def ok(url: str) -> bool:
+    remote = [Instance(name=i.name, role=i.role, url=i.url) for i in topo.instances if i.url]
+    if remote:
         try:
-            return httpx.get(url.rstrip("/") + "/health", timeout=timeout_s, trust_env=False).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    with ThreadPoolExecutor(max_workers=min(16, len(urls)) or 1) as pool:
-        answers = list(pool.map(ok, urls))
-    return [u for u, good in zip(urls, answers) if not good]
+            wait_healthy(remote, timeout=2.0)
+        except RuntimeError as exc:  # the launcher's own health check, with a short deadline
+            raise ConfigError(f"cluster {cluster}: no answer from GET /health within 2 s: {exc}") from None
+    return cluster
 
 
 @contextmanager
@@ -237,14 +216,14 @@ def saturation_table(workloads: Sequence[str] = WORKLOADS, *, backend: str = "si
     With ``fixed`` (workload -> req/s) there is no search: one round-robin probe per workload at
     the given rate checks that operating point (``light_goodput`` and ``target_goodput`` NaN).
     """
-    from repro.experiment import RunSpec, run, saturation_search, simulate_spec, truth_cost_model
+    from repro.experiment import RunSpec, saturation_search, simulate_spec, truth_cost_model
     from repro.metrics import summarize
 
     rates, probes = [], []
     for wl in workloads:
         base = RunSpec(backend=backend, workload=wl, seed=seed, n_requests=n_requests, topology=topology,
                        cluster=cluster, time_scale=time_scale)
-        probe = None if backend == "sim" else (lambda spec: run(for_this_machine(spec), resolve_dir(runs_dir)).summary["goodput"])
+        probe = None if backend == "sim" else (lambda spec: run_live(spec, runs_dir).summary["goodput"])
         if fixed is not None:
             if wl not in fixed:
                 raise ConfigError(f"saturation: no fixed rate for workload {wl!r}; given: {sorted(fixed)}")
@@ -277,23 +256,31 @@ SUMMARY_COLUMNS = ("goodput", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p5
                    "token_skew", "request_skew", "requests", "completed", "failed", "rejected")
 
 
+def run_live(spec: Any, runs_dir: str | Path = "runs/paper") -> Any:
+    """`repro.experiment.run` for a notebook: the runs folder relative to the repo root, and an
+    emulated time scale no faster than the CPUs keep up with (`repro.scale.for_this_machine`)."""
+    from repro.experiment import run
+
+    return run(for_this_machine(spec), resolve_dir(runs_dir))
+
+
 def run_grid(specs: Sequence[Any], runs_dir: str | Path = "runs/paper", on_run: Any = None) -> pd.DataFrame:
     """Run specs; one row per run (spec fields + summary). ``sim`` runs in-process, without disk.
 
     ``on_run(i, n, spec)`` is called before each run (progress).
     """
-    from repro.experiment import run, simulate_spec, truth_cost_model
+    from repro.experiment import simulate_spec, truth_cost_model
     from repro.metrics import summarize
 
     rows = []
     for i, spec in enumerate(specs):
-        spec = for_this_machine(spec)  # emulated: no faster than the CPUs can keep up with (repro.scale)
+        spec = for_this_machine(spec)
         if on_run is not None:
             on_run(i, len(specs), spec)
         if spec.backend == "sim":
             summary = summarize(simulate_spec(spec), truth_cost_model(spec).slo, sent=spec.n_requests)
         else:
-            summary = run(spec, resolve_dir(runs_dir)).summary
+            summary = run_live(spec, runs_dir).summary
         rows.append({"workload": spec.workload, "topology": spec.topology, "policy": spec.policy,
                      "cost_model": spec.cost_model, "seed": spec.seed, "rate": spec.rate,
                      "n_requests": spec.n_requests, "backend": spec.backend, "time_scale": spec.time_scale,

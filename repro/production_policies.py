@@ -39,7 +39,24 @@ def _check_seed(name: str, random_state: Any) -> int:
     return int(random_state)
 
 
-class PowerOfTwo(Policy):
+class PerPoolPolicy(Policy):
+    """A router that picks the prefill and the decode instance independently, each from its own
+    pool, as vllm-router, Dynamo, llm-d and SGLang treat P/D pools. Subclasses implement `_pick`;
+    no healthy instance in either pool means no placement."""
+
+    def _pick(self, request: RequestInfo, pool: list[InstanceSignals], role: str) -> int | None:
+        """The chosen instance's index in ``pool`` (``role`` is "prefill" or "decode"), or None."""
+        raise NotImplementedError
+
+    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
+        p = self._pick(request, view.prefill, "prefill")
+        d = self._pick(request, view.decode, "decode")
+        if p is None or d is None:
+            return Rejection("no healthy instance")
+        return Placement(p, d)
+
+
+class PowerOfTwo(PerPoolPolicy):
     """Power-of-two choices on in-flight load (vllm-router / SGLang router ``power_of_two``).
 
     Source: vllm-project/router, ``src/policies/power_of_two.rs`` (the same policy as
@@ -62,7 +79,7 @@ class PowerOfTwo(Policy):
         self.random_state = _check_seed(self.name, random_state)
         self._rng = random.Random(self.random_state)
 
-    def _pick(self, pool: list[InstanceSignals]) -> int | None:
+    def _pick(self, request: RequestInfo, pool: list[InstanceSignals], role: str) -> int | None:
         healthy = _healthy(pool)
         if not healthy:
             return None
@@ -75,13 +92,6 @@ class PowerOfTwo(Policy):
             j = self._rng.randrange(n)
         a, b = healthy[i], healthy[j]
         return a.index if a.in_flight <= b.in_flight else b.index
-
-    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
-        p = self._pick(view.prefill)
-        d = self._pick(view.decode)
-        if p is None or d is None:
-            return Rejection("no healthy instance")
-        return Placement(p, d)
 
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name, "random_state": self.random_state}
@@ -117,7 +127,7 @@ def softmax_sample_min(logits: list[float], temperature: float, rng: random.Rand
     return len(logits) - 1
 
 
-class DynamoKV(Policy):
+class DynamoKV(PerPoolPolicy):
     r"""NVIDIA Dynamo's KV-router cost with softmax sampling (``dynamo_kv``).
 
     Source: ai-dynamo/dynamo, ``lib/llm/src/kv_router/scheduler.rs`` (``DefaultWorkerSelector``
@@ -194,20 +204,13 @@ class DynamoKV(Policy):
         k = softmax_sample_min([v for _, v in cand], self.temperature, self._rng)
         return cand[k][0]
 
-    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
-        p = self._pick(request, view.prefill, "prefill")
-        d = self._pick(request, view.decode, "decode")
-        if p is None or d is None:
-            return Rejection("no healthy instance")
-        return Placement(p, d)
-
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name, "overlap_score_weight": self.overlap_score_weight,
                 "temperature": self.temperature, "block_size": self.block_size,
                 "random_state": self.random_state}
 
 
-class LlmdWeighted(Policy):
+class LlmdWeighted(PerPoolPolicy):
     r"""llm-d inference scheduler: queue and KV-utilization scorers, weighted sum, max-score picker.
 
     Source: llm-d/llm-d-inference-scheduler,
@@ -262,7 +265,7 @@ class LlmdWeighted(Policy):
             out.append((s.index, self.queue_weight * queue + self.kv_weight * kv))
         return out
 
-    def _pick(self, pool: list[InstanceSignals]) -> int | None:
+    def _pick(self, request: RequestInfo, pool: list[InstanceSignals], role: str) -> int | None:
         cand = self.scores(pool)
         if not cand:
             return None
@@ -270,19 +273,12 @@ class LlmdWeighted(Policy):
         cand.sort(key=lambda c: -c[1])  # stable: the shuffle decides among equal scores
         return cand[0][0]
 
-    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
-        p = self._pick(view.prefill)
-        d = self._pick(view.decode)
-        if p is None or d is None:
-            return Rejection("no healthy instance")
-        return Placement(p, d)
-
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name, "queue_weight": self.queue_weight, "kv_weight": self.kv_weight,
                 "random_state": self.random_state}
 
 
-class SglangLeastLoad(Policy):
+class SglangLeastLoad(PerPoolPolicy):
     """SGLang model gateway's ``least_load``: the worker with the least outstanding request size.
 
     Source: sgl-project/sglang, ``sgl-model-gateway/src/policies/least_load.rs``. Formula: each
@@ -305,19 +301,12 @@ class SglangLeastLoad(Policy):
 
     name = "sglang_least_load"
 
-    def _pick(self, pool: list[InstanceSignals]) -> int | None:
+    def _pick(self, request: RequestInfo, pool: list[InstanceSignals], role: str) -> int | None:
         best, best_load = None, math.inf
         for s in pool:
             if s.healthy and s.in_flight_tokens < best_load:
                 best, best_load = s.index, s.in_flight_tokens
         return best
-
-    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
-        p = self._pick(view.prefill)
-        d = self._pick(view.decode)
-        if p is None or d is None:
-            return Rejection("no healthy instance")
-        return Placement(p, d)
 
 
 PRODUCTION_POLICIES: dict[str, type[Policy]] = {

@@ -26,8 +26,7 @@ import pandas as pd
 from repro import paper_reference
 from repro import scale as scale_mod
 from repro.errors import ConfigError
-from repro.physics import resolve_dir
-from repro.paper_sections import PAPER_POLICIES, WORKLOADS, run_grid, saturation_table
+from repro.paper_sections import PAPER_POLICIES, WORKLOADS, run_live, saturation_table
 
 LOAD_AWARE = ("least_loaded", "length_threshold", "marginal_cost")
 
@@ -36,12 +35,7 @@ LOAD_AWARE = ("least_loaded", "length_threshold", "marginal_cost")
 def default_n(backend: str, scale: str, n_requests: int = 0, *, sim: tuple[int, int] = scale_mod.SIM_REQUESTS,
               live: tuple[int, int] = scale_mod.LIVE_REQUESTS) -> int:
     """Requests per run: ``n_requests`` if > 0, else the (quick, full) default of the backend."""
-    if n_requests:
-        if isinstance(n_requests, bool) or not isinstance(n_requests, int) or n_requests < 1:
-            raise ConfigError(f"parameter 'n_requests' = {n_requests!r} must be an integer >= 0 (0: the scale default)")
-        return int(n_requests)
-    pair = sim if backend == "sim" else live
-    return int(pair[0] if scale == "quick" else pair[1])
+    return scale_mod.seeds_and_requests(backend, scale, [1], n_requests, sim=sim, live=live)[1]
 
 
 def operating_rates(workloads: Sequence[str] = ("mixed",), *, backend: str = "sim", scale: str = "full",
@@ -416,13 +410,12 @@ def burst_timeline(specs: Sequence[Any], runs_dir: str | Path = "runs/paper", wi
                    q: float = 95) -> pd.DataFrame:
     """Rolling goodput and P``q`` TTFT per arrival window, per run (columns: policy, seed, window_s,
     goodput, ttft_p95_s, requests). Windows after the last arrival window that is full are dropped."""
-    from repro.experiment import run, simulate_spec, truth_cost_model
+    from repro.experiment import simulate_spec, truth_cost_model
     from repro.metrics import rolling
 
     frames = []
     for spec in specs:
-        spec = scale_mod.for_this_machine(spec)
-        journal = simulate_spec(spec) if spec.backend == "sim" else run(spec, resolve_dir(runs_dir)).journal()
+        journal = simulate_spec(spec) if spec.backend == "sim" else run_live(spec, runs_dir).journal()
         r = rolling(journal, truth_cost_model(spec).slo, window_s=window_s, q=q)
         last_full = float(np.floor(journal["arrival_s"].max() / window_s) * window_s)
         r = r[r.window < last_full].rename(columns={"window": "window_s"})

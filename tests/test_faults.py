@@ -211,29 +211,35 @@ def test_errors_fault_fails_requests_but_keeps_the_engine(clean):
     assert wait_health(rig, {"prefill-0": True})  # an engine answering 5xx is alive: not marked
 
 
-def test_hung_decode_times_out_is_skipped_and_comes_back(clean):
-    rig = clean
-    c = rig["client"]
+def two_streams_then_fault(rig, prefix: str, fault: str) -> dict:
+    """Two long streams (``<prefix>-0``, ``-1``); 0.4 s in, ``fault`` is switched on at decode-1.
+    Returns {decode instance: (status, decode instance, SSEParser)}."""
     out = {}
 
     async def go():
         async with httpx.AsyncClient(timeout=20) as ac:
             async def one(k):
                 async with ac.stream("POST", rig["url"] + "/v1/completions", json=req(800, stream=True),
-                                     headers={"X-Request-Id": f"hang-{k}"}) as s:
+                                     headers={"X-Request-Id": f"{prefix}-{k}"}) as s:
                     p = SSEParser()
                     async for chunk in s.aiter_raw():
                         p.feed(chunk)
                     out[k] = (s.status_code, s.headers.get("x-decode-instance"), p)
             tasks = [asyncio.create_task(one(k)) for k in range(2)]
             await asyncio.sleep(0.4)
-            set_fault(rig, "decode-1", ["hang"])
+            set_fault(rig, "decode-1", [fault])
             await asyncio.gather(*tasks)
 
-    t = time.monotonic()
     asyncio.run(go())
+    return {v[1]: v for v in out.values()}
+
+
+def test_hung_decode_times_out_is_skipped_and_comes_back(clean):
+    rig = clean
+    c = rig["client"]
+    t = time.monotonic()
+    by = two_streams_then_fault(rig, "hang", "hang")
     assert time.monotonic() - t < 8  # bounded by read_timeout_s (2 s), not hung
-    by = {v[1]: v for v in out.values()}
     assert by["decode-0"][2].usage.done and by["decode-0"][2].usage.completion_tokens == 800
     p1 = by["decode-1"][2]
     assert by["decode-1"][0] == 200 and not p1.usage.done and "stream cut" in p1.usage.errors[0]
@@ -314,24 +320,7 @@ def test_slow_diverge_and_kv_drop_still_answer(clean):
 
 def test_crash_mid_stream_is_journaled_and_the_engine_skipped(clean):
     rig = clean
-    out = {}
-
-    async def go():
-        async with httpx.AsyncClient(timeout=20) as ac:
-            async def one(k):
-                async with ac.stream("POST", rig["url"] + "/v1/completions", json=req(800, stream=True),
-                                     headers={"X-Request-Id": f"crash-{k}"}) as s:
-                    p = SSEParser()
-                    async for chunk in s.aiter_raw():
-                        p.feed(chunk)
-                    out[k] = (s.status_code, s.headers.get("x-decode-instance"), p)
-            tasks = [asyncio.create_task(one(k)) for k in range(2)]
-            await asyncio.sleep(0.4)
-            set_fault(rig, "decode-1", ["crash"])
-            await asyncio.gather(*tasks)
-
-    asyncio.run(go())
-    by = {v[1]: v for v in out.values()}
+    by = two_streams_then_fault(rig, "crash", "crash")
     assert by["decode-0"][2].usage.done
     assert not by["decode-1"][2].usage.done and "decode-1" in by["decode-1"][2].usage.errors[0]
     wait_health(rig, {"decode-1": False})

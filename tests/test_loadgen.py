@@ -16,7 +16,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pandas as pd
 import pytest

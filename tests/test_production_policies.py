@@ -9,7 +9,7 @@ from repro.calibration import CostModel
 from repro.errors import ConfigError
 from repro.experiment import RunSpec, simulate_spec, truth_cost_model
 from repro.metrics import check_accounting, summarize
-from repro.policies import POLICIES, ClusterView, InstanceSignals, Placement, Rejection, RequestInfo, make_policy
+from repro.policies import POLICIES, ClusterView, InstanceSignals, Rejection, RequestInfo, make_policy
 
 CM = CostModel.load("calibrated")
 NAMES = ("power_of_two", "dynamo_kv", "llmd_weighted", "sglang_least_load")

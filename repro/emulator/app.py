@@ -46,7 +46,6 @@ from repro.emulator.engine import AsyncEngine, EmulatorConfig
 from repro.emulator.faults import Faults, error_due
 from repro.emulator.metrics import render
 from repro.emulator.model import (
-    EOS_TOKEN_ID,
     TOKENIZER,
     OutputFunction,
     detokenize,
