@@ -16,7 +16,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from repro.pdproto import decode_body, headers_for, prefill_body
+from repro.live.pd_protocol import decode_body, headers_for, prefill_body
 
 
 def create_app(prefills: list[str], decodes: list[str]) -> FastAPI:

@@ -43,10 +43,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from repro.cluster import launch  # noqa: E402
+from repro.cluster.launchers import launch  # noqa: E402
 from repro.emulator.core import EngineCore, Seq  # noqa: E402
 from repro.emulator.http import RawClient  # noqa: E402
-from repro.physics import Physics  # noqa: E402
+from repro.engine.physics import Physics  # noqa: E402
 
 PROFILE = "a40-qwen2.5-3b"
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,

@@ -9,7 +9,7 @@ An emulated 2p4d cluster (127.0.0.1) behind the proxy (its own process, default 
 proxy's ``GET /health`` every 0.2 s (latency p50/p99/max and any failure or non-answer within 2 s)
 and reads the proxy's RSS from ``/proc/<pid>/status`` every second. At the end: sent = ok + failed
 + rejected is checked on the load generator's report, its journal and the proxy's journal
-(`repro.harness.check_live_accounting`; a mismatch exits non-zero), and the memory trajectory is
+(`repro.live.run.check_live_accounting`; a mismatch exits non-zero), and the memory trajectory is
 printed (start, after warm-up, peak, end; growth from the end of the first tenth of the run).
 """
 
@@ -28,13 +28,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from repro.cluster import launch  # noqa: E402
-from repro.harness import check_live_accounting, free_port, proxy_process  # noqa: E402
-from repro.journal import read as read_journal  # noqa: E402
-from repro.loadgen import replay_sync  # noqa: E402
-from repro.metrics import AccountingError  # noqa: E402
-from repro.proxy import Endpoint, ProxyConfig  # noqa: E402
-from repro.workloads import make_trace  # noqa: E402
+from repro.cluster.launchers import launch  # noqa: E402
+from repro.experiment.journal import read as read_journal  # noqa: E402
+from repro.experiment.metrics import AccountingError  # noqa: E402
+from repro.live.loadgen import replay_sync  # noqa: E402
+from repro.live.proxy.app import Endpoint, ProxyConfig  # noqa: E402
+from repro.live.run import check_live_accounting, free_port, proxy_process  # noqa: E402
+from repro.workload.traces import make_trace  # noqa: E402
 
 SATURATION_RATE = 16.0  # mixed workload on 2p4d: the operating point (req/s physics)
 
@@ -46,7 +46,7 @@ def proxy_pid(conf: Path) -> int | None:
                 cmd = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"repro.proxy" in cmd and str(conf).encode() in cmd:
+            if b"repro.live.proxy" in cmd and str(conf).encode() in cmd:
                 return int(entry.name)
     return None
 

@@ -25,13 +25,13 @@ import aiohttp
 import httpx
 import numpy as np
 
-from repro.calibration import CostModel
-from repro.cluster import launch
-from repro.harness import free_port, proxy_process
-from repro.pdproto import decode_body, headers_for, prefill_body
-from repro.policies import InstanceSignals, PAPER_POLICIES, RequestInfo, make_policy
-from repro.proxy import Endpoint, ProxyConfig
-from repro.router import Router
+from repro.cluster.launchers import launch
+from repro.live.pd_protocol import decode_body, headers_for, prefill_body
+from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.run import free_port, proxy_process
+from repro.routing.cost_model import CostModel
+from repro.routing.policies.base import PAPER_POLICIES, RequestInfo, make_policy
+from repro.routing.router import Router
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
 BODY = {"model": MODEL, "prompt": "route this request please " * 8, "max_tokens": 2, "ignore_eos": True, "temperature": 0}

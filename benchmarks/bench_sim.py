@@ -17,11 +17,14 @@ import argparse
 import tempfile
 import time
 
-from repro.experiment import RunSpec, build_predictions, build_trace, make_router, run, saturation_search
-from repro.journal import write_frame
-from repro.policies import PAPER_POLICIES
-from repro.sim import SimConfig, Simulator
-from repro.topology import pools
+from repro.cluster.topology import pools
+from repro.experiment.inputs import build_predictions, build_trace, make_router
+from repro.experiment.journal import write_frame
+from repro.experiment.runner import run
+from repro.experiment.saturation import saturation_search
+from repro.experiment.spec import RunSpec
+from repro.routing.policies.base import PAPER_POLICIES
+from repro.sim.simulator import SimConfig, Simulator
 
 
 def main() -> None:
@@ -65,8 +68,8 @@ def main() -> None:
             t0 = time.perf_counter()
             write_frame(journal, f"{tmp}/{policy}.jsonl")
             t_write = time.perf_counter() - t0
-            from repro.experiment import truth_cost_model
-            from repro.metrics import summarize
+            from repro.experiment.inputs import truth_cost_model
+            from repro.experiment.metrics import summarize
 
             g = summarize(journal, truth_cost_model(spec).slo)["goodput"]
             print(f"   {policy:18s} {wall:10.2f} {args.requests / wall:12,.0f} {end / wall:8,.0f}x {t_write:9.2f} {g:8.3f}")

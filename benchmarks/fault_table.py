@@ -7,7 +7,7 @@ replay (streaming requests, as every live run) with the fault switched on 0.3 s 
 dev-mode ``POST /_emulator/faults``, then lifted. Columns: the fault and where it was injected,
 what the client saw (status counts, main reason), what the proxy's journal recorded, and whether
 the accounting balanced (sent = ok + failed + rejected, client report = client journal, the
-proxy journal has no unknown or duplicate request; `repro.harness.check_live_accounting`). The
+proxy journal has no unknown or duplicate request; `repro.live.run.check_live_accounting`). The
 crash runs last (it leaves the engine dead).
 """
 
@@ -27,12 +27,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from repro.cluster import launch  # noqa: E402
-from repro.harness import check_live_accounting, free_port, proxy_process  # noqa: E402
-from repro.journal import read as read_journal  # noqa: E402
-from repro.loadgen import replay  # noqa: E402
-from repro.metrics import AccountingError  # noqa: E402
-from repro.proxy import Endpoint, ProxyConfig  # noqa: E402
+from repro.cluster.launchers import launch  # noqa: E402
+from repro.experiment.journal import read as read_journal  # noqa: E402
+from repro.experiment.metrics import AccountingError  # noqa: E402
+from repro.live.loadgen import replay  # noqa: E402
+from repro.live.proxy.app import Endpoint, ProxyConfig  # noqa: E402
+from repro.live.run import check_live_accounting, free_port, proxy_process  # noqa: E402
 
 FAULTS = [  # (label, engine, switch)
     ("none", None, []),

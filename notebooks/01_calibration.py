@@ -20,7 +20,7 @@
 # The router prices work with constants (`tau_pre`, `tau_dec`) and SLO targets fitted by a short
 # benchmark of the cluster: a prefill latency curve and the decode rate under concurrency.
 # Here we fit them (in `sim`: a synthetic benchmark of the hardware profile's Physics; on
-# `emulated`/`vllm`: `repro.calibrate.calibrate` on a live cluster) and compare with the shipped
+# `emulated`/`vllm`: `repro.live.calibration_bench.calibrate` on a live cluster) and compare with the shipped
 # calibrated and simulator-derived constants. The paper: the simulator-derived `tau_dec` was 7.4x
 # smaller than the measured one.
 
@@ -38,11 +38,11 @@ budget_s: float = 60.0  # live benchmark budget in physics seconds at quick scal
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from repro import figures as F
-from repro import paper_reference as R
-from repro import paper_sections as S
-from repro.calibration import CostModel
-from repro.figures import resolve_dir
+from repro.paper import figures as F
+from repro.paper import reference as R
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
+from repro.routing.cost_model import CostModel
 
 S.check_common(backend, scale, seeds)
 cluster_file = S.check_cluster(backend, cluster, need_calibration=False)  # this notebook makes the calibration
@@ -60,7 +60,7 @@ constants
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/01_calibration-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("01_calibration", 1):
     ratio_shipped = shipped.tau_dec_s / sim_derived.tau_dec_s

@@ -33,10 +33,9 @@ figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative t
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 
-from repro import figures as F
-from repro import paper_sections as S
+from repro.paper import figures as F
+from repro.paper import section as S
 
 S.check_common(backend, scale, seeds)
 F.set_style()
@@ -46,7 +45,7 @@ table
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/02_length_predictor-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("02_length_predictor", 1):
     pooled = table[table.group == "families_pooled"].set_index("model")

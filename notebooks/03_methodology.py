@@ -34,12 +34,11 @@ n_requests: int = 0  # requests per saturation probe; 0 means the scale default 
 
 # %%
 import matplotlib.pyplot as plt
-import seaborn as sns
 
-from repro import figures as F
-from repro import paper_sections as S
-from repro.scale import fixed_rates, pick, searches_rates
-from repro.workloads import table_one
+from repro.paper import figures as F
+from repro.paper import section as S
+from repro.paper.plans import fixed_rates, pick, searches_rates
+from repro.workload.traces import table_one
 
 S.check_common(backend, scale, seeds)
 cluster_file = S.check_cluster(backend, cluster)
@@ -50,7 +49,7 @@ t1
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/03_methodology-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("03_methodology", 1):
     print(t1[["workload", "prompt_p50", "prompt_p99", "output_p50", "output_p99"]].to_string(index=False))
@@ -61,7 +60,7 @@ if backend == "sim":
           "prefix-cache reset) apply to live backends; rerun with backend='emulated' or 'vllm' to see them.")
     gates = None
 else:
-    from repro.gates import render_text, run_gates
+    from repro.live.gates import render_text, run_gates
 
     with S.live_cluster(backend, cluster_file, "1p2d", time_scale) as instances:
         report = run_gates(instances)
@@ -84,7 +83,7 @@ rates
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/03_methodology-2.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("03_methodology", 2):
     for r in rates.itertuples():

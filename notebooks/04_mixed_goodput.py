@@ -35,13 +35,12 @@ n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 
 # %%
-import matplotlib.pyplot as plt
 
-from repro import figures as F
-from repro import paper_sections as S
-from repro import sections_analysis as A
-from repro import sections_results as R
-from repro.figures import resolve_dir
+from repro.paper import figures as F
+from repro.paper import legacy_analysis as A
+from repro.paper import legacy_results as R
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
@@ -63,7 +62,7 @@ tab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/04_mixed_goodput-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("04_mixed_goodput", 1):
     print(tab[["policy", "mean_goodput", "spread", "worst", "paper_mean_goodput", "paper_worst"]].round(3).to_string(index=False))

@@ -44,11 +44,11 @@ runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from repro import figures as F
-from repro import paper_sections as S
-from repro import sections_analysis as A
-from repro import sections_results as R
-from repro.figures import resolve_dir
+from repro.paper import figures as F
+from repro.paper import legacy_analysis as A
+from repro.paper import legacy_results as R
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
@@ -72,7 +72,7 @@ tab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/05_calibration_value-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("05_calibration_value", 1):
     print(tab[["condition", "goodput", "ttft_p99_min_s", "ttft_p99_max_s", "token_skew", "request_skew",

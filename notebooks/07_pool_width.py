@@ -39,15 +39,13 @@ widths: list = []  # decode widths (2 prefill instances each); [] means the scal
 policies: list = []  # policies to compare; [] means the scale default (the paper's four; live quick: least-loaded and marginal-cost)
 
 # %%
-import matplotlib.pyplot as plt
-import pandas as pd
 
-from repro import figures as F
-from repro import paper_sections as S
-from repro import sections_analysis as A
-from repro import sections_results as R
-from repro.figures import resolve_dir
-from repro.scale import pick
+from repro.paper import figures as F
+from repro.paper import legacy_analysis as A
+from repro.paper import legacy_results as R
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
+from repro.paper.plans import pick
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
@@ -73,7 +71,7 @@ tab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/07_pool_width-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("07_pool_width", 1):
     print(tab[["decode_width", "policy", "goodput", "goodput_sd", "paper_goodput", "mc_margin_over_best_baseline"]]

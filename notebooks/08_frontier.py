@@ -42,14 +42,13 @@ match_tolerance: float = 0.0  # round-robin "matches" the learned router when wi
 
 # %%
 import matplotlib.pyplot as plt
-import pandas as pd
 
-from repro import figures as F
-from repro import paper_sections as S
-from repro import sections_analysis as A
-from repro import sections_results as R
-from repro.figures import resolve_dir
-from repro.scale import pick
+from repro.paper import figures as F
+from repro.paper import legacy_analysis as A
+from repro.paper import legacy_results as R
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
+from repro.paper.plans import pick
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
@@ -76,7 +75,7 @@ front
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/08_frontier-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("08_frontier", 1):
     print(front.pivot(index="gpus", columns="policy", values="goodput")[policies].round(3).to_string())

@@ -23,7 +23,7 @@
 # operating point up to it (mixed, 2p4d). The paper: round-robin degrades from 0.880 to 0.733 with P99
 # TTFT stretching from 0.22 s to 0.56 s; the policies separate with pressure. Fig. 6: P99 TTFT at the
 # operating point (learned 0.321 s, round-robin 0.337 s, JSQ 0.346 s). Fig. 7: a sustained burst train
-# (`repro.arrivals` burst process, carried by `RunSpec.arrival`, mean rate = the operating point): rolling
+# (`repro.workload.arrivals` burst process, carried by `RunSpec.arrival`, mean rate = the operating point): rolling
 # P95 TTFT and goodput over arrival-time windows; the paper's learned router keeps rolling P95 TTFT
 # ~20% lower (0.28 s vs 0.30-0.37 s) and goodput above round-robin throughout.
 
@@ -47,14 +47,13 @@ window_s: float = 0.0  # Fig. 7: rolling window (s of arrival time); 0 means a t
 
 # %%
 import matplotlib.pyplot as plt
-import pandas as pd
 
-from repro import figures as F
-from repro import paper_sections as S
-from repro import sections_analysis as A
-from repro import sections_results as R
-from repro.figures import resolve_dir
-from repro.scale import pick, value
+from repro.paper import figures as F
+from repro.paper import legacy_analysis as A
+from repro.paper import legacy_results as R
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
+from repro.paper.plans import pick, value
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
 S.check_common(backend, scale, seeds)
@@ -94,7 +93,7 @@ btab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/09_load_and_tails-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("09_load_and_tails", 1):
     print(sweep.pivot(index="load", columns="policy", values="goodput")[policies].round(3).to_string())

@@ -47,12 +47,12 @@ runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 import matplotlib.pyplot as plt
 from matplotlib.container import BarContainer
 
-from repro import figures as F
-from repro import paper_sections as S
-from repro import sections_analysis as A
-from repro import sections_results as R
-from repro.figures import resolve_dir
-from repro.scale import is_live_quick, pick
+from repro.paper import figures as F
+from repro.paper import legacy_analysis as A
+from repro.paper import legacy_results as R
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
+from repro.paper.plans import is_live_quick, pick
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests)
 S.check_common(backend, scale, seeds)
@@ -80,7 +80,7 @@ tab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/10_feature_ablation-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("10_feature_ablation", 1):
     print(tab[["operating_point", "cost_model", "feature", "full_goodput", "change_points", "paper_change_points"]]

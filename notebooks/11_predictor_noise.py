@@ -41,13 +41,13 @@ runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 # %%
 import matplotlib.pyplot as plt
 
-from repro import figures as F
-from repro import paper_reference
-from repro import paper_sections as S
-from repro import sections_analysis as A
-from repro import sections_results as R
-from repro.figures import resolve_dir
-from repro.scale import pick
+from repro.paper import figures as F
+from repro.paper import legacy_analysis as A
+from repro.paper import legacy_results as R
+from repro.paper import reference as paper_reference
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
+from repro.paper.plans import pick
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests)
 S.check_common(backend, scale, seeds)
@@ -72,7 +72,7 @@ tab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/11_predictor_noise-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("11_predictor_noise", 1):
     print(tab[["policy", "noise_pct", "mean_goodput", "sd"]].round(3).to_string(index=False))

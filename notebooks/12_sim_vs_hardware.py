@@ -55,16 +55,15 @@ runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 import seaborn as sns
 
-from repro import figures as F
-from repro import paper_reference
-from repro import paper_sections as S
-from repro import sections_analysis as A
-from repro.experiment import RunSpec
-from repro.figures import resolve_dir
-from repro.scale import pick
+from repro.experiment.spec import RunSpec
+from repro.paper import figures as F
+from repro.paper import legacy_analysis as A
+from repro.paper import reference as paper_reference
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
+from repro.paper.plans import pick
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests)
 S.check_common(backend, scale, seeds)
@@ -114,7 +113,7 @@ summary
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/12_sim_vs_hardware-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("12_sim_vs_hardware", 1):
     print(grid[["model", "workload", "policy", "ref_goodput", "model_goodput", "residual"]].round(3).to_string(index=False))
@@ -196,7 +195,7 @@ calib
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/12_sim_vs_hardware-2.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("12_sim_vs_hardware", 2):
     print(calib[["service", "backlog", "goodput_calibrated", "goodput_sim_derived", "calibration_gain_points",

@@ -27,7 +27,7 @@
 #    `Retry-After` when every candidate's predicted TTFT exceeds 1.5x the request's target; a
 #    rejected request counts as not good), one at a time and together (`marginal_cost_plus`).
 # 2. **Production-router baselines** written from their published formulas
-#    (`repro.production_policies`): power-of-two on in-flight load (vllm-router / SGLang router),
+#    (`repro.routing.policies.production`): power-of-two on in-flight load (vllm-router / SGLang router),
 #    NVIDIA Dynamo's KV-router cost, llm-d's weighted scorer, SGLang's `least_load`, beside the
 #    paper's policies on the four workloads at their saturation rates (2p4d). Their prefix-cache
 #    terms are zero here: caches are reset before every run and the workloads share no prefixes.
@@ -56,14 +56,13 @@ runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 
-from repro import figures as F
-from repro import paper_reference
-from repro import paper_sections as S
-from repro import sections_analysis as A
-from repro.figures import resolve_dir
-from repro.scale import pick
+from repro.paper import figures as F
+from repro.paper import legacy_analysis as A
+from repro.paper import reference as paper_reference
+from repro.paper import section as S
+from repro.paper.figures import resolve_dir
+from repro.paper.plans import pick
 
 seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1,))
 S.check_common(backend, scale, seeds)
@@ -115,7 +114,7 @@ goals
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/13_beyond-1.txt in the test run
-from repro.paper import expected_output  # noqa: E402
+from repro.paper.runner import expected_output  # noqa: E402
 
 with expected_output("13_beyond", 1):
     f = frontier.pivot(index="topology", columns="variant", values="goodput").loc[shapes]

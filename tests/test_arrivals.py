@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repro.arrivals import ArrivalSpec, burst_rates, burst_train, gamma, poisson
 from repro.errors import ConfigError
+from repro.workload.arrivals import ArrivalSpec, burst_rates, burst_train, gamma, poisson
 
 N = 200_000
 

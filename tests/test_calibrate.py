@@ -8,7 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from repro.calibrate import (
+from repro.cluster.launchers import launch
+from repro.engine.physics import Physics
+from repro.errors import ConfigError
+from repro.live.calibration_bench import (
     calibrate,
     compare,
     fit_samples,
@@ -17,11 +20,8 @@ from repro.calibrate import (
     samples_path,
     unique_prompt,
 )
-from repro.calibration import CostModel
-from repro.cluster import launch
-from repro.errors import ConfigError
-from repro.physics import Physics
-from repro.tokenizer import DEFAULT_TOKENIZER
+from repro.routing.cost_model import CostModel
+from repro.workload.tokenizer import DEFAULT_TOKENIZER
 
 K = 10.0  # fast enough for the test, slow enough that a 2-core machine keeps the emulator's clock
 
@@ -94,7 +94,7 @@ def test_unique_prompts_have_exact_length_and_differ():
 
 
 def test_bad_arguments_name_the_field():
-    from repro.cluster import Instance
+    from repro.cluster.topology import Instance
 
     inst = [Instance("p", "prefill", "http://127.0.0.1:9"), Instance("d", "decode", "http://127.0.0.1:9")]
     with pytest.raises(ConfigError, match="concurrencies"):
@@ -109,7 +109,7 @@ def test_cli_brings_up_the_cluster_prints_fitted_vs_profile_and_writes(tmp_path)
     import typer
     from typer.testing import CliRunner
 
-    from repro.calibrate import calibrate_cli
+    from repro.live.calibration_bench import calibrate_cli
 
     app = typer.Typer()
     app.command("calibrate")(calibrate_cli)

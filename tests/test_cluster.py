@@ -14,18 +14,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from tests.conftest import default_sigint
 from typer.testing import CliRunner
 
-from repro.cluster import (
-    KV_TRANSFER_CONFIG,
-    VllmLauncher,
-    cluster_app,
-    launch,
-    parse_topology,
-)
+from repro.cli.cluster import cluster_app
+from repro.cluster.launchers import KV_TRANSFER_CONFIG, VllmLauncher, launch
+from repro.cluster.topology import parse_topology
 from repro.errors import ConfigError
+from tests.conftest import default_sigint
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -180,7 +175,7 @@ def test_emulated_launcher_tears_down_on_ctrl_c(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, time, json
         sys.path.insert(0, {str(REPO)!r})
-        from repro.cluster import launch
+        from repro.cluster.launchers import launch
         with launch("1p1d", "emulated", time_scale=50) as inst:
             print(json.dumps([i.pid for i in inst]), flush=True)
             time.sleep(60)
@@ -198,7 +193,7 @@ def test_engines_die_with_a_killed_parent(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, time, json
         sys.path.insert(0, {str(REPO)!r})
-        from repro.cluster import launch
+        from repro.cluster.launchers import launch
         with launch("1p1d", "emulated", time_scale=50) as inst:
             print(json.dumps([i.pid for i in inst]), flush=True)
             time.sleep(60)

@@ -4,11 +4,12 @@ import time
 
 import pytest
 
-from repro import paper_sections as S
-from repro.calibration import CostModel
-from repro.cluster import parse_topology
+from repro.cluster.topology import parse_topology
 from repro.errors import ConfigError
-from repro.experiment import RunSpec, router_cost_model, truth_cost_model
+from repro.experiment.inputs import router_cost_model, truth_cost_model
+from repro.experiment.spec import RunSpec
+from repro.paper import section as S
+from repro.routing.cost_model import CostModel
 
 REMOTE = """name: mine
 launcher: remote
@@ -70,7 +71,7 @@ def test_unreachable_engines_stop_a_notebook_at_once(tmp_path):
 
 
 def test_reachable_remote_cluster_passes(tmp_path):
-    from repro.cluster import launch
+    from repro.cluster.launchers import launch
 
     with launch("1p1d", launcher="emulated") as instances:
         cluster = str(_write(tmp_path, "calibration: calibrated\n", url=instances[0].url))

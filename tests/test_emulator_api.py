@@ -18,9 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from repro.cluster import free_ports, launch, terminate_pids, wait_healthy, Instance
+from repro.cluster.launchers import launch, wait_healthy
+from repro.cluster.processes import free_ports, terminate_pids
+from repro.cluster.topology import Instance
 from repro.emulator.model import TOKENIZER, OutputFunction, prompt_seed
-from repro.physics import Physics
+from repro.engine.physics import Physics
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
 K = 20.0

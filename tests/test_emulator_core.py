@@ -18,8 +18,8 @@ from repro.emulator.model import (
     prompt_seed,
     render_chat,
 )
+from repro.engine.physics import Physics
 from repro.errors import ConfigError
-from repro.physics import Physics
 
 PHYS = Physics.load("a40-qwen2.5-3b")
 

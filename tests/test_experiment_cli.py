@@ -3,11 +3,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from repro.cli import app
+from repro.cli.app import app
 from repro.errors import ConfigError
-from repro.experiment import RunSpec, load_spec, run, saturation_search
-from repro.journal import FIELD_NAMES
-from repro.journal import read as read_journal
+from repro.experiment.journal import FIELD_NAMES
+from repro.experiment.journal import read as read_journal
+from repro.experiment.runner import run
+from repro.experiment.saturation import saturation_search
+from repro.experiment.spec import RunSpec, load_spec
 
 runner = CliRunner()
 

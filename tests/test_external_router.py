@@ -1,4 +1,4 @@
-"""Bring-your-own-router harness (repro.external_router) and vllm-router against the emulated cluster."""
+"""Bring-your-own-router harness (repro.live.external_router) and vllm-router against the emulated cluster."""
 
 import json
 import sys
@@ -6,9 +6,15 @@ import sys
 import pytest
 
 from repro.errors import ConfigError
-from repro.experiment import RunSpec
-from repro.external_router import external_router, find_vllm_router, render_command, run_external, vllm_router_template
-from repro.journal import read as read_journal
+from repro.experiment.journal import read as read_journal
+from repro.experiment.spec import RunSpec
+from repro.live.external_router import (
+    external_router,
+    find_vllm_router,
+    render_command,
+    run_external,
+    vllm_router_template,
+)
 
 
 def test_render_command_placeholders():

@@ -16,15 +16,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from repro.cluster import free_ports, launch
+from repro.cluster.launchers import launch
+from repro.cluster.processes import free_ports
 from repro.emulator.engine import EmulatorConfig
 from repro.emulator.faults import Faults, error_due
 from repro.errors import ConfigError
-from repro.harness import free_port, proxy_process
-from repro.journal import read as read_journal
-from repro.metrics import check_accounting
-from repro.pdproto import SSEParser
-from repro.proxy import Endpoint, ProxyConfig
+from repro.experiment.journal import read as read_journal
+from repro.experiment.metrics import check_accounting
+from repro.live.pd_protocol import SSEParser
+from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.run import free_port, proxy_process
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
 SCALE = 5.0

@@ -2,7 +2,7 @@ import hashlib
 
 import pandas as pd
 
-from repro import figures as F
+from repro.paper import figures as F
 
 
 def _digest(path):

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from repro.cluster import launch
-from repro.harness import free_port, proxy_process
-from repro.journal import read as read_journal
-from repro.metrics import check_accounting
-from repro.proxy import Endpoint, ProxyConfig
+from repro.cluster.launchers import launch
+from repro.experiment.journal import read as read_journal
+from repro.experiment.metrics import check_accounting
+from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.run import free_port, proxy_process
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
 CASES = 200  # per endpoint and target

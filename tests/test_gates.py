@@ -11,9 +11,11 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from repro.cluster import Instance, free_ports, launch
+from repro.cluster.launchers import launch
+from repro.cluster.processes import free_ports
+from repro.cluster.topology import Instance
 from repro.errors import ConfigError
-from repro.gates import (
+from repro.live.gates import (
     GateFailure,
     GatesReport,
     greedy_equivalence,
@@ -191,7 +193,7 @@ def test_cli_gates_a_cluster_and_fails_with_the_instance():
     import typer
     from typer.testing import CliRunner
 
-    from repro.gates import gates_cli
+    from repro.live.gates import gates_cli
 
     app = typer.Typer()
     app.command("gates")(gates_cli)

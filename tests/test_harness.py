@@ -7,8 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from repro.experiment import RunSpec, run
-from repro.journal import read as read_journal
+from repro.experiment.journal import read as read_journal
+from repro.experiment.runner import run
+from repro.experiment.spec import RunSpec
 
 
 def test_emulated_run_end_to_end(tmp_path):

@@ -19,16 +19,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from tests.conftest import default_sigint
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from repro import journal
-from repro.cluster import Instance, free_ports, terminate_pids, wait_healthy
-from repro.loadgen import ReplayReport, replay, replay_sync
-from tests.conftest import synthetic_trace
+from repro.cluster.launchers import wait_healthy
+from repro.cluster.processes import free_ports, terminate_pids
+from repro.cluster.topology import Instance
+from repro.experiment import journal
+from repro.live.loadgen import ReplayReport, replay, replay_sync
+from tests.conftest import default_sigint, synthetic_trace
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "fake-model"
@@ -150,7 +150,7 @@ def test_open_loop_statuses_reasons_and_journal(fake, tmp_path):
     assert b["model"] == MODEL and b["max_tokens"] == 8 and b["ignore_eos"] is True and b["temperature"] == 0
     assert b["stream"] is True and b["stream_options"] == {"include_usage": True}
     assert first["slo"] == df.loc[1, "slo_class"]
-    from repro.workloads import prompt_text
+    from repro.workload.traces import prompt_text
 
     assert b["prompt"] == prompt_text(df, 1)
     # statuses and reasons
@@ -222,13 +222,13 @@ def test_cancel_journals_in_flight_as_cancelled_and_nothing_unsent(fake, tmp_pat
 
 
 def test_ctrl_c_on_the_cli_journals_in_flight(fake, tmp_path):
-    from repro.workloads import Trace
+    from repro.workload.traces import Trace
 
     ids = [f"k-slow-{k}" for k in range(3)] + ["k-ok-9"]
     df = trace_with(ids, [0.0, 0.05, 0.1, 30.0])
     trace_file = Trace(df, {"workload": "chat", "seed": 1}).save(tmp_path / "t.parquet")
     j = tmp_path / "j.jsonl"
-    script = ("import typer\nfrom repro.loadgen import loadgen_cli\napp = typer.Typer()\n"
+    script = ("import typer\nfrom repro.live.loadgen import loadgen_cli\napp = typer.Typer()\n"
               "app.command()(loadgen_cli)\napp()\n")
     proc = subprocess.Popen([sys.executable, "-c", script, "--url", fake.url, "--trace", str(trace_file),
                              "--journal", str(j), "--no-progress"], cwd=REPO, stdout=subprocess.PIPE,
@@ -288,8 +288,8 @@ def test_engine_killed_mid_run_every_request_journaled(tmp_path):
 
 def test_trace_object_against_an_emulated_engine_ttft_in_physics_seconds(tmp_path):
     """With time scale K the journal holds physics seconds: TPOT ~ the profile's decode step."""
-    from repro.physics import Physics
-    from repro.workloads import make_trace
+    from repro.engine.physics import Physics
+    from repro.workload.traces import make_trace
 
     K = 10.0
     port = free_ports(1)[0]

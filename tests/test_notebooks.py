@@ -5,8 +5,8 @@ import hashlib
 import nbformat
 import pytest
 
-from repro import paper
 from repro.errors import ConfigError
+from repro.paper import runner as paper
 
 
 def test_parse_parameters_cell():
@@ -65,8 +65,8 @@ def _digests(folder):
 
 @pytest.mark.slow
 def test_repro_paper_twice_is_byte_identical(tmp_path):
-    from typer.testing import CliRunner
     import typer
+    from typer.testing import CliRunner
 
     app = typer.Typer()
     app.command()(paper.paper_cli)

@@ -1,7 +1,7 @@
 import pytest
 
-from repro import paper_reference
 from repro.errors import ConfigError
+from repro.paper import reference as paper_reference
 
 
 def test_load_has_columns_and_unique_keys():

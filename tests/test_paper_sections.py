@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from repro import paper_sections as S
-from repro.calibration import CostModel
+from repro.engine.physics import Physics
 from repro.errors import ConfigError
-from repro.physics import Physics
+from repro.paper import section as S
+from repro.routing.cost_model import CostModel
 
 
 def test_synthetic_calibration_recovers_profile():

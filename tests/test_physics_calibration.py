@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from repro.calibration import CostModel, DecodeSample, PrefillSample, TransferSample, fit, sim_derived
+from repro.engine.physics import Physics
 from repro.errors import ConfigError
-from repro.physics import Physics
+from repro.routing.cost_model import CostModel, DecodeSample, PrefillSample, TransferSample, fit, sim_derived
 
 
 def test_default_profile_carries_the_papers_numbers_and_a_source_for_each():

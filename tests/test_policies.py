@@ -1,8 +1,8 @@
 import pytest
 
-from repro.calibration import CostModel
 from repro.errors import ConfigError
-from repro.policies import (
+from repro.routing.cost_model import CostModel
+from repro.routing.policies.base import (
     ClusterView,
     InstanceSignals,
     MarginalCost,

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
 
-from repro import predictor as P
 from repro.errors import ConfigError
-from repro.predictor import (
+from repro.routing import predictor as P
+from repro.routing.predictor import (
     PREDICTOR_DIR,
     ConstantPredictor,
     LengthPredictor,
@@ -28,8 +28,8 @@ from repro.predictor import (
     spearman,
     text_scores,
 )
-from repro.sharegpt import load_table
-from repro.workloads import make_trace, predictor_frame
+from repro.workload.sharegpt import load_table
+from repro.workload.traces import make_trace, predictor_frame
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,8 @@ def test_heldout_rows_are_not_trained_on():
     assert mask.sum() == 500
     assert np.array_equal(mask, P.heldout_mask(1000))
     # workload traces draw only from the held-out rows: a run never predicts a training prompt
-    from repro.sharegpt import load_table
-    from repro.workloads import make_trace
+    from repro.workload.sharegpt import load_table
+    from repro.workload.traces import make_trace
 
     held = P.heldout_mask(len(load_table()))
     for w in ("chat", "reasoning", "documents", "mixed"):
@@ -258,7 +258,7 @@ def test_constant_predictor():
 
 
 def test_predict_one_equals_the_batch_prediction():
-    from repro.workloads import make_trace, predictor_frame
+    from repro.workload.traces import make_trace, predictor_frame
 
     t = make_trace("mixed", 5, 10.0, 200)
     X = predictor_frame(t)

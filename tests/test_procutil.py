@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from repro.procutil import run_sync
+from repro.cluster.processes import run_sync
 
 
 async def _answer(x):

@@ -1,15 +1,17 @@
-"""Production-router baselines (repro.production_policies): defining behaviour, determinism, sim runs."""
+"""Production-router baselines (repro.routing.policies.production): defining behaviour, determinism, sim runs."""
 
 import random
 
 import pytest
 
-import repro.production_policies as pp
-from repro.calibration import CostModel
+import repro.routing.policies.production as pp
 from repro.errors import ConfigError
-from repro.experiment import RunSpec, simulate_spec, truth_cost_model
-from repro.metrics import check_accounting, summarize
-from repro.policies import POLICIES, ClusterView, InstanceSignals, Rejection, RequestInfo, make_policy
+from repro.experiment.inputs import truth_cost_model
+from repro.experiment.metrics import check_accounting, summarize
+from repro.experiment.runner import simulate_spec
+from repro.experiment.spec import RunSpec
+from repro.routing.cost_model import CostModel
+from repro.routing.policies.base import POLICIES, ClusterView, InstanceSignals, Rejection, RequestInfo, make_policy
 
 CM = CostModel.load("calibrated")
 NAMES = ("power_of_two", "dynamo_kv", "llmd_weighted", "sglang_least_load")

@@ -8,12 +8,12 @@ import time
 import httpx
 import pytest
 
-from repro.cluster import launch
-from repro.harness import free_port, proxy_process
-from repro.journal import FIELD_NAMES
-from repro.journal import read as read_journal
-from repro.pdproto import SSEParser
-from repro.proxy import Endpoint, ProxyConfig
+from repro.cluster.launchers import launch
+from repro.experiment.journal import FIELD_NAMES
+from repro.experiment.journal import read as read_journal
+from repro.live.pd_protocol import SSEParser
+from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.run import free_port, proxy_process
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
 SCALE = 5.0

@@ -10,14 +10,14 @@ import httpx
 import pandas as pd
 import pytest
 
-from repro.cluster import EmulatedLauncher, VllmLauncher, launch
+from repro.cluster.launchers import EmulatedLauncher, VllmLauncher, launch
 from repro.emulator.engine import EmulatorConfig
 from repro.emulator.server import build_parser
-from repro.harness import check_live_accounting, free_port, proxy_process
-from repro.journal import JournalWriter, empty_row
-from repro.journal import read as read_journal
-from repro.metrics import AccountingError, check_accounting, summarize
-from repro.proxy import Endpoint, ProxyConfig
+from repro.experiment.journal import JournalWriter, empty_row
+from repro.experiment.journal import read as read_journal
+from repro.experiment.metrics import AccountingError, check_accounting, summarize
+from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.run import check_live_accounting, free_port, proxy_process
 
 
 def _rows(n, status="ok", prefix="r"):
@@ -68,7 +68,7 @@ def test_live_accounting_mismatches_are_errors():
         check_live_accounting(_report(5, 3, 1, 1), client, read_frame(_rows(1, prefix="ghost")))
     with pytest.raises(AccountingError):
         check_accounting(pd.concat([client, client.iloc[:1]], ignore_index=True))  # duplicated id
-    from repro.calibration import CostModel
+    from repro.routing.cost_model import CostModel
 
     s = summarize(client, CostModel.load("calibrated").slo, sent=5)
     assert s["requests"] == s["completed"] + s["failed"] + s["rejected"] == 5
@@ -77,7 +77,7 @@ def test_live_accounting_mismatches_are_errors():
 
 
 def read_frame(rows):
-    from repro.journal import frame
+    from repro.experiment.journal import frame
 
     return frame(rows)
 

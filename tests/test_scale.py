@@ -5,13 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from repro import paper_sections as S
-from repro import scale
-from repro import sections_analysis as A
-from repro import sections_results as R
 from repro.errors import ConfigError
-from repro.experiment import RunSpec, simulate_spec, truth_cost_model
-from repro.metrics import summarize
+from repro.experiment.inputs import truth_cost_model
+from repro.experiment.metrics import summarize
+from repro.experiment.runner import simulate_spec
+from repro.experiment.spec import RunSpec
+from repro.paper import legacy_analysis as A
+from repro.paper import legacy_results as R
+from repro.paper import plans as scale
+from repro.paper import section as S
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -101,14 +103,14 @@ def test_every_grid_a_notebook_picks_exists_and_live_quick_cuts_are_valid():
     used = set()
     for nb in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
         used |= set(re.findall(r'pick\("([a-z_]+)"', nb.read_text()))
-    assert used, "the notebooks pick their grids through repro.scale"
+    assert used, "the notebooks pick their grids through repro.paper.plans"
     assert used <= set(scale.LIVE_QUICK_GRIDS), used - set(scale.LIVE_QUICK_GRIDS)
     assert set(scale.LIVE_QUICK_GRIDS) <= used, "a live-quick cut no notebook uses"
     values = set()
     for nb in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
         values |= set(re.findall(r'value\("([a-z_]+)"', nb.read_text()))
     assert values == set(scale.LIVE_QUICK_VALUES)
-    from repro.policies import POLICIES
+    from repro.routing.policies.base import POLICIES
 
     known = set(POLICIES)
     for name, values in scale.LIVE_QUICK_GRIDS.items():

@@ -2,10 +2,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro import paper_reference
-from repro import sections_analysis as A
 from repro.errors import ConfigError
-from repro.experiment import RunSpec
+from repro.experiment.spec import RunSpec
+from repro.paper import legacy_analysis as A
+from repro.paper import reference as paper_reference
 
 
 def test_scale_plan_defaults_and_overrides():

@@ -1,13 +1,14 @@
-"""The §V-B..§V-F notebook logic (repro.sections_results) and RunSpec's arrival field."""
+"""The §V-B..§V-F notebook logic (repro.paper.legacy_results) and RunSpec's arrival field."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from repro import sections_results as R
 from repro.errors import ConfigError
-from repro.experiment import RunSpec, build_trace, spec_from_dict
-from repro.paper_sections import PAPER_POLICIES, run_grid
+from repro.experiment.inputs import build_trace
+from repro.experiment.spec import RunSpec, spec_from_dict
+from repro.paper import legacy_results as R
+from repro.paper.section import PAPER_POLICIES, run_grid
 
 
 def test_runspec_arrival_is_validated_and_drives_the_trace():

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
-import importlib.util
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from repro import sharegpt
-from repro.sharegpt import (
+from repro.workload import sharegpt
+from repro.workload.sharegpt import (
     COLUMNS,
     TABLE_PATH,
     build_table,
@@ -22,7 +22,7 @@ from repro.sharegpt import (
     pairs_frame,
     table_info,
 )
-from repro.tokenizer import DEFAULT_TOKENIZER
+from repro.workload.tokenizer import DEFAULT_TOKENIZER
 
 
 def conv(cid, *turns):

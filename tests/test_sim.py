@@ -4,12 +4,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from repro.calibration import CostModel
-from repro.journal import write_frame
-from repro.physics import Physics
-from repro.policies import PAPER_POLICIES, make_policy
-from repro.router import Router
-from repro.sim import SimConfig, Simulator
+from repro.engine.physics import Physics
+from repro.experiment.journal import write_frame
+from repro.routing.cost_model import CostModel
+from repro.routing.policies.base import PAPER_POLICIES, make_policy
+from repro.routing.router import Router
+from repro.sim.simulator import SimConfig, Simulator
 from tests.conftest import synthetic_trace
 
 PHYS = Physics.load()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from repro.tokenizer import DEFAULT_TOKENIZER, FILLER_PIECE, ApproxTokenizer, Tokenizer
+from repro.workload.tokenizer import DEFAULT_TOKENIZER, FILLER_PIECE, ApproxTokenizer, Tokenizer
 
 TOK = DEFAULT_TOKENIZER
 

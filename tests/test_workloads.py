@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repro import workloads as W
-from repro.arrivals import ArrivalSpec
 from repro.errors import ConfigError
-from repro.sharegpt import load_table
-from repro.tokenizer import DEFAULT_TOKENIZER as TOK
-from repro.workloads import (
+from repro.workload import traces as W
+from repro.workload.arrivals import ArrivalSpec
+from repro.workload.sharegpt import load_table
+from repro.workload.tokenizer import DEFAULT_TOKENIZER as TOK
+from repro.workload.traces import (
+    COLUMNS,
     DOCUMENTS_MAX,
     DOCUMENTS_MEDIAN,
     DOCUMENTS_MIN,
-    COLUMNS,
     FAMILIES,
     WORKLOADS,
     Trace,

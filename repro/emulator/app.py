@@ -40,7 +40,6 @@ from typing import Any, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from repro.errors import ConfigError
 from repro.emulator.core import ABORTED, FINISHED, Seq
 from repro.emulator.engine import AsyncEngine, EmulatorConfig
 from repro.emulator.faults import Faults, error_due
@@ -53,6 +52,7 @@ from repro.emulator.model import (
     prompt_seed,
     render_chat,
 )
+from repro.errors import ConfigError
 
 try:  # orjson is much faster for the per-chunk encoding; plain json works too
     import orjson

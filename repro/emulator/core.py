@@ -44,7 +44,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from repro.physics import Physics
+from repro.engine.physics import Physics
 
 WAITING = "waiting"
 PULLING = "waiting_for_remote_kvs"

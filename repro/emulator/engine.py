@@ -27,8 +27,8 @@ from repro.emulator.core import PULLING, EngineCore, Seq
 from repro.emulator.faults import Faults
 from repro.emulator.http import RawClient
 from repro.emulator.metrics import EngineMetrics
+from repro.engine.physics import Physics
 from repro.errors import ConfigError
-from repro.physics import Physics
 
 
 @dataclass

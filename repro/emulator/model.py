@@ -14,7 +14,7 @@ What a real greedy model guarantees, and what the harness relies on, is reproduc
   position drawn (deterministically, from the prompt) uniformly in ``1 .. 2 * eos_mean_tokens``.
   As in vLLM the EOS token is counted in ``completion_tokens`` but is not rendered in the text.
 
-Prompt handling: completion prompts are tokenized with `repro.tokenizer.ApproxTokenizer`;
+Prompt handling: completion prompts are tokenized with `repro.workload.tokenizer.ApproxTokenizer`;
 chat messages are first rendered with a ChatML template (Qwen2.5's, including its default
 system prompt for Qwen2.5 models).
 """
@@ -26,7 +26,7 @@ import zlib
 from array import array
 from typing import Any, Sequence
 
-from repro.tokenizer import VOCAB_SIZE, ApproxTokenizer
+from repro.workload.tokenizer import VOCAB_SIZE, ApproxTokenizer
 
 TOKENIZER = ApproxTokenizer()
 EOS_TOKEN_ID = 151645  # Qwen2.5's <|im_end|>

@@ -9,9 +9,9 @@ import signal
 import sys
 from typing import Optional, Sequence
 
+from repro.cluster.processes import die_with_parent
 from repro.emulator.engine import EmulatorConfig
 from repro.errors import ConfigError
-from repro.procutil import die_with_parent
 
 
 def build_parser() -> argparse.ArgumentParser:

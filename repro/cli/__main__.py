@@ -1,0 +1,3 @@
+from repro.cli.app import main
+
+main()

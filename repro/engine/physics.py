@@ -1,0 +1,204 @@
+"""The truth about an engine: how long prefill, decode steps and KV transfers take.
+
+`Physics` is what the hardware *does*; `repro.routing.cost_model.CostModel` is what the router
+*believes*. They are separate objects on purpose, so that a miscalibrated router can be expressed.
+Both the simulator (virtual clock) and the emulated engine (wall clock) read time from here.
+
+Units: seconds, tokens, bytes. Profiles live in ``data/hardware/*.json``; every number in a
+profile carries a ``source`` saying where it comes from (measured in the paper, or estimated and
+how).
+
+Model
+-----
+- Prefill step over ``b`` batched prompt tokens (vLLM runs one scheduler step over up to
+  ``max_num_batched_tokens`` tokens, chunking longer prompts)::
+
+      t_prefill(b) = prefill_base_s + prefill_per_token_s * b
+
+- Decode step for ``n`` running sequences holding ``C`` context tokens in total (memory bound: it
+  reads the weights once and every sequence's KV cache)::
+
+      t_step(n, C) = decode_base_s + decode_per_seq_s * n + C * kv_bytes_per_token / hbm_bandwidth
+
+  This context term is the intra-batch interference: a long sequence slows its neighbours.
+- KV transfer of ``L`` prompt tokens from a prefill to a decode engine::
+
+      t_xfer(L) = transfer_latency_s + L * kv_bytes_per_token / transfer_bandwidth
+
+- KV budget: ``kv_budget_tokens`` per engine, allocated in blocks of ``block_size`` tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from repro.errors import ConfigError
+from repro.paths import HARDWARE_DIR
+from repro.vocab import DEFAULT_PROFILE
+
+
+@dataclass(frozen=True)
+class Physics:
+    """True timing of one engine. All times in seconds, sizes in tokens or bytes."""
+
+    name: str
+    model: str
+    prefill_base_s: float
+    prefill_per_token_s: float
+    max_num_batched_tokens: int
+    decode_base_s: float
+    decode_per_seq_s: float
+    hbm_bandwidth_bytes_per_s: float
+    kv_bytes_per_token: int
+    kv_budget_tokens: int
+    block_size: int
+    max_num_seqs: int
+    max_model_len: int
+    transfer_latency_s: float
+    transfer_bandwidth_bytes_per_s: float
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    # ---- timing -----------------------------------------------------------------------------
+    def prefill_time_s(self, batch_tokens: int) -> float:
+        """Duration of one prefill step over ``batch_tokens`` prompt tokens (s)."""
+        return self.prefill_base_s + self.prefill_per_token_s * batch_tokens
+
+    def prefill_request_time_s(self, prompt_tokens: int) -> float:
+        """Duration of an unbatched prefill of one prompt, chunked by the token budget (s)."""
+        steps = max(1, math.ceil(prompt_tokens / self.max_num_batched_tokens))
+        return steps * self.prefill_base_s + self.prefill_per_token_s * prompt_tokens
+
+    @property
+    def context_s_per_token(self) -> float:
+        """Decode-step time added per context token held by the batch (s/token)."""
+        return self.kv_bytes_per_token / self.hbm_bandwidth_bytes_per_s
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        """Duration of one decode step for ``batch_size`` sequences with ``context_tokens`` in all (s)."""
+        return (
+            self.decode_base_s
+            + self.decode_per_seq_s * batch_size
+            + context_tokens * self.context_s_per_token
+        )
+
+    def transfer_time_s(self, prompt_tokens: int) -> float:
+        """KV transfer time of a prompt's cache from a prefill to a decode engine (s)."""
+        return (
+            self.transfer_latency_s
+            + prompt_tokens * self.kv_bytes_per_token / self.transfer_bandwidth_bytes_per_s
+        )
+
+    def blocks_for(self, tokens: int) -> int:
+        """KV blocks that ``tokens`` tokens occupy."""
+        return -(-tokens // self.block_size)
+
+    @property
+    def kv_budget_blocks(self) -> int:
+        return self.kv_budget_tokens // self.block_size
+
+    @property
+    def num_gpu_blocks_override(self) -> int:
+        """The ``--num-gpu-blocks-override`` that gives this KV budget in vLLM (one block is reserved)."""
+        return self.kv_budget_blocks + 1
+
+    def with_overrides(self, **changes: Any) -> "Physics":
+        """A copy with some parameters changed (e.g. a smaller KV budget)."""
+        for key in changes:
+            if key not in _NUMERIC_FIELDS:
+                raise ConfigError(f"physics: unknown parameter {key!r}; allowed: {sorted(_NUMERIC_FIELDS)}")
+        return replace(self, **changes)
+
+    # ---- persistence ------------------------------------------------------------------------
+    @classmethod
+    def load(cls, name_or_path: str | Path = DEFAULT_PROFILE) -> "Physics":
+        """Load a profile by name (``data/hardware/<name>.json``) or by path.
+
+        Raises ConfigError naming the missing or bad field.
+        """
+        path = resolve_profile_path(name_or_path)
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"profile {path}: not valid JSON ({exc})") from None
+        return cls.from_dict(raw, origin=str(path))
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], origin: str = "profile") -> "Physics":
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{origin}: expected a JSON object")
+        params = raw.get("params")
+        if not isinstance(params, dict):
+            raise ConfigError(f"{origin}: field 'params' is missing (an object of {{value, source}})")
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for name, kind in _NUMERIC_FIELDS.items():
+            entry = params.get(name)
+            if entry is None:
+                raise ConfigError(f"{origin}: field 'params.{name}' is missing")
+            if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
+                raise ConfigError(f"{origin}: field 'params.{name}' must be {{\"value\": ..., \"source\": \"...\"}}")
+            value = entry["value"]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{origin}: field 'params.{name}' must be a number, got {value!r}")
+            lo = _MINIMA[name]
+            if not value >= lo or not math.isfinite(value):
+                raise ConfigError(f"{origin}: field 'params.{name}' = {value!r} out of range (must be >= {lo})")
+            if kind is int:
+                if int(value) != value:
+                    raise ConfigError(f"{origin}: field 'params.{name}' must be an integer, got {value!r}")
+                value = int(value)
+            values[name] = kind(value)
+            sources[name] = str(entry["source"])
+        unknown = set(params) - set(_NUMERIC_FIELDS)
+        if unknown:
+            raise ConfigError(f"{origin}: unknown field(s) {sorted('params.' + u for u in unknown)}")
+        for name in ("name", "model"):
+            if not isinstance(raw.get(name), str) or not raw[name]:
+                raise ConfigError(f"{origin}: field '{name}' is missing (a non-empty string)")
+        return cls(name=raw["name"], model=raw["model"], sources=sources, **values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model,
+            "params": {
+                n: {"value": getattr(self, n), "source": self.sources.get(n, "")} for n in _NUMERIC_FIELDS
+            },
+        }
+
+
+_NUMERIC_FIELDS: dict[str, type] = {
+    f.name: (int if f.type in ("int", int) else float)
+    for f in fields(Physics)
+    if f.name not in ("name", "model", "sources")
+}
+_MINIMA: dict[str, float] = {name: 0.0 for name in _NUMERIC_FIELDS}
+_MINIMA.update(
+    max_num_batched_tokens=1,
+    kv_budget_tokens=1,
+    block_size=1,
+    max_num_seqs=1,
+    max_model_len=1,
+    hbm_bandwidth_bytes_per_s=1e-9,
+    transfer_bandwidth_bytes_per_s=1e-9,
+)
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in HARDWARE_DIR.glob("*.json"))
+
+
+def resolve_profile_path(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists():
+        if not path.exists():
+            raise ConfigError(f"profile: file {path} does not exist")
+        return path
+    candidate = HARDWARE_DIR / f"{name_or_path}.json"
+    if not candidate.exists():
+        raise ConfigError(f"profile: unknown profile {str(name_or_path)!r}; allowed: {available_profiles()} or a path to a .json file")
+    return candidate

@@ -1,0 +1,74 @@
+"""What a spec resolves to: its trace, the router's length predictions, the cost models (truth and
+belief), and the router."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from repro.cluster.topology import pools
+from repro.experiment.spec import RunSpec
+from repro.routing.cost_model import CostModel
+from repro.routing.policies.base import make_policy
+from repro.routing.router import Router
+
+
+# ---- inputs ---------------------------------------------------------------------------------
+def build_trace(spec: RunSpec):
+    from repro.workload.traces import make_trace
+
+    return make_trace(spec.workload, spec.seed, spec.rate, spec.n_requests, arrival=spec.arrival_spec())
+
+
+def build_predictions(spec: RunSpec, trace) -> np.ndarray:
+    """The router's output-length estimate per request (tokens), as the proxy would compute it."""
+    df = trace.df
+    if spec.predictor == "oracle":
+        return df["output_tokens"].to_numpy(dtype=float)
+    from repro.routing.predictor import ConstantPredictor, NoisyPredictor, load_default
+    from repro.workload.traces import predictor_frame
+
+    if spec.predictor == "constant":
+        base = ConstantPredictor(256.0)
+    else:
+        base = load_default()
+    model = NoisyPredictor(base, spec.predictor_noise, random_state=spec.predictor_seed) if spec.predictor_noise > 0 else base
+    X = predictor_frame(trace)
+    keys = df["request_id"].astype(str).tolist()
+    if isinstance(model, NoisyPredictor):
+        return np.asarray(model.predict(X, keys=keys), dtype=float)
+    return np.asarray(model.predict(X), dtype=float)
+
+
+def cluster_calibration(spec: RunSpec) -> str | None:
+    """The ``calibration:`` of the spec's cluster file (a shipped name or a JSON path), if it has one."""
+    return spec.topology_parsed().options.get("calibration") if spec.cluster else None
+
+
+def truth_cost_model(spec: RunSpec) -> CostModel:
+    """The deployment's own calibration (source of the SLO targets used for scoring): on real
+    engines (``vllm``) the cluster file's ``calibration``, else the profile's physics."""
+    cal = cluster_calibration(spec) if spec.backend == "vllm" else None
+    if cal:
+        return CostModel.load(cal)
+    return CostModel.from_physics(pools(spec.topology_parsed())[3][0], name="truth")
+
+
+def router_cost_model(spec: RunSpec) -> CostModel:
+    """What the router believes: ``spec.cost_model``, where ``calibrated`` means the cluster file's
+    own ``calibration`` when it names one (the shipped A40 constants otherwise)."""
+    name = spec.cost_model
+    if name == "calibrated":
+        name = cluster_calibration(spec) or name
+    cm = CostModel.load(name)
+    if spec.kv_budget_tokens is not None:
+        cm = cm.with_overrides(kv_capacity_tokens=spec.kv_budget_tokens)
+    return cm
+
+
+def make_router(spec: RunSpec) -> Router:
+    pnames, _, dnames, _ = pools(spec.topology_parsed())
+    cm = router_cost_model(spec)
+    policy = make_policy(spec.policy, cm, **spec.policy_options)
+    return Router(policy, cm, pnames, dnames)
+
+

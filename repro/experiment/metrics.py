@@ -1,0 +1,127 @@
+"""Metrics over a journal: goodput, latency tails, per-instance load and token-load skew.
+
+- A request is *good* when it completed (status ``ok``) and both its TTFT and TPOT meet its SLO
+  class's targets (a 1-token request has no TPOT and is judged on TTFT alone).
+  ``goodput = good / all requests sent`` (failed and rejected count as not good).
+- TPOT = (e2e - ttft) / (output_tokens - 1), as vLLM's benchmark defines it.
+- Token-load skew across decode instances = max / mean of the tokens (prompt + output) each decode
+  instance served; request-count skew likewise on request counts. 1.0 is perfectly even. This is
+  the mechanism of §V-B (a miscalibrated router balances counts but skews tokens).
+- Accounting: sent = ok + failed + rejected, checked on every summary (`AccountingError`).
+
+Latencies in seconds, over completed requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from repro.routing.cost_model import SLOTargets
+
+
+class AccountingError(RuntimeError):
+    """Requests sent != completed + failed + rejected."""
+
+
+def good_mask(journal: pd.DataFrame, slo: SLOTargets) -> pd.Series:
+    """Boolean per request: completed and within both SLO targets of its class."""
+    tight = journal["slo_class"].astype(str) == "tight"
+    factor = np.where(tight, 1.0, slo.loose_factor)
+    ttft_ok = journal["ttft_s"].to_numpy(dtype=float, na_value=np.nan) <= slo.ttft_tight_s * factor
+    tpot = journal["tpot_s"].to_numpy(dtype=float, na_value=np.nan)
+    tpot_ok = np.isnan(tpot) | (tpot <= slo.tpot_tight_s * factor)
+    ok = (journal["status"].astype(str) == "ok").to_numpy()
+    return pd.Series(ok & ttft_ok & tpot_ok, index=journal.index)
+
+
+def check_accounting(journal: pd.DataFrame, sent: int | None = None) -> dict[str, int]:
+    """Counts by status; raises AccountingError if they do not add up to ``sent``."""
+    status = journal["status"].astype(str)
+    counts = {s: int((status == s).sum()) for s in ("ok", "failed", "rejected")}
+    other = len(journal) - sum(counts.values())
+    total = len(journal) if sent is None else sent
+    if other or sum(counts.values()) != total or journal["request_id"].duplicated().any():
+        raise AccountingError(
+            f"accounting: sent={total} but ok={counts['ok']} + failed={counts['failed']} + rejected={counts['rejected']}"
+            f" (+{other} with another status, {int(journal['request_id'].duplicated().sum())} duplicated ids)"
+        )
+    return counts
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    values = values[~np.isnan(values)]
+    return float(np.percentile(values, q)) if values.size else float("nan")
+
+
+def summarize(journal: pd.DataFrame, slo: SLOTargets, sent: int | None = None) -> dict[str, Any]:
+    """Headline numbers of one run (goodput, tails, skew, counts)."""
+    counts = check_accounting(journal, sent)
+    n = len(journal) if sent is None else sent
+    good = good_mask(journal, slo)
+    ttft = journal["ttft_s"].to_numpy(dtype=float, na_value=np.nan)
+    tpot = journal["tpot_s"].to_numpy(dtype=float, na_value=np.nan)
+    out: dict[str, Any] = {
+        "requests": n,
+        "completed": counts["ok"],
+        "failed": counts["failed"],
+        "rejected": counts["rejected"],
+        "goodput": float(good.sum()) / n if n else float("nan"),
+    }
+    for q in (50, 95, 99):
+        out[f"ttft_p{q}_s"] = _pct(ttft, q)
+    for q in (50, 95, 99):
+        out[f"tpot_p{q}_s"] = _pct(tpot, q)
+    load = decode_load(journal)
+    out["token_skew"] = _skew(load["tokens"].to_numpy(dtype=float)) if len(load) else float("nan")
+    out["request_skew"] = _skew(load["requests"].to_numpy(dtype=float)) if len(load) else float("nan")
+    return out
+
+
+def decode_load(journal: pd.DataFrame) -> pd.DataFrame:
+    """Per decode instance: requests and tokens (prompt + output) routed to it."""
+    placed = journal[journal["decode_instance"].notna()]
+    tokens = placed["prompt_tokens"].astype("int64") + placed["output_tokens"].astype("int64")
+    df = pd.DataFrame({"instance": placed["decode_instance"].astype(str), "tokens": tokens})
+    g = df.groupby("instance", sort=True)
+    return pd.DataFrame({"requests": g.size(), "tokens": g["tokens"].sum()}).reset_index()
+
+
+def instance_load(journal: pd.DataFrame) -> pd.DataFrame:
+    """Per instance (prefill and decode): requests, prompt tokens and output tokens."""
+    rows = []
+    for role in ("prefill", "decode"):
+        col = f"{role}_instance"
+        placed = journal[journal[col].notna()]
+        g = placed.groupby(placed[col].astype(str), sort=True)
+        part = pd.DataFrame(
+            {
+                "requests": g.size(),
+                "prompt_tokens": g["prompt_tokens"].sum().astype("int64"),
+                "output_tokens": g["output_tokens"].sum().astype("int64"),
+            }
+        )
+        part.insert(0, "role", role)
+        rows.append(part.rename_axis("instance").reset_index())
+    return pd.concat(rows, ignore_index=True)
+
+
+def _skew(values: np.ndarray) -> float:
+    mean = values.mean() if values.size else 0.0
+    return float(values.max() / mean) if mean > 0 else float("nan")
+
+
+def rolling(journal: pd.DataFrame, slo: SLOTargets, window_s: float = 10.0, q: float = 95) -> pd.DataFrame:
+    """Goodput and TTFT percentile over arrival-time windows (for burst-train figures)."""
+    df = journal.assign(good=good_mask(journal, slo).to_numpy())
+    df = df.assign(window=(df["arrival_s"] // window_s) * window_s)
+    g = df.groupby("window", sort=True)
+    return pd.DataFrame(
+        {
+            "goodput": g["good"].mean(),
+            f"ttft_p{int(q)}_s": g["ttft_s"].quantile(q / 100),
+            "requests": g.size(),
+        }
+    ).reset_index()

@@ -1,0 +1,115 @@
+"""Running specs: one run (`run`), many (`sweep`, resumable), or a simulation without files
+(`simulate_spec`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from repro.cluster.topology import pools
+from repro.experiment.inputs import build_predictions, build_trace, make_router, truth_cost_model
+from repro.experiment.journal import read as read_journal
+from repro.experiment.journal import write_frame
+from repro.experiment.manifest import read_manifest, sha256, versions, write_json_atomic
+from repro.experiment.metrics import summarize
+from repro.experiment.spec import RunSpec
+from repro.sim.simulator import SimConfig, Simulator
+
+
+# ---- running --------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    spec: RunSpec
+    run_dir: Path
+    summary: dict[str, Any]
+    skipped: bool = False
+
+    @property
+    def journal_path(self) -> Path:
+        return self.run_dir / "journal.jsonl"
+
+    def journal(self) -> pd.DataFrame:
+        return read_journal(self.journal_path)
+
+
+def simulate_spec(spec: RunSpec) -> pd.DataFrame:
+    """Run a spec on the simulator and return its journal (no files written)."""
+    _, pre, _, dec = pools(spec.topology_parsed())
+    trace = build_trace(spec)
+    pred = build_predictions(spec, trace)
+    router = make_router(spec)
+    cfg = SimConfig(service=spec.service, backlog=spec.backlog, kv_poll_interval_s=spec.kv_poll_interval_s)
+    return Simulator(trace.df, pred, router, pre, dec, cfg).run()
+
+
+def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> RunResult:
+    """Run one spec, writing journal + manifest under ``out_dir/<run_id>/``; skip if finished."""
+    run_dir = Path(out_dir) / spec.run_id
+    manifest_path = run_dir / "manifest.json"
+    if resume and manifest_path.exists():
+        manifest = read_manifest(manifest_path)
+        journal_path = run_dir / "journal.jsonl"
+        if manifest and manifest.get("complete") and journal_path.exists() and sha256(journal_path) == manifest.get("journal_sha256"):
+            return RunResult(spec, run_dir, manifest["summary"], skipped=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    if spec.backend == "sim":
+        journal = simulate_spec(spec)
+        write_frame(journal, run_dir / "journal.jsonl")
+    else:
+        from repro.live.run import run_live  # emulated / vllm: real HTTP path
+
+        journal = run_live(spec, run_dir)
+    summary = summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests)
+    manifest = {
+        "run_id": spec.run_id,
+        "spec": spec.to_dict(),
+        "complete": True,
+        "started_unix": None if spec.backend == "sim" else started,
+        "wall_s": None if spec.backend == "sim" else time.time() - started,
+        "versions": versions(),
+        "journal_sha256": sha256(run_dir / "journal.jsonl"),
+        "summary": summary,
+    }
+    write_json_atomic(manifest_path, manifest)
+    return RunResult(spec, run_dir, summary)
+
+
+def sweep(specs: list[RunSpec], out_dir: str | Path = "runs", progress: bool = True) -> pd.DataFrame:
+    """Run many specs (resumable: finished ones are skipped); one row per run with its summary."""
+    rows = []
+    if progress:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("runs", total=len(specs))
+            for spec in specs:
+                res = run(spec, out_dir)
+                rows.append(_row(res))
+                bar.advance(task)
+    else:
+        for spec in specs:
+            rows.append(_row(run(spec, out_dir)))
+    return pd.DataFrame(rows)
+
+
+def _row(res: RunResult) -> dict[str, Any]:
+    s = res.spec
+    return {
+        "run_id": s.run_id,
+        "backend": s.backend,
+        "workload": s.workload,
+        "topology": s.topology_parsed().shorthand,
+        "policy": s.policy,
+        "cost_model": s.cost_model,
+        "seed": s.seed,
+        "rate": s.rate,
+        "skipped": res.skipped,
+        **res.summary,
+    }
+
+

@@ -1,0 +1,78 @@
+"""The saturation search: the rate at which round-robin is mid-collapse (the paper's operating point)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from repro.errors import ConfigError
+from repro.experiment.inputs import truth_cost_model
+from repro.experiment.metrics import summarize
+from repro.experiment.runner import simulate_spec
+from repro.experiment.spec import RunSpec
+
+# ---- saturation search ----------------------------------------------------------------------
+PAPER_COLLAPSE_FRACTION = 0.733 / 0.880  # Fig. 5: round-robin's goodput at the operating point / at light load
+
+
+@dataclass(frozen=True)
+class SaturationResult:
+    """The rate at which round-robin is mid-collapse, and the probes that found it."""
+
+    workload: str
+    rate: float
+    light_goodput: float
+    target_goodput: float
+    probes: list[tuple[float, float]]  # (rate, round-robin goodput)
+
+
+def saturation_search(
+    base: RunSpec,
+    light_rate: float = 1.0,
+    collapse_fraction: float = PAPER_COLLAPSE_FRACTION,
+    band: float = 0.02,
+    max_rate: float = 512.0,
+    max_probes: int = 16,
+    probe: Any = None,
+) -> SaturationResult:
+    """Find the arrival rate where round-robin's goodput is ``collapse_fraction`` of its light-load
+    goodput (within ``band``, absolute), by doubling then bisection on the rate.
+
+    ``probe(spec) -> goodput`` runs one short probe; the default simulates ``base`` with
+    ``policy=round_robin`` (backends other than sim pass a probe that runs the live harness).
+    """
+    if not 0 < collapse_fraction < 1:
+        raise ConfigError(f"saturation: field 'collapse_fraction' must be in (0, 1), got {collapse_fraction!r}")
+    if not 0 < band < 0.5:
+        raise ConfigError(f"saturation: field 'band' must be in (0, 0.5), got {band!r}")
+    rr = base.replace(policy="round_robin", policy_options={})
+
+    def default_probe(spec: RunSpec) -> float:
+        return summarize(simulate_spec(spec), truth_cost_model(spec).slo)["goodput"]
+
+    probe = probe or default_probe
+    probes: list[tuple[float, float]] = []
+
+    def g(rate: float) -> float:
+        value = float(probe(rr.replace(rate=rate)))
+        probes.append((rate, value))
+        return value
+
+    light = g(light_rate)
+    target = light * collapse_fraction
+    lo, hi = light_rate, light_rate * 2
+    while g(hi) > target + band:
+        lo, hi = hi, hi * 2
+        if hi > max_rate:
+            raise ConfigError(f"saturation: round-robin does not collapse below rate {max_rate} req/s for {base.workload}")
+    best = min(probes, key=lambda p: abs(p[1] - target))
+    while abs(best[1] - target) > band and len(probes) < max_probes:
+        mid = math.sqrt(lo * hi)
+        value = g(mid)
+        if value > target:
+            lo = mid
+        else:
+            hi = mid
+        best = min(probes, key=lambda p: abs(p[1] - target))
+    return SaturationResult(base.workload, best[0], light, target, probes)

@@ -1,0 +1,191 @@
+"""Live runs (``emulated`` and ``vllm`` backends): cluster -> proxy -> gates -> replay -> journal.
+
+`run_live(spec, run_dir)` is what `repro.experiment.run` calls for a non-sim spec:
+
+1. bring the cluster up (emulated engines as local processes at ``spec.time_scale``, or the
+   ``spec.cluster`` file's launcher: real ``vllm serve`` processes or remote endpoints);
+2. start the router proxy as its own process (so the load generator never shares its event loop)
+   with the spec's policy, cost model and predictor, and wait for its ``/health``;
+3. run the correctness gates (prefix-cache reset, warm-up of every pair, token-count contract,
+   greedy equivalence); a failed gate stops the run with the gate's message;
+4. replay the trace open-loop through the proxy with the load generator;
+5. stop the proxy, then merge the two journals by request id into ``journal.jsonl``: the client's
+   view (status, TTFT, TPOT, e2e: what a user experiences) plus the proxy's (placement, the
+   predicted length, when the prefill answered), on the client's clock.
+
+Everything started here is stopped here, also on errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from repro.errors import ConfigError
+from repro.experiment.journal import FIELD_NAMES, frame, write_frame
+from repro.experiment.journal import read as read_journal
+from repro.experiment.metrics import AccountingError, check_accounting
+from repro.live.proxy.app import API_KEY_ENV, Endpoint, ProxyConfig
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def proxy_process(cfg: ProxyConfig, run_dir: Path, timeout_s: float = 30.0) -> Iterator[str]:
+    """Run ``python -m repro.live.proxy.app`` with ``cfg``; yields its base URL; always stops it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    conf = run_dir / "proxy.json"
+    # the bearer token never goes into a file in the run directory: it travels in the environment
+    conf.write_text(dataclasses.replace(cfg, api_key=None).to_json())
+    env = dict(os.environ)
+    env.pop(API_KEY_ENV, None)
+    if cfg.api_key:
+        env[API_KEY_ENV] = cfg.api_key
+    log = open(run_dir / "proxy.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "repro.live.proxy", "--config", str(conf), "--parent-pid", str(os.getpid())],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+    )
+    url = f"http://{cfg.host}:{cfg.port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"proxy exited with code {proc.returncode}; see {run_dir / 'proxy.log'}")
+            try:
+                if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"proxy did not become healthy within {timeout_s} s; see {run_dir / 'proxy.log'}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def _launch(spec: Any):
+    from repro.cluster.launchers import launch
+
+    if spec.backend == "emulated":
+        target = spec.cluster or spec.topology
+        return launch(target, launcher="emulated", time_scale=spec.time_scale, profile=spec.profile,
+                      kv_budget_tokens=spec.kv_budget_tokens)
+    if not spec.cluster:
+        raise ConfigError("spec: field 'cluster' is required for backend 'vllm' (a cluster YAML: vllm launcher or remote URLs)")
+    return launch(spec.cluster)
+
+
+def merge_journals(client: pd.DataFrame, proxy: pd.DataFrame, trace: pd.DataFrame) -> pd.DataFrame:
+    """One row per request sent: the client's outcome and timings + the proxy's placement.
+
+    Proxy times are shifted onto the client's clock by the median offset between when the client
+    sent a request and when the proxy received it.
+    """
+    out = client.set_index("request_id")
+    if len(proxy):
+        p = proxy.drop_duplicates("request_id", keep="last").set_index("request_id")
+        common = out.index.intersection(p.index)
+        offset = float(np.nanmedian(out.loc[common, "prefill_start_s"].to_numpy(float) - p.loc[common, "arrival_s"].to_numpy(float))) if len(common) else 0.0
+        for col in ("prefill_instance", "decode_instance", "predicted_output_tokens"):
+            have = out[col].notna()
+            out.loc[~have, col] = p[col].reindex(out.index)[~have]
+        for col in ("prefill_end_s", "decode_start_s"):
+            out[col] = p[col].reindex(out.index).astype(float) + offset
+    fam = trace.set_index("request_id")["family"]
+    out["family"] = fam.reindex(out.index).astype("string")
+    return frame(out.reset_index()[list(FIELD_NAMES)].to_dict("records"))
+
+
+def run_live(spec: Any, run_dir: Path) -> pd.DataFrame:
+    """Run one spec on live engines; writes journal.jsonl (+ client, proxy, gates files)."""
+    from repro.experiment.inputs import build_trace
+    from repro.live.gates import run_gates
+    from repro.live.loadgen import replay_sync
+
+    run_dir = Path(run_dir)
+    trace = build_trace(spec)
+    client_path = run_dir / "client.jsonl"
+    proxy_path = run_dir / "proxy.jsonl"
+    for p in (client_path, proxy_path):  # a half-written earlier attempt is redone from scratch
+        if p.exists():
+            p.unlink()
+    with _launch(spec) as instances:
+        endpoints = [Endpoint(i.name, i.role, i.url) for i in instances]
+        cfg = ProxyConfig(
+            endpoints=endpoints, policy=spec.policy, policy_options=dict(spec.policy_options),
+            cost_model=spec.cost_model, predictor=spec.predictor, predictor_noise=spec.predictor_noise,
+            predictor_seed=spec.predictor_seed, journal=str(proxy_path), time_scale=spec.time_scale,
+            poll_interval_s=spec.kv_poll_interval_s, port=free_port(), kv_capacity_tokens=spec.kv_budget_tokens,
+        )
+        gates = run_gates(instances)
+        (run_dir / "gates.json").write_text(json.dumps(_jsonable(gates), indent=2, default=str))
+        with proxy_process(cfg, run_dir) as url:
+            report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.time_scale,
+                                 progress=sys.stderr.isatty())
+        (run_dir / "loadgen.json").write_text(json.dumps(_jsonable(report), indent=2, default=str))
+    client = read_journal(client_path)
+    proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])
+    check_live_accounting(report, client, proxy)
+    merged = merge_journals(client, proxy, trace.df)
+    check_accounting(merged, report.sent)
+    write_frame(merged, run_dir / "journal.jsonl")
+    return merged
+
+
+def check_live_accounting(report: Any, client: pd.DataFrame, proxy: pd.DataFrame | None = None) -> dict[str, int]:
+    """A live run's books must balance, or the run is an error (`AccountingError`), not a warning:
+
+    - every request the load generator sent has exactly one client journal row
+      (``ReplayReport.sent == rows``, ids unique), and sent = ok + failed + rejected there;
+    - the report's own counts agree with the journal's;
+    - the proxy journaled no request the client did not send, and none twice.
+    """
+    counts = check_accounting(client, int(report.sent))
+    mine = {"ok": int(report.ok), "failed": int(report.failed), "rejected": int(report.rejected)}
+    if counts != mine:
+        raise AccountingError(f"accounting: the load generator counted {mine} but its journal holds {counts}")
+    if proxy is not None and len(proxy):
+        dup = proxy["request_id"][proxy["request_id"].duplicated()]
+        if len(dup):
+            raise AccountingError(f"accounting: the proxy journaled {len(dup)} request(s) twice, e.g. {dup.iloc[0]!r}")
+        extra = set(proxy["request_id"].astype(str)) - set(client["request_id"].astype(str))
+        if extra:
+            raise AccountingError(f"accounting: the proxy journaled {len(extra)} request(s) the client never sent, "
+                                  f"e.g. {sorted(extra)[0]!r}")
+    return counts
+
+
+def _jsonable(obj: Any) -> Any:
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    return obj

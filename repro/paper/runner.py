@@ -1,0 +1,330 @@
+"""`repro paper`: run the section notebooks headlessly with papermill and summarise the headline numbers.
+
+Each notebook ``notebooks/NN_name.ipynb`` starts with a cell tagged ``parameters`` whose lines read
+``name: type = value  # help``. The runner parses that cell itself, so that a parameter the notebook
+does not declare is an error naming it (papermill only warns). Executed notebooks go to ``--out``
+(``build/notebooks``), never into ``notebooks/``. Each notebook writes ``results/NN_headline.csv``
+(notebook, key, ours, paper, unit); the runner concatenates them into ``results/summary.csv``.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import difflib
+import io
+import os
+import subprocess
+import sys
+import time
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import pandas as pd
+
+from repro.errors import ConfigError, parse_assignments
+from repro.paths import CLUSTERS_DIR, NOTEBOOK_DIR
+
+KERNEL = "python3"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: str
+    default: Any
+    help: str
+
+
+@dataclass
+class NotebookResult:
+    name: str
+    output: Path
+    ok: bool
+    wall_s: float
+    error: str = ""
+    headline: Optional[pd.DataFrame] = field(default=None, repr=False)
+
+
+# ---- discovery and the parameters cell ---------------------------------------------------------
+def discover(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
+    """The section notebooks, ``NN_name.ipynb``, in order."""
+    return sorted(p for p in Path(notebook_dir).glob("[0-9][0-9]_*.ipynb"))
+
+
+def select(only: str | Sequence[str] | None, notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
+    """Notebooks chosen by ``--only 01,04`` (numbers or names); unknown selectors are an error."""
+    nbs = discover(notebook_dir)
+    if not nbs:
+        raise ConfigError(f"paper: no notebooks in {notebook_dir}")
+    if not only:
+        return nbs
+    wanted = [w.strip() for w in (only.split(",") if isinstance(only, str) else only) if w.strip()]
+    chosen: list[Path] = []
+    for w in wanted:
+        hits = [p for p in nbs if p.stem == w or p.stem.split("_", 1)[0] == w.zfill(2) or p.stem.startswith(w + "_")]
+        if not hits:
+            raise ConfigError(f"paper: --only {w!r} matches no notebook; available: {[p.stem for p in nbs]}")
+        chosen.extend(h for h in hits if h not in chosen)
+    return sorted(chosen)
+
+
+def _cell_source(cell: Any) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def parameters_cell(nb: Any) -> str:
+    for cell in nb.cells:
+        if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            return _cell_source(cell)
+    raise ConfigError("paper: notebook has no cell tagged 'parameters'")
+
+
+def parse_parameters(source: str) -> dict[str, Parameter]:
+    """``name: type = value  # help`` lines of a parameters cell (values must be literals)."""
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    out: dict[str, Parameter] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            try:
+                default = ast.literal_eval(node.value)
+            except ValueError:
+                raise ConfigError(f"paper: parameter {node.target.id!r} must have a literal default") from None
+            out[node.target.id] = Parameter(node.target.id, ast.unparse(node.annotation), default,
+                                            comments.get(node.lineno, ""))
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            raise ConfigError(f"paper: parameter {names} needs a type annotation (name: type = value  # help)")
+    return out
+
+
+def notebook_parameters(path: Path) -> dict[str, Parameter]:
+    import nbformat
+
+    return parse_parameters(parameters_cell(nbformat.read(str(path), as_version=4)))
+
+
+def check_parameters(path: Path, params: dict[str, Any]) -> None:
+    """Every passed name must be declared by the notebook (a typo is an error, not a warning)."""
+    declared = notebook_parameters(path)
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        raise ConfigError(f"paper: {path.stem} has no parameter {', '.join(repr(u) for u in unknown)}; "
+                          f"declared: {sorted(declared)}")
+
+
+# ---- kernel --------------------------------------------------------------------------------------
+def ensure_kernel(name: str = KERNEL) -> None:
+    """Install the ``python3`` Jupyter kernel for this interpreter (user level) when it is missing."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if name in KernelSpecManager().find_kernel_specs():
+        return
+    proc = subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", name],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ConfigError(f"paper: could not install the {name!r} Jupyter kernel: {proc.stderr.strip()} "
+                          "(pip install -e '.[notebooks]')")
+
+
+# ---- running -------------------------------------------------------------------------------------
+def _failure_text(exc: BaseException) -> str:
+    tb = getattr(exc, "traceback", None)
+    if tb:
+        from rich.text import Text
+
+        text = "\n".join(tb)
+        return Text.from_ansi(text).plain
+    return f"{type(exc).__name__}: {exc}"
+
+
+def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = NOTEBOOK_DIR) -> NotebookResult:
+    """Execute one notebook with papermill into ``out_dir``; never raises for a failing cell."""
+    import papermill as pm
+
+    check_parameters(path, params)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / path.name
+    t0 = time.perf_counter()
+    try:
+        # --log-level=ERROR: the kernel's start-up warning about TCP on 127.0.0.1 would print once per notebook
+        pm.execute_notebook(str(path), str(output), parameters=params, kernel_name=KERNEL, language="python", cwd=str(cwd),
+                            progress_bar=False, log_output=False, report_mode=False,
+                            extra_arguments=["--log-level=ERROR"])
+    except Exception as exc:  # papermill's PapermillExecutionError carries the cell traceback
+        return NotebookResult(path.stem, output, False, time.perf_counter() - t0, _failure_text(exc))
+    return NotebookResult(path.stem, output, True, time.perf_counter() - t0)
+
+
+def collect_headlines(names: Sequence[str], results_dir: Path) -> pd.DataFrame:
+    frames = []
+    for name in names:
+        p = results_dir / f"{name.split('_', 1)[0]}_headline.csv"
+        if p.exists():
+            frames.append(pd.read_csv(p, keep_default_na=True))
+    if not frames:
+        from repro.paper.figures import HEADLINE_COLUMNS
+
+        return pd.DataFrame(columns=list(HEADLINE_COLUMNS))
+    return pd.concat(frames, ignore_index=True)
+
+
+def run_paper(*, backend: str = "emulated", scale: str = "quick", only: Optional[str] = None,
+              cluster: Optional[str] = None, out: str | Path = "build/notebooks",
+              results_dir: str | Path = "results", figures_dir: str | Path = "figures",
+              extra: Optional[dict[str, Any]] = None, console: Any = None) -> tuple[list[NotebookResult], pd.DataFrame]:
+    """Run the selected notebooks; returns their results and the summary table (also written)."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from repro.paper.figures import resolve_dir, write_results
+
+    if backend not in ("sim", "emulated", "vllm"):
+        raise ConfigError(f"paper: --backend {backend!r}; allowed: ['sim', 'emulated', 'vllm']")
+    if scale not in ("quick", "full"):
+        raise ConfigError(f"paper: --scale {scale!r}; allowed: ['quick', 'full']")
+    if backend == "vllm" and not cluster:
+        raise ConfigError("paper: --backend vllm needs --cluster FILE (a cluster YAML; see data/clusters/)")
+    if cluster and not Path(cluster).exists() and not (CLUSTERS_DIR / f"{cluster}.yaml").exists():
+        raise ConfigError(f"paper: --cluster {cluster!r}: no such file")
+    # a log file or pipe gets a wide table (Rich would fold it to 80 columns and cut the keys)
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    nbs = select(only)
+    out_dir, res_dir, fig_dir = resolve_dir(out), resolve_dir(results_dir), resolve_dir(figures_dir)
+    if out_dir.resolve() == NOTEBOOK_DIR.resolve():
+        raise ConfigError("paper: --out must not be notebooks/ (executed notebooks go to a build folder)")
+    params = {"backend": backend, "scale": scale, "cluster": str(Path(cluster).resolve()) if cluster and Path(cluster).exists() else (cluster or ""),
+              "results_dir": str(res_dir), "figures_dir": str(fig_dir), **(extra or {})}
+    for nb in nbs:  # check every notebook's parameters before running any
+        check_parameters(nb, params)
+    ensure_kernel()
+
+    status = {nb.stem: ("pending", None) for nb in nbs}
+
+    def render() -> Table:
+        t = Table(title=f"repro paper --backend {backend} --scale {scale}", expand=False)
+        t.add_column("notebook")
+        t.add_column("status")
+        t.add_column("wall s", justify="right")
+        for name, (st, wall) in status.items():
+            colour = {"done": "green", "FAILED": "red", "running": "yellow"}.get(st, "dim")
+            t.add_row(name, f"[{colour}]{st}[/{colour}]", "" if wall is None else f"{wall:.1f}")
+        return t
+
+    results: list[NotebookResult] = []
+    with Live(render(), console=console, refresh_per_second=4, transient=False) as live:
+        for nb in nbs:
+            status[nb.stem] = ("running", None)
+            live.update(render())
+            res = run_notebook(nb, out_dir, params)
+            results.append(res)
+            status[nb.stem] = ("done" if res.ok else "FAILED", res.wall_s)
+            live.update(render())
+    summary = collect_headlines([r.name for r in results if r.ok], res_dir)
+    if len(summary):
+        write_results(summary, "summary", res_dir)
+        console.print(summary_table(summary))
+    for r in results:
+        if not r.ok:
+            console.print(f"[red]{r.name} failed[/red]; executed notebook: {r.output}")
+            console.print(r.error, markup=False, highlight=False)
+    return results, summary
+
+
+def summary_table(summary: pd.DataFrame) -> Any:
+    from rich.table import Table
+
+    t = Table(title="headline numbers: ours vs the paper")
+    for c in ("notebook", "key", "ours", "paper", "unit", "meaning"):
+        t.add_column(c, justify="right" if c in ("ours", "paper") else "left", overflow="fold")
+    text = lambda v: "" if pd.isna(v) else str(v)  # noqa: E731
+    for r in summary.itertuples():
+        fmt = lambda v: "" if pd.isna(v) else f"{v:.4g}"  # noqa: E731
+        t.add_row(str(r.notebook), str(r.key), fmt(r.ours), fmt(r.paper), text(r.unit), text(getattr(r, "meaning", "")))
+    return t
+
+
+# ---- command line (mounted by repro.cli as `repro paper`) ----------------------------------------
+def _parse_extra(pairs: Sequence[str]) -> dict[str, Any]:
+    return parse_assignments(list(pairs), "paper: -p")
+
+
+def _make_cli():
+    import typer
+
+    def paper_cmd(
+        backend: str = typer.Option("emulated", "--backend", help="emulated (default: local emulated vLLM engines over real HTTP) | sim | vllm"),
+        scale: str = typer.Option("quick", "--scale", help="quick | full"),
+        only: Optional[str] = typer.Option(None, "--only", help="notebooks to run, e.g. 01,04 (default: all)"),
+        cluster: Optional[str] = typer.Option(None, "--cluster", help="cluster YAML for emulated/vllm"),
+        out: Path = typer.Option(Path("build/notebooks"), "--out", help="folder for the executed notebooks"),
+        results_dir: Path = typer.Option(Path("results"), "--results-dir", help="tidy CSVs (relative: to the repo root)"),
+        figures_dir: Path = typer.Option(Path("figures"), "--figures-dir", help="PNG + PDF figures (relative: to the repo root)"),
+        param: list[str] = typer.Option([], "--param", "-p", help="extra notebook parameter NAME=VALUE (repeatable)"),
+    ) -> None:
+        """Rerun the paper: execute the section notebooks and print ours vs the paper's numbers.
+
+        Default: the emulated cluster at quick scale (the real proxy and load generator over HTTP
+        against local emulated vLLM engines; ~20 minutes on 2 cores; see repro.paper.plans for what
+        quick cuts). --backend sim runs the deterministic simulator (quick ~2 min, full ~8 min).
+        """
+        results, _ = run_paper(backend=backend, scale=scale, only=only, cluster=cluster, out=out,
+                               results_dir=results_dir, figures_dir=figures_dir, extra=_parse_extra(param))
+        if not all(r.ok for r in results):
+            raise typer.Exit(1)
+
+    return paper_cmd
+
+
+paper_cli = _make_cli()
+
+
+# ---- checked outputs (golden files) ------------------------------------------------------------
+CHECK_ENV = "REPRO_CHECK_OUTPUTS"  # "1": compare checked cells with their golden files; "update": rewrite them
+EXPECTED_DIR = NOTEBOOK_DIR / "expected"
+CHECK_MARKER = "expected_output("
+
+
+def is_checked(cell: Any) -> bool:
+    """A code cell whose printed values are compared with a golden file (see `expected_output`)."""
+    return cell.get("cell_type") == "code" and CHECK_MARKER in _cell_source(cell)
+
+
+@contextlib.contextmanager
+def expected_output(notebook: str, index: int) -> Iterator[None]:
+    """Print what the block prints and, when ``$REPRO_CHECK_OUTPUTS`` is set, compare it with
+    ``notebooks/expected/<notebook>-<index>.txt`` (``update``: rewrite that file instead).
+
+    The notebooks stay stripped of outputs in git; the deterministic values a change must not move
+    silently live in these small golden files. The test run sets the variable (the root
+    ``conftest.py``), so a changed headline number fails the notebook's cell with a diff;
+    interactive and ``repro paper`` runs, at any parameters, only print.
+    """
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        yield
+    text = buf.getvalue()
+    sys.stdout.write(text)
+    mode = os.environ.get(CHECK_ENV, "")
+    if not mode:
+        return
+    path = EXPECTED_DIR / f"{notebook}-{index}.txt"
+    if mode == "update":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    expected = path.read_text() if path.exists() else None
+    if expected != text:
+        diff = "".join(difflib.unified_diff((expected or "").splitlines(True), text.splitlines(True),
+                                            fromfile=str(path), tofile="this run"))
+        raise AssertionError(
+            f"checked output of {notebook} (cell {index}) changed; if the change is intended, rerun "
+            f"the notebook tests with {CHECK_ENV}=update\n{diff}"
+        )

@@ -1,0 +1,175 @@
+"""The router's in-flight book: what it has dispatched, priced with its own cost model.
+
+On dispatch the router charges the request's priced work (with *its* `CostModel`, right or wrong)
+to the chosen prefill and decode instances; when the prefill answers it re-anchors the decode
+charge; on completion (or failure) it settles. Seconds-of-backlog per instance are read from here.
+Nothing in this module looks at the engines' true state: with mispriced constants the book drifts
+from reality exactly as a deployed router's would (paper §V-B, §VI).
+
+Backlog models (seconds of priced work still outstanding at time ``now``):
+
+- prefill (serial, FCFS queue): a workload process. Each dispatch pushes the instance's tail
+  ``T = max(T, now) + tau_pre(L)``; ``backlog = max(T - now, 0)``; when the last in-flight request
+  settles, a tail left in the future (overpriced work) is cleared.
+- decode (parallel, continuous batching): each request is expected to end at
+  ``E = start + tau_xfer(L) + o * tau_dec`` and ``backlog = sum(max(E_i - now, 0))``, kept in
+  O(log n) per operation with a heap of end times and running sums.
+
+Times are seconds on the caller's clock (virtual in the simulator, physics time in the proxy) and
+must not go backwards.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from repro.routing.cost_model import CostModel
+
+
+class SerialBook:
+    """Backlog of a FCFS server as a workload process (see module docstring)."""
+
+    __slots__ = ("tail", "in_flight", "tokens")
+
+    def __init__(self) -> None:
+        self.tail = 0.0
+        self.in_flight = 0
+        self.tokens = 0.0
+
+    def charge(self, work_s: float, tokens: float, now: float) -> float:
+        """Add work; returns the expected completion time of this work."""
+        self.tail = max(self.tail, now) + work_s
+        self.in_flight += 1
+        self.tokens += tokens
+        return self.tail
+
+    def settle(self, tokens: float, now: float) -> None:
+        self.in_flight -= 1
+        self.tokens -= tokens
+        if self.in_flight <= 0:
+            self.in_flight = 0
+            self.tokens = 0.0
+            self.tail = min(self.tail, now)
+
+    def backlog(self, now: float) -> float:
+        return self.tail - now if self.tail > now else 0.0
+
+
+class ParallelBook:
+    """Sum of remaining priced work over requests that progress concurrently."""
+
+    __slots__ = ("_heap", "_end", "_sum_end", "_active", "_seq", "in_flight", "tokens")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str]] = []
+        self._end: dict[str, tuple[float, int]] = {}  # key -> (end, insertion number)
+        self._seq = 0
+        self._sum_end = 0.0  # sum of end times of entries still in the future
+        self._active = 0  # how many entries are still in the future
+        self.in_flight = 0
+        self.tokens = 0.0
+
+    def _expire(self, now: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            end, seq, key = heapq.heappop(heap)
+            if self._end.get(key) == (end, seq):
+                self._sum_end -= end
+                self._active -= 1
+        if self._active == 0:
+            self._sum_end = 0.0
+
+    def _insert(self, key: str, end: float, now: float) -> None:
+        self._seq += 1
+        self._end[key] = (end, self._seq)
+        if end > now:
+            heapq.heappush(self._heap, (end, self._seq, key))
+            self._sum_end += end
+            self._active += 1
+
+    def _remove(self, key: str, now: float) -> None:
+        entry = self._end.pop(key, None)
+        if entry is not None and entry[0] > now:
+            self._sum_end -= entry[0]
+            self._active -= 1
+
+    def charge(self, key: str, end: float, tokens: float, now: float) -> None:
+        self._expire(now)
+        self._insert(key, end, now)
+        self.in_flight += 1
+        self.tokens += tokens
+
+    def reanchor(self, key: str, end: float, now: float) -> None:
+        """Move an in-flight entry's expected end (e.g. when its decode actually starts)."""
+        self._expire(now)
+        if key in self._end:
+            self._remove(key, now)
+            self._insert(key, end, now)
+
+    def settle(self, key: str, tokens: float, now: float) -> None:
+        self._expire(now)
+        if key in self._end:
+            self._remove(key, now)
+            self.in_flight -= 1
+            self.tokens -= tokens
+        if self.in_flight <= 0:
+            self.in_flight = 0
+            self.tokens = 0.0
+
+    def backlog(self, now: float) -> float:
+        self._expire(now)
+        value = self._sum_end - self._active * now
+        return value if value > 0.0 else 0.0
+
+
+@dataclass(slots=True)
+class _Entry:
+    prefill: int
+    decode: int
+    prompt_tokens: int
+    output_estimate: float
+    decode_work_s: float
+    prefill_open: bool = True
+
+
+class Ledger:
+    """Per-instance books for a pool of ``n_prefill`` prefill and ``n_decode`` decode instances."""
+
+    def __init__(self, n_prefill: int, n_decode: int, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+        self.prefill = [SerialBook() for _ in range(n_prefill)]
+        self.decode = [ParallelBook() for _ in range(n_decode)]
+        self._entries: dict[str, _Entry] = {}
+
+    def dispatch(self, key: str, prefill: int, decode: int, prompt_tokens: int, output_estimate: float, now: float) -> None:
+        """Charge a request placed on (prefill, decode) at time ``now``."""
+        cm = self.cost_model
+        pre_end = self.prefill[prefill].charge(cm.tau_pre(prompt_tokens), prompt_tokens, now)
+        work = cm.tau_xfer(prompt_tokens) + output_estimate * cm.tau_dec_s
+        self.decode[decode].charge(key, pre_end + work, prompt_tokens + output_estimate, now)
+        self._entries[key] = _Entry(prefill, decode, prompt_tokens, output_estimate, work)
+
+    def prefill_done(self, key: str, now: float) -> None:
+        """The prefill answered: settle the prefill charge, re-anchor the decode charge at ``now``."""
+        e = self._entries.get(key)
+        if e is None or not e.prefill_open:
+            return
+        e.prefill_open = False
+        self.prefill[e.prefill].settle(e.prompt_tokens, now)
+        self.decode[e.decode].reanchor(key, now + e.decode_work_s, now)
+
+    def settle(self, key: str, now: float) -> None:
+        """The request finished or failed: remove everything still charged for it."""
+        e = self._entries.pop(key, None)
+        if e is None:
+            return
+        if e.prefill_open:
+            self.prefill[e.prefill].settle(e.prompt_tokens, now)
+        self.decode[e.decode].settle(key, e.prompt_tokens + e.output_estimate, now)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)

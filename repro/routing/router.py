@@ -1,0 +1,95 @@
+"""The routing core shared by the simulator and the proxy.
+
+`Router` keeps what a deployed router knows — its ledger, the last polled KV usage of every
+instance (with its age) and health — builds the `ClusterView` for each decision, asks the policy,
+and charges the ledger. The simulator and the HTTP proxy both drive this same object; only the
+clock (virtual vs physics time) and the source of the KV polls differ.
+
+The one deliberate exception is ``oracle_backlog``: a callable giving the *true* remaining work
+per instance. Only the simulator can supply it; it reproduces the paper's §VI observation that a
+simulator can hand a policy information no deployment has.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from repro.routing.cost_model import CostModel
+from repro.routing.ledger import Ledger
+from repro.routing.policies.base import ClusterView, Decision, InstanceSignals, Placement, Policy, RequestInfo
+
+OracleBacklog = Callable[[str, int, float], float]  # (role, index, now) -> seconds
+
+
+class Router:
+    """Route requests over ``prefill_names`` x ``decode_names`` with ``policy``."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        cost_model: CostModel,
+        prefill_names: list[str],
+        decode_names: list[str],
+        oracle_backlog: OracleBacklog | None = None,
+    ) -> None:
+        self.policy = policy
+        self.cost_model = cost_model
+        self.ledger = Ledger(len(prefill_names), len(decode_names), cost_model)
+        self.oracle_backlog = oracle_backlog
+        self._signals = {
+            "prefill": [InstanceSignals(i, n, 0.0, 0, 0.0, 0.0, 0.0) for i, n in enumerate(prefill_names)],
+            "decode": [InstanceSignals(i, n, 0.0, 0, 0.0, 0.0, 0.0) for i, n in enumerate(decode_names)],
+        }
+        self._kv_at = {"prefill": [0.0] * len(prefill_names), "decode": [0.0] * len(decode_names)}
+
+    # ---- signals ----------------------------------------------------------------------------
+    def observe_kv(self, role: str, index: int, usage: float, at_s: float) -> None:
+        """Record a KV-usage poll (fraction 0..1) taken at time ``at_s``."""
+        self._signals[role][index].kv_usage = usage
+        self._kv_at[role][index] = at_s
+
+    def set_health(self, role: str, index: int, healthy: bool) -> None:
+        self._signals[role][index].healthy = healthy
+
+    def is_healthy(self, role: str, index: int) -> bool:
+        return self._signals[role][index].healthy
+
+    def view(self, now: float) -> ClusterView:
+        """The snapshot a policy sees at ``now`` (signals are updated in place)."""
+        led = self.ledger
+        oracle = self.oracle_backlog
+        for role, books in (("prefill", led.prefill), ("decode", led.decode)):
+            sigs = self._signals[role]
+            kv_at = self._kv_at[role]
+            for i, book in enumerate(books):
+                s = sigs[i]
+                s.backlog_s = oracle(role, i, now) if oracle is not None else book.backlog(now)
+                s.in_flight = book.in_flight
+                s.in_flight_tokens = book.tokens
+                s.kv_age_s = now - kv_at[i]
+        return ClusterView(now, self._signals["prefill"], self._signals["decode"])
+
+    # ---- decisions and bookkeeping ------------------------------------------------------------
+    def route(self, request: RequestInfo, now: float) -> Decision:
+        """Ask the policy; on a placement, charge the ledger."""
+        decision = self.policy.place(request, self.view(now))
+        if isinstance(decision, Placement):
+            self.ledger.dispatch(
+                request.request_id,
+                decision.prefill,
+                decision.decode,
+                request.prompt_tokens,
+                self.policy.output_estimate(request),
+                now,
+            )
+        return decision
+
+    def prefill_done(self, request_id: str, now: float) -> None:
+        self.ledger.prefill_done(request_id, now)
+
+    def finish(self, request_id: str, now: float) -> None:
+        """The request completed or failed: settle it."""
+        self.ledger.settle(request_id, now)
+
+    def names(self, role: str) -> list[str]:
+        return [s.name for s in self._signals[role]]

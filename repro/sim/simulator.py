@@ -1,0 +1,551 @@
+"""Deterministic discrete-event simulator of a prefill/decode-disaggregated cluster.
+
+Virtual time jumps from event to event; nothing ticks per token. Per request: arrival at the
+router -> policy decision (the same `Router`/`Policy` code the proxy runs) -> prefill on the chosen
+prefill engine -> admission on the chosen decode engine (KV budget) -> KV transfer -> continuous
+batching decode -> completion. The simulator writes the journal schema of `repro.experiment.journal`.
+
+Engine model (`repro.engine.physics.Physics` is the truth):
+
+- Prefill engine: FCFS queue; each step batches queued prompts up to ``max_num_batched_tokens``
+  (chunking a long prompt across steps) and lasts ``prefill_time_s(batch tokens)``. A prompt's KV
+  is allocated when its first chunk is scheduled and held until the decode engine has pulled it.
+- Decode engine (vLLM semantics): a request whose prefill is done waits FCFS for KV blocks
+  (prompt tokens) and a sequence slot; a busy engine looks at its queue only at step boundaries
+  (an idle one at once); once admitted its KV is pulled (``transfer_time_s``) and it joins the
+  running batch at the next step boundary after the pull, so a request meets up to two boundaries. Every running sequence gains one token per
+  step; a step over ``n`` sequences holding ``C`` context tokens takes
+  ``decode_step_s(n, C)``. Since C grows by n per step, the time of k steps has the closed form
+  ``k*(a + b*n + c*C0) + c*n*k*(k-1)/2``, so the simulator jumps straight to the next completion,
+  join or KV-full boundary. When the next step cannot get KV for every sequence, the most
+  recently admitted sequence is preempted (recompute): it returns to the head of the queue and is
+  re-admitted later with a local recompute of its context (``prefill_time_s``).
+- ``service="serial"`` is the paper's original simulator (§VI): one request per prefill step and
+  one running sequence per decode engine.
+- ``backlog="oracle"`` hands the policy the engines' true remaining work instead of the ledger's
+  estimate (§VI: information no deployment has).
+- KV usage is "polled" lazily: at the first decision after each ``kv_poll_interval_s`` tick, the
+  router records every engine's usage; later decisions see that value and its age.
+
+Times are seconds from the first arrival's clock origin (the trace's ``arrival_s``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from repro.engine.physics import Physics
+from repro.errors import ConfigError
+from repro.experiment.journal import FIELD_NAMES
+from repro.routing.policies.base import Placement, RequestInfo
+from repro.routing.router import Router
+
+# Event kinds, in tie-break priority order at equal times (smaller first).
+_PRE_STEP_END = 0
+_TRANSFER_DONE = 1
+_DEC_NEXT = 2
+_ARRIVAL = 3
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulator switches."""
+
+    service: str = "batching"  # "batching" | "serial"
+    backlog: str = "ledger"  # "ledger" | "oracle"
+    kv_poll_interval_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.service not in ("batching", "serial"):
+            raise ConfigError(f"sim: field 'service' must be 'batching' or 'serial', got {self.service!r}")
+        if self.backlog not in ("ledger", "oracle"):
+            raise ConfigError(f"sim: field 'backlog' must be 'ledger' or 'oracle', got {self.backlog!r}")
+        if not self.kv_poll_interval_s >= 0:
+            raise ConfigError(f"sim: field 'kv_poll_interval_s' must be >= 0, got {self.kv_poll_interval_s!r}")
+
+
+class _Prefill:
+    __slots__ = ("name", "phys", "queue", "rem", "kv_used", "busy", "batch", "step_end", "batch_cap", "queued_tokens")
+
+    def __init__(self, name: str, phys: Physics, serial: bool) -> None:
+        self.name = name
+        self.phys = phys
+        self.queue: deque[int] = deque()
+        self.kv_used = 0
+        self.busy = False
+        self.batch: list[tuple[int, int]] = []
+        self.step_end = 0.0
+        self.batch_cap = 1 if serial else 1 << 30
+        self.queued_tokens = 0  # prompt tokens still to prefill (queued or in the current step)
+
+
+class _Decode:
+    __slots__ = (
+        "name", "phys", "a", "b", "c", "budget", "max_seqs", "waiting", "reserved", "running",
+        "heap", "n", "sum_base", "sum_finish", "V", "t", "pending", "version", "in_transfer",
+        "queued_out", "order", "admit_pending",
+    )
+
+    def __init__(self, name: str, phys: Physics, serial: bool) -> None:
+        self.name = name
+        self.phys = phys
+        self.a = phys.decode_base_s
+        self.b = phys.decode_per_seq_s
+        self.c = phys.context_s_per_token
+        self.budget = phys.kv_budget_tokens
+        self.max_seqs = 1 if serial else phys.max_num_seqs
+        self.waiting: deque[int] = deque()
+        self.reserved = 0  # KV tokens held by admitted sequences not yet running
+        self.running: dict[int, int] = {}  # request -> base context (context = base + V)
+        self.heap: list[tuple[int, int]] = []  # (finish step index, request)
+        self.n = 0
+        self.sum_base = 0
+        self.sum_finish = 0
+        self.V = 0  # steps executed (segment origin)
+        self.t = 0.0  # time of the segment origin
+        self.pending: list[int] = []  # transferred, joining at the next boundary
+        self.version = 0
+        self.in_transfer: dict[int, int] = {}  # request -> KV tokens reserved while pulling
+        self.queued_out = 0  # output tokens of waiting + transferring + pending requests
+        self.order: dict[int, None] = {}  # every KV-holding request, in admission order
+        self.admit_pending = False  # a request waits for the next step boundary to be scheduled
+
+    # closed-form step timing of the current segment
+    def time_after(self, k: int) -> float:
+        n = self.n
+        A = self.a + self.b * n + self.c * (self.sum_base + n * self.V)
+        return self.t + k * A + self.c * n * k * (k - 1) * 0.5
+
+    def steps_done_by(self, when: float) -> int:
+        if self.n == 0 or when <= self.t:
+            return 0
+        n = self.n
+        A = self.a + self.b * n + self.c * (self.sum_base + n * self.V)
+        alpha = self.c * n * 0.5
+        beta = A - alpha
+        x = when - self.t
+        k = int(2.0 * x / (beta + math.sqrt(beta * beta + 4.0 * alpha * x)))
+        while self.time_after(k + 1) <= when:
+            k += 1
+        while k > 0 and self.time_after(k) > when:
+            k -= 1
+        return k
+
+    def step_s_now(self) -> float:
+        return self.a + self.b * self.n + self.c * (self.sum_base + self.n * self.V)
+
+
+class Simulator:
+    """Simulate one run of a trace through a router over explicit prefill and decode pools.
+
+    Parameters
+    ----------
+    trace : DataFrame with the trace columns of `repro.workload.traces` (request_id, arrival_s, family,
+        prompt_tokens, output_tokens, slo_class), sorted by arrival_s.
+    predicted_output_tokens : the router's output estimate per request (tokens), aligned with trace.
+    router : the `Router` (policy + cost model + ledger). Its instance names must match the pools.
+    prefill, decode : the true `Physics` of each prefill / decode instance.
+    """
+
+    def __init__(
+        self,
+        trace: pd.DataFrame,
+        predicted_output_tokens: np.ndarray,
+        router: Router,
+        prefill: list[Physics],
+        decode: list[Physics],
+        config: SimConfig = SimConfig(),
+    ) -> None:
+        self.cfg = config
+        serial = config.service == "serial"
+        pnames = router.names("prefill")
+        dnames = router.names("decode")
+        if len(pnames) != len(prefill) or len(dnames) != len(decode):
+            raise ConfigError("sim: the router's pools do not match the simulated pools")
+        self.router = router
+        self.pre = [_Prefill(n, ph, serial) for n, ph in zip(pnames, prefill)]
+        self.dec = [_Decode(n, ph, serial) for n, ph in zip(dnames, decode)]
+        self.n = len(trace)
+        self.ids = trace["request_id"].astype(str).tolist()
+        self.family = trace["family"].astype(str).tolist()
+        self.slo = trace["slo_class"].astype(str).tolist()
+        self.arrival = trace["arrival_s"].to_numpy(dtype=float).tolist()
+        self.prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64).tolist()
+        self.out = trace["output_tokens"].to_numpy(dtype=np.int64).tolist()
+        self.pred = np.asarray(predicted_output_tokens, dtype=float).tolist()
+        if len(self.pred) != self.n:
+            raise ConfigError("sim: predicted_output_tokens must have one value per request")
+        if any(b < a for a, b in zip(self.arrival, self.arrival[1:])):
+            raise ConfigError("sim: trace field 'arrival_s' must be sorted ascending")
+        n = self.n
+        self.p_of = [-1] * n
+        self.d_of = [-1] * n
+        self.rem_pre = [0] * n
+        self.gen_before = [0] * n  # tokens generated before a preemption
+        self.pulled = [False] * n  # KV pulled from the prefill engine (its blocks released)
+        self.epoch = [0] * n  # invalidates the transfer event of a cancelled admission
+        self.finish_V = [-1] * n
+        self.preempt = [0] * n
+        self.t_pre_end = [math.nan] * n
+        self.t_first = [math.nan] * n
+        self.t_finish = [math.nan] * n
+        self.status = [""] * n
+        self.reason: list[str | None] = [None] * n
+        self._events: list[tuple] = []
+        self._seq = 0
+        self.now = 0.0
+        self._last_poll = -math.inf
+        self.kv_peak = [0] * len(self.dec)
+        self.pre_kv_peak = [0] * len(self.pre)
+        if config.backlog == "oracle":
+            router.oracle_backlog = self._oracle_backlog
+
+    # ---- event plumbing -------------------------------------------------------------------
+    def _push(self, when: float, kind: int, x: int, y: int = 0, z: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (when, kind, self._seq, x, y, z))
+
+    def run(self) -> pd.DataFrame:
+        """Run to completion; returns the journal DataFrame (rows in trace order)."""
+        events = self._events
+        arrivals = self.arrival
+        i = 0
+        n = self.n
+        pop = heapq.heappop
+        while i < n or events:
+            if i < n and (not events or arrivals[i] < events[0][0] or (arrivals[i] == events[0][0] and events[0][1] > _ARRIVAL)):
+                when = arrivals[i]
+                if when < self.now:
+                    raise AssertionError("sim: clock went backwards")
+                self.now = when
+                self._arrive(i)
+                i += 1
+                continue
+            when, kind, _, x, y, z = pop(events)
+            if when < self.now - 1e-9:
+                raise AssertionError(f"sim: clock went backwards ({when} < {self.now})")
+            self.now = when
+            if kind == _PRE_STEP_END:
+                self._prefill_step_end(x)
+            elif kind == _TRANSFER_DONE:
+                self._transfer_done(x, y, z)
+            elif kind == _DEC_NEXT:
+                d = self.dec[x]
+                if y == d.version:
+                    self._decode_boundary(d, x, z)
+        return self._journal()
+
+    # ---- arrivals and routing ------------------------------------------------------------
+    def _poll(self, now: float) -> None:
+        interval = self.cfg.kv_poll_interval_s
+        if now - self._last_poll < interval:
+            return
+        self._last_poll = now
+        r = self.router
+        for i, e in enumerate(self.pre):
+            r.observe_kv("prefill", i, e.kv_used / e.phys.kv_budget_tokens, now)
+        for i, d in enumerate(self.dec):
+            r.observe_kv("decode", i, self._decode_kv_used(d, now) / d.budget, now)
+
+    def _arrive(self, r: int) -> None:
+        now = self.now
+        prompt = self.prompt[r]
+        out = self.out[r]
+        self._poll(now)
+        req = RequestInfo(self.ids[r], prompt, self.pred[r], self.slo[r], now)
+        limit = min(self.pre[0].phys.max_model_len, self.dec[0].budget, self.pre[0].phys.kv_budget_tokens)
+        if prompt + out > limit:
+            self.status[r] = "failed"
+            self.reason[r] = f"prompt + output ({prompt + out} tokens) exceeds the engines' limit ({limit})"
+            return
+        decision = self.router.route(req, now)
+        if not isinstance(decision, Placement):
+            self.status[r] = "rejected"
+            self.reason[r] = decision.reason
+            return
+        p, d = decision.prefill, decision.decode
+        self.p_of[r] = p
+        self.d_of[r] = d
+        self.rem_pre[r] = prompt
+        e = self.pre[p]
+        e.queue.append(r)
+        e.queued_tokens += prompt
+        if not e.busy:
+            self._prefill_start(p)
+
+    # ---- prefill ---------------------------------------------------------------------------
+    def _prefill_start(self, p: int) -> None:
+        e = self.pre[p]
+        if e.busy or not e.queue:
+            return
+        budget = e.phys.max_num_batched_tokens
+        kv_budget = e.phys.kv_budget_tokens
+        batch = []
+        tokens = 0
+        for r in e.queue:
+            if len(batch) >= e.batch_cap:
+                break
+            if self.rem_pre[r] == self.prompt[r]:  # first chunk: allocate the prompt's KV
+                if e.kv_used + self.prompt[r] > kv_budget:
+                    break
+                e.kv_used += self.prompt[r]
+                if e.kv_used > self.pre_kv_peak[p]:
+                    self.pre_kv_peak[p] = e.kv_used
+            take = min(self.rem_pre[r], budget - tokens)
+            batch.append((r, take))
+            tokens += take
+            if tokens >= budget:
+                break
+        if not batch:
+            return
+        e.batch = batch
+        e.busy = True
+        e.step_end = self.now + e.phys.prefill_time_s(tokens)
+        self._push(e.step_end, _PRE_STEP_END, p)
+
+    def _prefill_step_end(self, p: int) -> None:
+        e = self.pre[p]
+        now = self.now
+        e.busy = False
+        done = []
+        for r, take in e.batch:
+            self.rem_pre[r] -= take
+            e.queued_tokens -= take
+            if self.rem_pre[r] == 0:
+                done.append(r)
+        e.batch = []
+        for r in done:
+            e.queue.popleft()  # completed requests are exactly the front of the queue
+            self.t_pre_end[r] = now
+            self.router.prefill_done(self.ids[r], now)
+            d = self.d_of[r]
+            dd = self.dec[d]
+            dd.waiting.append(r)
+            dd.queued_out += self.out[r]
+            if dd.n:  # a busy engine schedules new requests at its next step boundary (vLLM)
+                if not dd.admit_pending:
+                    dd.admit_pending = True
+                    self._decode_schedule(dd, d)
+            else:
+                self._decode_admit(dd, d)
+        self._prefill_start(p)
+
+    # ---- decode ----------------------------------------------------------------------------
+    def _decode_kv_used(self, d: _Decode, now: float) -> int:
+        if d.n == 0:
+            return d.reserved
+        k = d.steps_done_by(now)
+        return d.sum_base + d.n * (d.V + k + 1) + d.reserved
+
+    def _decode_admit(self, d: _Decode, di: int) -> None:
+        now = self.now
+        changed = False
+        while d.waiting and d.n + len(d.in_transfer) + len(d.pending) < d.max_seqs:
+            r = d.waiting[0]
+            need = self.prompt[r] + self.gen_before[r]
+            if need > d.budget - self._decode_kv_used(d, now):
+                break
+            d.waiting.popleft()
+            d.reserved += need
+            d.in_transfer[r] = need
+            d.order[r] = None
+            changed = True
+            if self.pulled[r]:  # preempted after its pull: recompute its context locally
+                delay = d.phys.prefill_request_time_s(need)
+            else:  # pull the prompt's KV from the prefill engine, which still holds it
+                delay = self.pre[self.p_of[r]].phys.transfer_time_s(self.prompt[r])
+            self._push(now + delay, _TRANSFER_DONE, r, di, self.epoch[r])
+            used = d.reserved + (d.sum_base + d.n * (d.V + d.steps_done_by(now) + 1) if d.n else 0)
+            if used > self.kv_peak[di]:
+                self.kv_peak[di] = used
+        if changed:
+            self._decode_schedule(d, di)
+
+    def _transfer_done(self, r: int, di: int, epoch: int) -> None:
+        if epoch != self.epoch[r]:  # this admission was cancelled by a preemption
+            return
+        d = self.dec[di]
+        del d.in_transfer[r]
+        if not self.pulled[r]:  # the prefill engine's blocks are released once pulled
+            self.pulled[r] = True
+            p = self.p_of[r]
+            e = self.pre[p]
+            e.kv_used -= self.prompt[r]
+            if not e.busy:
+                self._prefill_start(p)
+        d.pending.append(r)
+        self._decode_schedule(d, di)
+
+    def _decode_schedule(self, d: _Decode, di: int) -> None:
+        """(Re)compute the next boundary at which this engine's batch changes."""
+        now = self.now
+        d.version += 1
+        if d.n == 0:
+            if d.pending:
+                d.t = now
+                self._push(now, _DEC_NEXT, di, d.version, 0)
+            return
+        # next completion
+        k = d.heap[0][0] - d.V
+        # KV full: first boundary whose next step cannot allocate a token per sequence
+        avail = d.budget - d.reserved - (d.sum_base + d.n * d.V)
+        k_full = avail // d.n
+        if k_full < k:
+            k = k_full
+        if d.pending or d.admit_pending:
+            k_join = d.steps_done_by(now) + 1
+            if k_join < k:
+                k = k_join
+        if k < 0:
+            k = 0
+        self._push(d.time_after(k), _DEC_NEXT, di, d.version, k)
+
+    def _decode_boundary(self, d: _Decode, di: int, k: int) -> None:
+        now = self.now
+        if d.n:
+            d.t = d.time_after(k)
+            d.V += k
+        else:
+            d.t = now
+        V = d.V
+        router = self.router
+        d.admit_pending = False
+        # 1. completions
+        heap = d.heap
+        while heap and heap[0][0] <= V:
+            fv, r = heapq.heappop(heap)
+            if self.finish_V[r] != fv or r not in d.running:
+                continue
+            base = d.running.pop(r)
+            del d.order[r]
+            d.n -= 1
+            d.sum_base -= base
+            d.sum_finish -= fv
+            self.t_finish[r] = now
+            self.status[r] = "ok"
+            router.finish(self.ids[r], now)
+        # 2. joins
+        joined = d.pending
+        if joined:
+            d.pending = []
+            for r in joined:
+                ctx = self.prompt[r] + self.gen_before[r]
+                d.reserved -= ctx
+                base = ctx - V
+                d.running[r] = base
+                d.n += 1
+                d.sum_base += base
+                fv = V + self.out[r] - self.gen_before[r]
+                self.finish_V[r] = fv
+                d.sum_finish += fv
+                d.queued_out -= self.out[r]
+                heapq.heappush(heap, (fv, r))
+        # 3. KV for the next step: preempt the most recently admitted until it fits (a request
+        #    still pulling its KV is cancelled; the oldest running one always progresses)
+        while d.n and d.sum_base + d.n * (V + 1) + d.reserved > d.budget:
+            r = next(reversed(d.order))
+            del d.order[r]
+            self.preempt[r] += 1
+            d.waiting.appendleft(r)
+            if r in d.in_transfer:
+                d.reserved -= d.in_transfer.pop(r)
+                self.epoch[r] += 1
+                continue
+            base = d.running.pop(r)
+            d.n -= 1
+            d.sum_base -= base
+            d.sum_finish -= self.finish_V[r]
+            self.gen_before[r] = base + V - self.prompt[r]
+            self.finish_V[r] = -1
+            d.queued_out += self.out[r]
+        used = d.sum_base + d.n * (V + 1) + d.reserved
+        if used > self.kv_peak[di]:
+            self.kv_peak[di] = used
+        # first tokens of sequences that joined now come at the end of this step
+        if joined and d.n:
+            first = now + d.step_s_now()
+            for r in joined:
+                if r in d.running and math.isnan(self.t_first[r]):
+                    self.t_first[r] = first
+        self._decode_admit(d, di)
+        self._decode_schedule(d, di)
+
+    # ---- oracle ------------------------------------------------------------------------------
+    def _oracle_backlog(self, role: str, i: int, now: float) -> float:
+        if role == "prefill":
+            e = self.pre[i]
+            ph = e.phys
+            rest = max(e.step_end - now, 0.0) if e.busy else 0.0
+            in_step = sum(t for _, t in e.batch) if e.busy else 0
+            queued = e.queued_tokens - in_step
+            if queued <= 0:
+                return rest
+            steps = math.ceil(queued / ph.max_num_batched_tokens)
+            return rest + steps * ph.prefill_base_s + ph.prefill_per_token_s * queued
+        d = self.dec[i]
+        v_now = d.V + d.steps_done_by(now)
+        remaining = d.sum_finish - d.n * v_now + d.queued_out
+        return remaining * d.step_s_now() if d.n else remaining * d.a
+
+    # ---- output ------------------------------------------------------------------------------
+    def _journal(self) -> pd.DataFrame:
+        arrival = np.asarray(self.arrival)
+        first = np.asarray(self.t_first)
+        finish = np.asarray(self.t_finish)
+        out = np.asarray(self.out, dtype=np.int64)
+        status = np.asarray([s or "failed" for s in self.status], dtype=object)
+        ok = status == "ok"
+        reason = [
+            (rs if rs is not None else ("simulation ended before completion" if st != "ok" else None))
+            for rs, st in zip(self.reason, status)
+        ]
+        ttft = np.where(ok, first - arrival, np.nan)
+        e2e = np.where(ok, finish - arrival, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(ok & (out >= 2), (e2e - ttft) / (out - 1), np.nan)
+        pnames = [e.name for e in self.pre]
+        dnames = [d.name for d in self.dec]
+        placed = np.asarray(self.p_of) >= 0
+        cols = {
+            "request_id": self.ids,
+            "family": self.family,
+            "slo_class": self.slo,
+            "prompt_tokens": np.asarray(self.prompt, dtype=np.int64),
+            "output_tokens": out,
+            "predicted_output_tokens": np.asarray(self.pred, dtype=float),
+            "prefill_instance": [pnames[p] if p >= 0 else None for p in self.p_of],
+            "decode_instance": [dnames[d] if d >= 0 else None for d in self.d_of],
+            "status": status,
+            "reason": reason,
+            "arrival_s": arrival,
+            "prefill_start_s": np.where(placed, arrival, np.nan),
+            "prefill_end_s": np.asarray(self.t_pre_end),
+            "decode_start_s": np.asarray(self.t_pre_end),
+            "first_token_s": np.where(ok, first, np.nan),
+            "finish_s": np.where(ok, finish, np.nan),
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
+            "generated_tokens": np.where(ok, out, 0),
+            "preemptions": np.asarray(self.preempt, dtype=np.int64),
+        }
+        df = pd.DataFrame(cols, columns=list(FIELD_NAMES))
+        return df
+
+
+def simulate(
+    trace: pd.DataFrame,
+    predicted_output_tokens: np.ndarray,
+    router: Router,
+    prefill: list[Physics],
+    decode: list[Physics],
+    config: SimConfig = SimConfig(),
+) -> pd.DataFrame:
+    """Convenience wrapper: run a `Simulator` and return its journal."""
+    return Simulator(trace, predicted_output_tokens, router, prefill, decode, config).run()

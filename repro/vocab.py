@@ -1,0 +1,51 @@
+"""The project's shared names: the closed choices that appear in specs, CLIs, notebooks and files.
+
+Each choice is a `Literal` type (for annotations and static checking) and a tuple of its values
+(for validation and error messages, in the order shown to users). Validate with `check_choice`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from repro.errors import ConfigError
+
+Backend = Literal["sim", "emulated", "vllm"]
+"""Where a run happens: the discrete-event simulator, emulated vLLM engines over HTTP, or real vLLM."""
+Role = Literal["prefill", "decode"]
+"""An engine's role in a disaggregated cluster."""
+Workload = Literal["chat", "reasoning", "documents", "mixed"]
+"""The paper's four workload families (Table I)."""
+Launcher = Literal["emulated", "vllm", "remote"]
+"""How a cluster's engines are started (or found, for ``remote``)."""
+Scale = Literal["quick", "full"]
+"""How much a notebook runs: CI-sized (``quick``) or the paper's protocol (``full``)."""
+PredictorKind = Literal["default", "constant", "oracle"]
+"""The router's output-length predictor: the trained model, a constant, or the true length."""
+Service = Literal["batching", "serial"]
+"""The simulator's decode service model: continuous batching, or the paper's original serial one."""
+BacklogSource = Literal["ledger", "oracle"]
+"""What the policy sees as backlog in the simulator: the router's ledger, or the true remaining work."""
+SloClass = Literal["tight", "loose"]
+"""A request's SLO class."""
+Status = Literal["ok", "failed", "rejected"]
+"""A journal row's outcome."""
+
+BACKENDS: tuple[str, ...] = get_args(Backend)
+ROLES: tuple[str, ...] = get_args(Role)
+WORKLOADS: tuple[str, ...] = get_args(Workload)
+LAUNCHERS: tuple[str, ...] = get_args(Launcher)
+SCALES: tuple[str, ...] = get_args(Scale)
+PREDICTORS: tuple[str, ...] = get_args(PredictorKind)
+SERVICES: tuple[str, ...] = get_args(Service)
+BACKLOG_SOURCES: tuple[str, ...] = get_args(BacklogSource)
+
+DEFAULT_PROFILE = "a40-qwen2.5-3b"
+"""The hardware profile of the paper's testbed (A40 GPUs serving Qwen2.5-3B), in ``data/hardware/``."""
+
+
+def check_choice(where: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """Raise `ConfigError` naming ``where``'s field ``name`` and the allowed values unless
+    ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise ConfigError(f"{where}: field '{name}' = {value!r} not allowed; allowed: {', '.join(allowed)}")
