@@ -34,7 +34,9 @@ def create_app(prefills: list[str], decodes: list[str]) -> FastAPI:
         if not body.get("stream"):
             r2 = await client.post(target, json=decode_body(body, kv), headers=headers)
             return Response(r2.content, status_code=r2.status_code, media_type="application/json")
-        up = await client.send(client.build_request("POST", target, json=decode_body(body, kv), headers=headers), stream=True)
+        up = await client.send(
+            client.build_request("POST", target, json=decode_body(body, kv), headers=headers), stream=True
+        )
 
         async def relay():
             try:

@@ -36,17 +36,13 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Optional
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from repro.cluster.launchers import launch  # noqa: E402
-from repro.emulator.core import EngineCore, Seq  # noqa: E402
-from repro.emulator.http import RawClient  # noqa: E402
-from repro.engine.physics import Physics  # noqa: E402
+from repro.cluster.launchers import launch
+from repro.emulator.core import EngineCore, Seq
+from repro.emulator.http import RawClient
+from repro.engine.physics import Physics
 
 PROFILE = "a40-qwen2.5-3b"
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
@@ -65,9 +61,9 @@ class VReq:
     prompt_ids: list[int]
     max_tokens: int
     remote: bool = False
-    first: Optional[float] = None
-    finish: Optional[float] = None
-    seq: Optional[Seq] = None
+    first: float | None = None
+    finish: float | None = None
+    seq: Seq | None = None
 
 
 def replay(physics: Physics, reqs: list[VReq]) -> None:
@@ -117,18 +113,18 @@ def replay(physics: Physics, reqs: list[VReq]) -> None:
 @dataclass
 class Result:
     send: float = 0.0
-    first: Optional[float] = None
-    last: Optional[float] = None
+    first: float | None = None
+    last: float | None = None
     n: int = 0
-    prefill_resp: Optional[float] = None
-    decode_send: Optional[float] = None
-    error: Optional[str] = None
-    kv: Optional[dict] = None
+    prefill_resp: float | None = None
+    decode_send: float | None = None
+    error: str | None = None
+    kv: dict | None = None
     prefill_url: str = ""
     decode_url: str = ""
 
 
-async def stream_completion(client: "RawClient", url: str, body: dict, res: Result, headers=None) -> None:
+async def stream_completion(client: RawClient, url: str, body: dict, res: Result, headers=None) -> None:
     gen = client.post(url + "/v1/completions", body, headers)
     status, _ = await gen.__anext__()
     buf = b""
@@ -179,7 +175,7 @@ async def fidelity(args) -> list[dict]:
             out = args.out_tokens
             for L in args.lengths:
                 ms, vs, itls, vitl = [], [], [], []
-                for rep in range(args.reps):
+                for _ in range(args.reps):
                     ids = make_prompt_ids(L, rng)
                     res = Result(send=time.monotonic())
                     await stream_completion(client, url, body_for(ids, out), res)
@@ -205,7 +201,7 @@ async def fidelity(args) -> list[dict]:
                 # open c keep-alive connections first, so that send time ~ arrival time
                 await asyncio.gather(*(stream_completion(client, url, body_for(make_prompt_ids(16, rng), 2), Result())
                                        for _ in range(c)))
-                for rep in range(args.reps):
+                for _ in range(args.reps):
                     # a blocker prefill keeps the engine busy while the c requests arrive, so that they
                     # all wait for the same step boundary (sub-millisecond send jitter then cannot
                     # decide which step a request lands in)
@@ -215,11 +211,11 @@ async def fidelity(args) -> list[dict]:
                     ids = [make_prompt_ids(L, rng) for _ in range(c)]
                     t0 = time.monotonic()
 
-                    async def block():
+                    async def block(blocker=blocker, blocker_ids=blocker_ids):
                         blocker.send = time.monotonic()
                         await stream_completion(client, url, body_for(blocker_ids, 1), blocker)
 
-                    async def one(k):
+                    async def one(k, results=results, ids=ids):
                         await asyncio.sleep(0.01)
                         results[k].send = time.monotonic()
                         await stream_completion(client, url, body_for(ids[k], out), results[k])
@@ -228,7 +224,7 @@ async def fidelity(args) -> list[dict]:
                     vreqs = [VReq("b", blocker.send - t0, blocker_ids, 1)]
                     vreqs += [VReq(str(k), results[k].send - t0, ids[k], out) for k in range(c)]
                     replay(phys, vreqs)
-                    for r, v in zip(results, vreqs[1:]):
+                    for r, v in zip(results, vreqs[1:], strict=True):
                         mt.append(r.first - r.send)
                         rt.append(v.first - v.arrival)
                         mi.append((r.last - r.first) / (out - 1))
@@ -244,7 +240,8 @@ async def fidelity(args) -> list[dict]:
 
 def print_fidelity(rows: list[dict]) -> None:
     print("\n## Fidelity of one emulated engine at time scale 1 (profile a40-qwen2.5-3b), times in ms")
-    print("| sweep | prompt | conc | TTFT closed | TTFT replay | TTFT measured | err vs replay | ITL closed | ITL replay | ITL measured | err vs replay |")
+    print("| sweep | prompt | conc | TTFT closed | TTFT replay | TTFT measured | err vs replay | "
+          "ITL closed | ITL replay | ITL measured | err vs replay |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         te = r["ttft_meas"] / r["ttft_replay"] - 1
@@ -298,19 +295,21 @@ async def drive_cluster(instances, jobs: list[Job], K: float) -> float:
             delay = at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_bounded(pd_request(client, prefill[n % len(prefill)], decode[n % len(decode)], job, n), job)))
+            tasks.append(asyncio.create_task(
+                _bounded(pd_request(client, prefill[n % len(prefill)], decode[n % len(decode)], job, n), job)
+            ))
         await asyncio.gather(*tasks)
     return t0
 
 
-async def _bounded(coro, job: "Job", timeout: float = 120.0) -> None:
+async def _bounded(coro, job: Job, timeout: float = 120.0) -> None:
     try:
         await asyncio.wait_for(coro, timeout)
     except Exception as exc:  # a request that hangs or fails is counted as failed, not waited for
         job.res.error = f"{type(exc).__name__}: {exc}"
 
 
-async def pd_request(client: "RawClient", p_url: str, d_url: str, job: Job, n: int) -> None:
+async def pd_request(client: RawClient, p_url: str, d_url: str, job: Job, n: int) -> None:
     res = job.res
     res.prefill_url, res.decode_url = p_url, d_url
     headers = {"X-Request-Id": f"{job.key}-{n}"}
@@ -406,7 +405,8 @@ async def capacity(args) -> list[dict]:
         rows.append(row)
         print(f"  scale {K:g}: n={row['n']} errors={row['errors']} TTFT err {row['ttft_err'] * 100:+.1f}% "
               f"(p90 {row['ttft_p90_err'] * 100:+.1f}%), TPOT err {row['tpot_err'] * 100:+.1f}%  [{wall:.1f} s wall]; "
-              f"stages (ms, ref/meas): prefill {row['stage_prefill_ref'] * 1e3:.1f}/{row['stage_prefill_meas'] * 1e3:.1f}, "
+              f"stages (ms, ref/meas): "
+              f"prefill {row['stage_prefill_ref'] * 1e3:.1f}/{row['stage_prefill_meas'] * 1e3:.1f}, "
               f"decode-first {row['stage_decode_ref'] * 1e3:.1f}/{row['stage_decode_meas'] * 1e3:.1f}, "
               f"client gap {row['client_gap'] * 1e3:.1f}",
               flush=True)
@@ -423,8 +423,10 @@ def _metric(text: str, name: str, label: str = "") -> str:
 
 
 def print_capacity(rows: list[dict], tol: float) -> None:
-    print(f"\n## 2p4d emulated cluster on {os.cpu_count()} CPU cores at {rows[0]['rate']:g} requests per physics second")
-    print("| time scale | requests | failed | mean TTFT ref / meas (ms) | err | p90 TTFT err | mean TPOT ref / meas (ms) | err | wall s |")
+    print(f"\n## 2p4d emulated cluster on {os.cpu_count()} CPU cores "
+          f"at {rows[0]['rate']:g} requests per physics second")
+    print("| time scale | requests | failed | mean TTFT ref / meas (ms) | err | p90 TTFT err | "
+          "mean TPOT ref / meas (ms) | err | wall s |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     best = None
     for r in rows:

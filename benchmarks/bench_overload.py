@@ -26,15 +26,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from repro.cluster.launchers import launch  # noqa: E402
-from repro.experiment.journal import read as read_journal  # noqa: E402
-from repro.experiment.metrics import AccountingError  # noqa: E402
-from repro.live.loadgen import replay_sync  # noqa: E402
-from repro.live.proxy.app import Endpoint, ProxyConfig  # noqa: E402
-from repro.live.run import check_live_accounting, free_port, proxy_process  # noqa: E402
-from repro.workload.traces import make_trace  # noqa: E402
+from repro.cluster.launchers import launch
+from repro.experiment.journal import read as read_journal
+from repro.experiment.metrics import AccountingError
+from repro.live.loadgen import replay_sync
+from repro.live.proxy.config import Endpoint, ProxyConfig
+from repro.live.run import check_live_accounting, free_port, proxy_process
+from repro.workload.traces import make_trace
 
 SATURATION_RATE = 16.0  # mixed workload on 2p4d: the operating point (req/s physics)
 
@@ -107,7 +105,8 @@ def main() -> int:
     trace = make_trace("mixed", args.seed, rate, n)
     tmp = Path(tempfile.mkdtemp(prefix="overload-"))
     print(f"{'soak' if args.soak is not None else 'overload'}: 2p4d emulated, mixed at {rate:g} req/s physics "
-          f"({n} requests over ~{duration:g} s wall, time scale {K:g}), policy {args.policy}; files in {tmp}", flush=True)
+          f"({n} requests over ~{duration:g} s wall, time scale {K:g}), policy {args.policy}; files in {tmp}",
+          flush=True)
     with launch("2p4d", "emulated", time_scale=K) as inst:
         cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in inst], policy=args.policy,
                           journal=str(tmp / "proxy.jsonl"), time_scale=K, port=free_port())
@@ -125,7 +124,8 @@ def main() -> int:
     proxy = read_journal(tmp / "proxy.jsonl")
     try:
         counts = check_live_accounting(report, client, proxy)
-        balanced, ok = f"yes: sent {report.sent} = ok {counts['ok']} + failed {counts['failed']} + rejected {counts['rejected']}", True
+        balanced, ok = (f"yes: sent {report.sent} = ok {counts['ok']} + failed {counts['failed']} "
+                        f"+ rejected {counts['rejected']}"), True
     except AccountingError as exc:
         balanced, ok = f"NO: {exc}", False
     lost = report.sent - len(client)
@@ -147,12 +147,14 @@ def main() -> int:
         "proxy_rows": len(proxy),
     }
     print(f"requests: sent {report.sent}, ok {report.ok}, failed {report.failed}, rejected {report.rejected}, "
-          f"lost {lost} (wall {wall:.1f} s; client kept to schedule: {report.keeping_up}, lag p99 {fig['lag_p99_ms']:.1f} ms)")
+          f"lost {lost} (wall {wall:.1f} s; client kept to schedule: {report.keeping_up}, "
+          f"lag p99 {fig['lag_p99_ms']:.1f} ms)")
     for reason, k in sorted(report.reasons.items(), key=lambda kv: -kv[1])[:5]:
         print(f"  {k} x {reason}")
     print(f"accounting balanced: {balanced}")
     if h.size:
-        print(f"/health during the run: {h.size} samples, p50 {fig['health_p50_ms']:.1f} ms, p99 {fig['health_p99_ms']:.1f} ms, "
+        print(f"/health during the run: {h.size} samples, p50 {fig['health_p50_ms']:.1f} ms, "
+              f"p99 {fig['health_p99_ms']:.1f} ms, "
               f"max {fig['health_max_ms']:.1f} ms, failures {sampler.health_failures}")
     if len(mib):
         step = max(1, len(rss) // 10)

@@ -27,14 +27,17 @@ import numpy as np
 
 from repro.cluster.launchers import launch
 from repro.live.pd_protocol import decode_body, headers_for, prefill_body
-from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.proxy.config import Endpoint, ProxyConfig
 from repro.live.run import free_port, proxy_process
 from repro.routing.cost_model import CostModel
-from repro.routing.policies.base import PAPER_POLICIES, RequestInfo, make_policy
+from repro.routing.policies import PAPER_POLICIES, make_policy
+from repro.routing.policies.base import RequestInfo
 from repro.routing.router import Router
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
-BODY = {"model": MODEL, "prompt": "route this request please " * 8, "max_tokens": 2, "ignore_eos": True, "temperature": 0}
+BODY = {
+    "model": MODEL, "prompt": "route this request please " * 8, "max_tokens": 2, "ignore_eos": True, "temperature": 0,
+}
 
 
 async def drive(rate: float, seconds: float, send) -> tuple[list[float], int, float]:
@@ -52,7 +55,7 @@ async def drive(rate: float, seconds: float, send) -> tuple[list[float], int, fl
         try:
             await send(i)
             lat.append(time.perf_counter() - t)
-        except Exception:  # noqa: BLE001 - a benchmark counts every failure
+        except Exception:  # a benchmark counts every failure
             fails += 1
 
     tasks = []
@@ -69,7 +72,9 @@ def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q)) * 1e3 if xs else float("nan")
 
 
-async def measure(mode: str, url: str | None, pre: str, dec: str, rate: float, seconds: float) -> tuple[list[float], int, float]:
+async def measure(
+    mode: str, url: str | None, pre: str, dec: str, rate: float, seconds: float
+) -> tuple[list[float], int, float]:
     """The client is aiohttp in every mode (cheap enough that it is not the bottleneck)."""
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as c:
@@ -84,7 +89,8 @@ async def measure(mode: str, url: str | None, pre: str, dec: str, rate: float, s
                     await r.read()
         else:
             async def send(i: int) -> None:
-                async with c.post(url + "/v1/completions", json=BODY, headers={"X-Request-Id": f"{mode}{rate}-{i}"}) as r:
+                async with c.post(url + "/v1/completions", json=BODY,
+                                  headers={"X-Request-Id": f"{mode}{rate}-{i}"}) as r:
                     r.raise_for_status()
                     await r.read()
         await drive(min(rate, 20), 1.0, send)  # warm connections
@@ -102,7 +108,8 @@ def decision_times(n: int = 20000) -> None:
             now = k * 0.01
             for i in range(4):
                 router.observe_kv("decode", i, float(rng.random()) * 0.8, now)
-            req = RequestInfo(f"r{k}", int(rng.integers(10, 4000)), float(rng.integers(10, 3000)), "tight" if k % 2 else "loose", now)
+            req = RequestInfo(f"r{k}", int(rng.integers(10, 4000)), float(rng.integers(10, 3000)),
+                              "tight" if k % 2 else "loose", now)
             t = time.perf_counter()
             router.route(req, now)
             times.append(time.perf_counter() - t)
@@ -131,7 +138,8 @@ def main() -> None:
         pre = next(i.url for i in inst if i.role == "prefill")
         dec = next(i.url for i in inst if i.role == "decode")
         base_port = free_port()
-        base = subprocess.Popen([sys.executable, str(Path(__file__).with_name("baseline_proxy.py")), "--port", str(base_port), "--prefill", pre, "--decode", dec])
+        base = subprocess.Popen([sys.executable, str(Path(__file__).with_name("baseline_proxy.py")),
+                                 "--port", str(base_port), "--prefill", pre, "--decode", dec])
         cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in inst], journal=f"{tmp}/j.jsonl",
                           time_scale=args.time_scale, port=free_port())
         try:
@@ -143,18 +151,23 @@ def main() -> None:
                             break
                     except httpx.HTTPError:
                         time.sleep(0.1)
-                print(f"added latency over the direct P/D path (wall ms), 1p1d emulated at time scale {args.time_scale:g}, {args.seconds:g} s per point")
-                print(f"   {'rate':>5s} | {'direct p50/p99':>15s} | {'baseline +p50/+p99':>19s} | {'ours +p50/+p99':>15s} | failures d/b/o")
+                print(f"added latency over the direct P/D path (wall ms), 1p1d emulated at time scale "
+                      f"{args.time_scale:g}, {args.seconds:g} s per point")
+                print(f"   {'rate':>5s} | {'direct p50/p99':>15s} | {'baseline +p50/+p99':>19s} | "
+                      f"{'ours +p50/+p99':>15s} | failures d/b/o")
                 for rate in rates:
                     res = {}
                     for mode, url in (("direct", None), ("baseline", base_url), ("ours", ours)):
                         res[mode] = asyncio.run(measure(mode, url, pre, dec, rate, args.seconds))
                     d, b, o = res["direct"][0], res["baseline"][0], res["ours"][0]
                     print(
-                        f"   {rate:5.0f} | {pct(d, 50):6.2f} / {pct(d, 99):6.2f} | {pct(b, 50) - pct(d, 50):+8.2f} / {pct(b, 99) - pct(d, 99):+8.2f} |"
-                        f" {pct(o, 50) - pct(d, 50):+6.2f} / {pct(o, 99) - pct(d, 99):+6.2f} | {res['direct'][1]}/{res['baseline'][1]}/{res['ours'][1]}"
+                        f"   {rate:5.0f} | {pct(d, 50):6.2f} / {pct(d, 99):6.2f} | "
+                        f"{pct(b, 50) - pct(d, 50):+8.2f} / {pct(b, 99) - pct(d, 99):+8.2f} |"
+                        f" {pct(o, 50) - pct(d, 50):+6.2f} / {pct(o, 99) - pct(d, 99):+6.2f} | "
+                        f"{res['direct'][1]}/{res['baseline'][1]}/{res['ours'][1]}"
                     )
-                print("\nrate ladder through our proxy (sustained = no failures, client lag p99 < 20 ms, p99 < 4x the first point's)")
+                print("\nrate ladder through our proxy "
+                      "(sustained = no failures, client lag p99 < 20 ms, p99 < 4x the first point's)")
                 first_p99 = None
                 best = 0.0
                 for rate in [float(r) for r in args.ladder.split(",")]:
@@ -162,7 +175,8 @@ def main() -> None:
                     p99 = pct(lat, 99)
                     first_p99 = first_p99 or p99
                     ok = fails == 0 and lag < 0.02 and p99 < 4 * first_p99
-                    print(f"   {rate:5.0f} req/s: p50 {pct(lat, 50):6.2f} ms  p99 {p99:7.2f} ms  failures {fails}  client lag p99 {lag * 1e3:6.1f} ms  {'sustained' if ok else 'NOT sustained'}")
+                    print(f"   {rate:5.0f} req/s: p50 {pct(lat, 50):6.2f} ms  p99 {p99:7.2f} ms  failures {fails}  "
+                          f"client lag p99 {lag * 1e3:6.1f} ms  {'sustained' if ok else 'NOT sustained'}")
                     if not ok:
                         break
                     best = rate

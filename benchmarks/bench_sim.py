@@ -23,7 +23,7 @@ from repro.experiment.journal import write_frame
 from repro.experiment.runner import run
 from repro.experiment.saturation import saturation_search
 from repro.experiment.spec import RunSpec
-from repro.routing.policies.base import PAPER_POLICIES
+from repro.routing.policies import PAPER_POLICIES
 from repro.sim.simulator import SimConfig, Simulator
 
 
@@ -54,7 +54,8 @@ def main() -> None:
     span = float(trace.df["arrival_s"].iloc[-1])
     print(f"   trace {t_trace:.2f} s, predictor {t_pred:.2f} s, simulated span {span:,.0f} s of arrivals")
     _, pre_phys, _, dec_phys = pools(base.topology_parsed())
-    header = f"   {'policy':18s} {'sim wall s':>10s} {'req/wall-s':>12s} {'speed-up':>9s} {'journal s':>9s} {'goodput':>8s}"
+    header = (f"   {'policy':18s} {'sim wall s':>10s} {'req/wall-s':>12s} {'speed-up':>9s} "
+              f"{'journal s':>9s} {'goodput':>8s}")
     print(header)
     with tempfile.TemporaryDirectory() as tmp:
         for policy in PAPER_POLICIES:
@@ -72,14 +73,17 @@ def main() -> None:
             from repro.experiment.metrics import summarize
 
             g = summarize(journal, truth_cost_model(spec).slo)["goodput"]
-            print(f"   {policy:18s} {wall:10.2f} {args.requests / wall:12,.0f} {end / wall:8,.0f}x {t_write:9.2f} {g:8.3f}")
+            print(f"   {policy:18s} {wall:10.2f} {args.requests / wall:12,.0f} {end / wall:8,.0f}x "
+                  f"{t_write:9.2f} {g:8.3f}")
 
-        print(f"\n2. headline sweep: 4 policies x 3 traces x {args.sweep_requests:,} requests (trace + predictor + sim + journal + manifest)")
+        print(f"\n2. headline sweep: 4 policies x 3 traces x {args.sweep_requests:,} requests "
+              f"(trace + predictor + sim + journal + manifest)")
         t0 = time.perf_counter()
         n = 0
         for seed in (1, 2, 3):
             for policy in PAPER_POLICIES:
-                run(base.replace(policy=policy, seed=seed, n_requests=args.sweep_requests), f"{tmp}/sweep", resume=False)
+                run(base.replace(policy=policy, seed=seed, n_requests=args.sweep_requests), f"{tmp}/sweep",
+                    resume=False)
                 n += 1
         print(f"   {n} runs in {time.perf_counter() - t0:.1f} s")
 

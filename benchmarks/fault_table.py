@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -25,14 +24,12 @@ import httpx
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from repro.cluster.launchers import launch  # noqa: E402
-from repro.experiment.journal import read as read_journal  # noqa: E402
-from repro.experiment.metrics import AccountingError  # noqa: E402
-from repro.live.loadgen import replay  # noqa: E402
-from repro.live.proxy.app import Endpoint, ProxyConfig  # noqa: E402
-from repro.live.run import check_live_accounting, free_port, proxy_process  # noqa: E402
+from repro.cluster.launchers import launch
+from repro.experiment.journal import read as read_journal
+from repro.experiment.metrics import AccountingError
+from repro.live.loadgen import replay
+from repro.live.proxy.config import Endpoint, ProxyConfig
+from repro.live.run import check_live_accounting, free_port, proxy_process
 
 FAULTS = [  # (label, engine, switch)
     ("none", None, []),
@@ -69,7 +66,8 @@ def summary(statuses: pd.Series, reasons: pd.Series) -> str:
 
 
 def _short(reason: str) -> str:
-    for key in ("stream cut", "HTTP 500", "HTTP 502", "HTTP 503", "HTTP 429", "Timeout", "timeout", "stream error", "injected"):
+    for key in ("stream cut", "HTTP 500", "HTTP 502", "HTTP 503", "HTTP 429", "Timeout", "timeout", "stream error",
+                "injected"):
         if key in reason:
             if reason.startswith(("prefill ", "decode ")):
                 return reason.split(":")[0] + ": " + key
@@ -126,7 +124,8 @@ async def lift(rig, wait_s: float = 8.0):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=24)
-    ap.add_argument("--rate", type=float, default=2.5, help="physics requests/s (24 at 2.5 span ~2 s wall at time scale 5)")
+    ap.add_argument("--rate", type=float, default=2.5,
+                    help="physics requests/s (24 at 2.5 span ~2 s wall at time scale 5)")
     ap.add_argument("--time-scale", type=float, default=5.0)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="fault-table-"))
@@ -139,7 +138,8 @@ def main() -> None:
                           prefill_timeout_s=3.0, read_timeout_s=3.0, poll_timeout_s=0.5, failure_cooldown_s=1.0)
         with proxy_process(cfg, tmp) as url:
             model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
-            rig = {"url": url, "engines": {i.name: i.url for i in inst}, "tmp": tmp, "journal": tmp / "proxy.jsonl", "model": model}
+            rig = {"url": url, "engines": {i.name: i.url for i in inst}, "tmp": tmp, "journal": tmp / "proxy.jsonl",
+                   "model": model}
             for k, (label, engine, switch) in enumerate(FAULTS):
                 rows.append(asyncio.run(one(label, engine, switch, rig, args, k)))
                 asyncio.run(lift(rig))
@@ -149,7 +149,8 @@ def main() -> None:
     print("|" + "---|" * len(head))
     for r in table[1:]:
         print("| " + " | ".join(r) + " |")
-    print(f"\n{args.requests} streaming requests per fault at {args.rate:g} req/s physics, time scale {args.time_scale:g}; "
+    print(f"\n{args.requests} streaming requests per fault at {args.rate:g} req/s physics, "
+          f"time scale {args.time_scale:g}; "
           f"journals under {tmp}")
 
 

@@ -29,50 +29,46 @@ backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
 seeds: list = [1, 2, 3]  # benchmark noise seed (the first is used)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 1p1d)
+budget_s: float = 60.0  # live benchmark budget in physics seconds at quick scale (full: 300)
+time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
-time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-budget_s: float = 60.0  # live benchmark budget in physics seconds at quick scale (full: 300)
 
 # %%
 import matplotlib.pyplot as plt
 import seaborn as sns
 
 from repro.paper import figures as F
-from repro.paper import reference as R
-from repro.paper import section as S
-from repro.paper.figures import resolve_dir
+from repro.paper import reference
+from repro.paper.section import Section
+from repro.paper.sections import calibration as nb
 from repro.routing.cost_model import CostModel
 
-S.check_common(backend, scale, seeds)
-cluster_file = S.check_cluster(backend, cluster, need_calibration=False)  # this notebook makes the calibration
-F.set_style()
+ctx = Section.setup(notebook="01_calibration", need_calibration=False,  # this notebook makes the calibration
+                    backend=backend, scale=scale, seeds=seeds, cluster=cluster, time_scale=time_scale,
+                    results_dir=results_dir, figures_dir=figures_dir)
 shipped, sim_derived = CostModel.load("calibrated"), CostModel.load("sim_derived")
-if backend == "sim":
-    fitted, samples = S.calibrate_sim(seed=seeds[0], rounds=3 if scale == "quick" else 10)
-else:
-    fitted, samples = S.calibrate_live(backend, cluster_file, time_scale=time_scale if backend == "emulated" else 1.0,
-                                       budget_s=budget_s if scale == "quick" else 300.0)
-constants = S.constants_table(fitted, shipped, sim_derived)
-F.write_results(constants, "01_constants", results_dir)
-F.write_results(samples, "01_samples", results_dir)
+fitted, samples = nb.fit(ctx, budget_s=budget_s)
+constants = ctx.write_results(nb.constants_table(fitted, shipped, sim_derived), "01_constants")
+ctx.write_results(samples, "01_samples")
 constants
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/01_calibration-1.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("01_calibration", 1):
+with ctx.expected_output(1):
     ratio_shipped = shipped.tau_dec_s / sim_derived.tau_dec_s
     ratio_fitted = fitted.tau_dec_s / sim_derived.tau_dec_s
-    print(f"tau_dec fitted {fitted.tau_dec_s * 1e3:.2f} ms/token; paper {R.lookup('sim_tau_dec_measured') * 1e3:.2f}")
-    print(f"measured / simulator-derived tau_dec: ours {ratio_fitted:.1f}x; paper {R.lookup('sim_tau_dec_underestimate')}x")
-    print(f"SLO tight: TTFT {fitted.ttft_tight_s * 1e3:.0f} ms (paper 175), TPOT {fitted.tpot_tight_s * 1e3:.1f} ms (paper 39.7)")
+    print(f"tau_dec fitted {fitted.tau_dec_s * 1e3:.2f} ms/token; "
+          f"paper {reference.lookup('sim_tau_dec_measured') * 1e3:.2f}")
+    print(f"measured / simulator-derived tau_dec: ours {ratio_fitted:.1f}x; "
+          f"paper {reference.lookup('sim_tau_dec_underestimate')}x")
+    print(f"SLO tight: TTFT {fitted.ttft_tight_s * 1e3:.0f} ms (paper 175), "
+          f"TPOT {fitted.tpot_tight_s * 1e3:.1f} ms (paper 39.7)")
 
 # %%
-prefill, decode = S.calibration_curves(samples, fitted, shipped, sim_derived)
-F.write_results(prefill, "01_prefill_curve", results_dir)
-F.write_results(decode, "01_decode_curve", results_dir)
+prefill, decode = nb.calibration_curves(samples, fitted, shipped, sim_derived)
+ctx.write_results(prefill, "01_prefill_curve")
+ctx.write_results(decode, "01_decode_curve")
 fig, (a, b) = plt.subplots(1, 2, figsize=(9.0, 3.6))
 for ax, df, x, y, xl in ((a, prefill, "prompt_tokens", "latency_s", "prompt length (tokens)"),
                          (b, decode, "concurrency", "itl_s", "concurrent sequences")):
@@ -85,21 +81,17 @@ a.set_title("§III-B calibration: prefill curve")
 b.set_ylabel("inter-token latency (ms)")
 b.set_yscale("log")
 F.plain_log_axis(b)
-b.set_title(f"§III-B: decode rate vs concurrency (paper: sim-derived {R.lookup('sim_tau_dec_underestimate')}x too fast)")
+b.set_title("§III-B: decode rate vs concurrency "
+            f"(paper: sim-derived {reference.lookup('sim_tau_dec_underestimate')}x too fast)")
 fig.tight_layout()
-F.save(fig, "01_calibration_curves", figures_dir)
+ctx.save(fig, "01_calibration_curves")
 
 # %%
 # The fitted cost model, ready for a cluster file's `calibration:` (what the router believes on these engines)
-calibration_file = resolve_dir(results_dir) / "01_calibration.json"
+calibration_file = ctx.results_dir / "01_calibration.json"
 fitted.save(calibration_file)
-print(f"wrote {calibration_file}" + (f"; add 'calibration: {calibration_file}' to {cluster_file}" if cluster_file else ""))
+print(f"wrote {calibration_file}"
+      + (f"; add 'calibration: {calibration_file}' to {ctx.cluster}" if ctx.cluster else ""))
 
 # %%
-F.write_headline([
-    {"key": "sim_tau_dec_underestimate", "ours": ratio_fitted},
-    {"key": "sim_tau_dec_measured", "ours": fitted.tau_dec_s},
-    {"key": "sim_prefill_base_measured", "ours": fitted.tau_pre_base_s},
-    {"key": "slo_ttft_tight", "ours": fitted.ttft_tight_s},
-    {"key": "slo_tpot_tight", "ours": fitted.tpot_tight_s},
-], "01_calibration", results_dir)
+ctx.write_headline(nb.calibration_headline(fitted, sim_derived))

@@ -32,42 +32,28 @@ figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative t
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
-from repro.paper import figures as F
-from repro.paper import section as S
+from repro.paper.section import Section
+from repro.paper.sections import length_predictor as nb
 
-S.check_common(backend, scale, seeds)
-F.set_style()
-table, points = S.predictor_accuracy()
-F.write_results(table, "02_predictor_accuracy", results_dir)
+ctx = Section.setup(notebook="02_length_predictor", uses_cluster=False,  # the predictor needs no cluster
+                    backend=backend, scale=scale, seeds=seeds, results_dir=results_dir, figures_dir=figures_dir)
+table, points = nb.predictor_accuracy()
+ctx.write_results(table, "02_predictor_accuracy")
 table
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/02_length_predictor-1.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("02_length_predictor", 1):
+with ctx.expected_output(1):
     pooled = table[table.group == "families_pooled"].set_index("model")
     for model, r in pooled.iterrows():
-        print(f"{model:>24}: MAE {r.mae_tokens:.1f} tokens, median |rel err| {r.median_abs_rel_error:.3f}, Spearman {r.spearman:.3f}")
+        print(f"{model:>24}: MAE {r.mae_tokens:.1f} tokens, median |rel err| {r.median_abs_rel_error:.3f}, "
+              f"Spearman {r.spearman:.3f}")
 
 # %%
-groups = ["sharegpt", "chat", "reasoning", "documents"]
-per_group = 1500 if scale == "quick" else None
-rng = np.random.default_rng(seeds[0])
-shown = []
-for g in groups:
-    sub = points[points.group == g]
-    if per_group is not None and len(sub) > per_group:
-        sub = sub.iloc[np.sort(rng.choice(len(sub), per_group, replace=False))]
-    shown.append(sub)
-import pandas as pd  # noqa: E402
-
-shown = pd.concat(shown, ignore_index=True)
-F.write_results(shown, "02_predicted_vs_true", results_dir)
+shown = ctx.write_results(nb.plotted_points(points, ctx.scale, ctx.seeds[0]), "02_predicted_vs_true")
 fig, axes = plt.subplots(1, 4, figsize=(12.0, 3.3), sharex=True, sharey=True)
-for ax, g in zip(axes, groups):
+for ax, g in zip(axes, nb.PLOT_GROUPS, strict=True):
     sub = shown[shown.group == g]
     ax.scatter(sub.true_tokens.clip(lower=1), sub.predicted_tokens.clip(lower=1), s=3, alpha=0.3, rasterized=True)
     ax.plot([1, 1e4], [1, 1e4], color="black", lw=0.8, ls="--", label="perfect")
@@ -80,13 +66,7 @@ axes[0].set_ylabel("predicted output (tokens)")
 axes[0].legend(loc="upper left")
 fig.suptitle("§III-C: output-length predictor on held-out requests (no figure in the paper)", y=1.02)
 fig.tight_layout()
-F.save(fig, "02_predicted_vs_true", figures_dir)
+ctx.save(fig, "02_predicted_vs_true")
 
 # %%
-learned = pooled.loc["learned"]
-const = pooled.loc["constant (train median)"]
-F.write_headline([
-    {"key": "predictor_spearman_pooled", "ours": learned.spearman, "unit": "rho"},
-    {"key": "predictor_mae_pooled", "ours": learned.mae_tokens, "unit": "tokens"},
-    {"key": "predictor_mae_constant_pooled", "ours": const.mae_tokens, "unit": "tokens"},
-], "02_length_predictor", results_dir)
+ctx.write_headline(nb.predictor_headline(table))

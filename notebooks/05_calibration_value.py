@@ -14,8 +14,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 05 · What calibration is worth (§V-B)
 #
@@ -32,61 +30,49 @@
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
 seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; full [1, 2, 3])
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
+rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d; live quick: the simulator's rate)
+time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
+runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
-time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d; live quick: the simulator's rate)
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
-runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 
 from repro.paper import figures as F
-from repro.paper import legacy_analysis as A
-from repro.paper import legacy_results as R
-from repro.paper import section as S
-from repro.paper.figures import resolve_dir
+from repro.paper.section import Section
+from repro.paper.sections import calibration_value as nb
 
-seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
-S.check_common(backend, scale, seeds)
-cluster_file = S.check_cluster(backend, cluster)
-F.set_style()
-ts = time_scale if backend == "emulated" else 1.0
-if rate <= 0:
-    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0], cluster=cluster_file,
-                             time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
-specs = R.calibration_specs(backend=backend, seeds=seeds, rate=rate, n_requests=n, cluster=cluster_file, time_scale=ts)
-runs = S.run_grid(specs, resolve_dir(runs_dir))
-F.write_results(runs, "05_calibration_runs", results_dir)
-print(f"{len(runs)} runs: mixed, 2p4d, {rate:.1f} req/s, {n} requests each, seeds {list(seeds)}")
+ctx = Section.setup(notebook="05_calibration_value", quick_seeds=(1, 2, 3),  # Table II's traces, two cost models
+                    backend=backend, scale=scale, seeds=seeds, cluster=cluster, rate=rate, n_requests=n_requests,
+                    time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
+runs = ctx.run(nb.calibration_specs(ctx, ctx.rate), save_as="05_calibration_runs")
+print(ctx.describe_runs(runs, f"mixed, 2p4d, {ctx.rate:.1f} req/s"))
 
 # %%
-tab = R.calibration_table(runs)
-load = R.calibration_load(runs)
-F.write_results(tab, "05_calibration", results_dir)
-F.write_results(load, "05_calibration_load_skew", results_dir)
+tab = nb.calibration_table(runs)
+load = nb.calibration_load(runs)
+ctx.write_results(tab, "05_calibration")
+ctx.write_results(load, "05_calibration_load_skew")
 tab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/05_calibration_value-1.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("05_calibration_value", 1):
+with ctx.expected_output(1):
     print(tab[["condition", "goodput", "ttft_p99_min_s", "ttft_p99_max_s", "token_skew", "request_skew",
                "paper_goodput", "paper_ttft_p99_lo_s", "paper_ttft_p99_hi_s"]].round(3).to_string(index=False))
 
 # %%
-import seaborn as sns  # noqa: E402
-
 order = list(tab.condition)
 fig, axes = plt.subplots(1, 3, figsize=(13.5, 3.8))
 paper = tab[["condition", "paper_goodput"]].rename(columns={"paper_goodput": "paper"})
 F.bar_with_paper(tab.assign(err=tab.goodput_sd), "condition", "goodput", paper=paper, err="err", order=order,
-                 ax=axes[0], title="goodput (mean over traces, ±1 sd)", xlabel="", ylabel="goodput (fraction meeting SLO)",
-                 ylim=(0.0, 1.0))
+                 ax=axes[0], title="goodput (mean over traces, ±1 sd)", xlabel="",
+                 ylabel="goodput (fraction meeting SLO)", ylim=(0.0, 1.0))
 ax = axes[1]
 xs = range(len(order))
 ax.bar(xs, tab.ttft_p99_s, 0.6, yerr=[tab.ttft_p99_s - tab.ttft_p99_min_s, tab.ttft_p99_max_s - tab.ttft_p99_s],
@@ -111,10 +97,10 @@ for a in axes:
     a.tick_params(axis="x", labelrotation=20)
     for lab in a.get_xticklabels():
         lab.set_horizontalalignment("right")
-fig.suptitle(f"§V-B: calibrated vs simulator-derived cost constants, mixed, 2p4d, {F.traces_label(seeds)} ({backend})",
-             y=1.02)
+fig.suptitle("§V-B: calibrated vs simulator-derived cost constants, mixed, 2p4d, "
+             f"{F.traces_label(ctx.seeds)} ({backend})", y=1.02)
 fig.tight_layout()
-F.save(fig, "05_calibration_value", figures_dir)
+ctx.save(fig, "05_calibration_value")
 
 # %%
-F.write_headline(R.calibration_headline(tab), "05_calibration_value", results_dir)
+ctx.write_headline(nb.calibration_headline(tab))

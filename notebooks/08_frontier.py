@@ -14,8 +14,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 08 · Goodput versus provisioned GPUs: Fig. 4 (§V-E)
 #
@@ -29,55 +27,44 @@
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
 seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; full [1, 2, 3])
-cluster: str = ""  # cluster YAML for emulated/vllm (empty: emulated pools; for vllm a template with {topology}, e.g. "clusters/a40-{topology}.yaml")
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
-time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d; live quick: the simulator's rate)
 n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
-runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+cluster: str = ""  # cluster YAML for emulated/vllm (empty: emulated pools; for vllm a template with {topology}, e.g. "clusters/a40-{topology}.yaml")
 shapes: list = []  # pool shapes (prefill p, decode d); [] means the scale default (1p2d .. 4p4d, 8 shapes; live quick ["1p2d", "2p4d"])
 policies: list = []  # policies to compare; [] means the scale default (the paper's four; live quick: all but length-threshold)
 match_tolerance: float = 0.0  # round-robin "matches" the learned router when within this much goodput
+rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d; live quick: the simulator's rate)
+time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
+runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
+figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 
 # %%
 import matplotlib.pyplot as plt
 
 from repro.paper import figures as F
-from repro.paper import legacy_analysis as A
-from repro.paper import legacy_results as R
-from repro.paper import section as S
-from repro.paper.figures import resolve_dir
-from repro.paper.plans import pick
+from repro.paper.grids import specs_grid
+from repro.paper.section import Section
+from repro.paper.sections import frontier as nb
+from repro.routing.policies import PAPER_POLICIES
 
-seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
-S.check_common(backend, scale, seeds)
-cluster_file = None if "{topology}" in cluster else S.check_cluster(backend, cluster)
-F.set_style()
-ts = time_scale if backend == "emulated" else 1.0
-if rate <= 0:
-    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0], cluster=R.shape_cluster(cluster or None, "2p4d", False),
-                             time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
-shapes = pick("shapes", shapes, backend, scale, R.SHAPES)
-policies = pick("shape_policies", policies, backend, scale, S.PAPER_POLICIES)
-specs = R.specs_grid(rates=rate, topologies=shapes, policies=policies, seeds=seeds, backend=backend, n_requests=n,
-                     cluster=cluster or None, time_scale=ts)
-runs = S.run_grid(specs, resolve_dir(runs_dir))
-F.write_results(runs, "08_frontier_runs", results_dir)
-print(f"{len(runs)} runs: mixed, {len(shapes)} shapes, {rate:.1f} req/s, {n} requests each, seeds {list(seeds)}")
+ctx = Section.setup(notebook="08_frontier", shape_sweep=True, quick_seeds=(1, 2, 3),  # a cluster file per pool shape
+                    backend=backend, scale=scale, seeds=seeds, cluster=cluster, rate=rate, n_requests=n_requests,
+                    time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
+shapes = ctx.pick("shapes", shapes, nb.SHAPES)
+policies = ctx.pick("shape_policies", policies, PAPER_POLICIES)
+runs = ctx.run(specs_grid(ctx, rates=ctx.rate, topologies=shapes, policies=policies), save_as="08_frontier_runs")
+print(ctx.describe_runs(runs, f"mixed, {len(shapes)} shapes, {ctx.rate:.1f} req/s"))
 
 # %%
-shape_tab, front = R.frontier_table(runs)
-F.write_results(shape_tab, "08_shapes", results_dir)
-F.write_results(front, "08_fig4_frontier", results_dir)
-saving = R.gpu_saving(front, 6, tol=match_tolerance)
+shape_tab, front = nb.frontier_table(runs)
+ctx.write_results(shape_tab, "08_shapes")
+ctx.write_results(front, "08_fig4_frontier")
+saving = nb.gpu_saving(front, 6, tol=match_tolerance)
 front
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/08_frontier-1.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("08_frontier", 1):
+with ctx.expected_output(1):
     print(front.pivot(index="gpus", columns="policy", values="goodput")[policies].round(3).to_string())
     print(f"learned router at 6 GPUs: {saving['goodput']:.3f}; round-robin needs {saving['baseline_gpus']:g} GPUs "
           f"for it ({saving['saving_pct']:.1f}% fewer GPUs; paper ~14%, 6 vs 7)")
@@ -102,15 +89,15 @@ ax.set_ylabel("goodput (fraction meeting SLO, ±1 sd)")
 ax.set_ylim(0.0, 1.0)
 ax.set_title("frontier")
 ax.legend(loc="lower right", fontsize=7)
-order = [t for t in shapes]
 paper = shape_tab[["topology", "policy", "paper_goodput"]].rename(columns={"paper_goodput": "paper"})
 F.bar_with_paper(shape_tab.assign(err=shape_tab.goodput_sd), "topology", "goodput", hue="policy", paper=paper,
-                 err="err", order=order, hue_order=policies, ax=axes[1], title="every pool shape",
+                 err="err", order=list(shapes), hue_order=policies, ax=axes[1], title="every pool shape",
                  xlabel="pool shape (prefill p, decode d)", ylabel="goodput (fraction meeting SLO)", ylim=(0.0, 1.0))
 axes[1].legend(loc="upper left", fontsize=6, ncol=2)
-fig.suptitle(f"Fig. 4 (§V-E): goodput vs provisioned GPUs, mixed, {rate:.1f} req/s, {F.traces_label(seeds)} ({backend})", y=1.02)
+fig.suptitle(f"Fig. 4 (§V-E): goodput vs provisioned GPUs, mixed, {ctx.rate:.1f} req/s, {F.traces_label(ctx.seeds)} "
+             f"({backend})", y=1.02)
 fig.tight_layout()
-F.save(fig, "08_fig4_frontier", figures_dir)
+ctx.save(fig, "08_fig4_frontier")
 
 # %%
-F.write_headline(R.frontier_headline(shape_tab, front, tol=match_tolerance), "08_frontier", results_dir)
+ctx.write_headline(nb.frontier_headline(shape_tab, front, tol=match_tolerance))

@@ -14,8 +14,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 09 · Load and tails: Figs. 5, 6, 7 (§V-F)
 #
@@ -31,71 +29,57 @@
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
 seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; full [1, 2, 3])
-cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
-time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # the operating point in req/s (top of the sweep, mean of the burst train); 0 means a saturation search (live quick: the simulator's rate)
 n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
-runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 rate_fractions: list = []  # Fig. 5 rates as fractions of the operating point; [] means the scale default ([0.25, 0.4, 0.55, 0.7, 0.85, 1.0]; live quick [0.5, 1.0])
 policies: list = []  # policies of Figs. 5-7; [] means the scale default (the paper's four; live quick: round-robin and marginal-cost)
 burst_factor: float = 3.0  # Fig. 7: rate inside a burst / mean rate
 burst_period_s: float = 0.0  # Fig. 7: one burst every this many seconds of physics time; 0 means the scale default (30; live quick 10)
 burst_duty: float = 0.2  # Fig. 7: fraction of each period spent in the burst
 window_s: float = 0.0  # Fig. 7: rolling window (s of arrival time); 0 means a third of the burst period
+rate: float = 0.0  # the operating point in req/s (top of the sweep, mean of the burst train); 0 means a saturation search (live quick: the simulator's rate)
+time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
+runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
+figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 
 # %%
 import matplotlib.pyplot as plt
 
 from repro.paper import figures as F
-from repro.paper import legacy_analysis as A
-from repro.paper import legacy_results as R
-from repro.paper import section as S
-from repro.paper.figures import resolve_dir
-from repro.paper.plans import pick, value
+from repro.paper.grids import paper_value
+from repro.paper.section import Section
+from repro.paper.sections import load_and_tails as nb
+from repro.routing.policies import PAPER_POLICIES
 
-seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1, 2, 3))
-S.check_common(backend, scale, seeds)
-cluster_file = S.check_cluster(backend, cluster)
-F.set_style()
-ts = time_scale if backend == "emulated" else 1.0
-if rate <= 0:
-    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0], cluster=cluster_file,
-                             time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
-rate_fractions = pick("rate_fractions", rate_fractions, backend, scale, R.RATE_FRACTIONS)
-policies = pick("sweep_policies", policies, backend, scale, S.PAPER_POLICIES)
-if not rate_fractions or any(not 0 < f <= 4 for f in rate_fractions):
-    raise ValueError(f"parameter 'rate_fractions' = {rate_fractions!r}: a non-empty list of fractions in (0, 4]")
-specs = [s for f in sorted(rate_fractions) for s in R.specs_grid(rates=rate * f, policies=policies, seeds=seeds, backend=backend,
-                                                                   n_requests=n, cluster=cluster_file, time_scale=ts)]
-runs = S.run_grid(specs, resolve_dir(runs_dir))
-F.write_results(runs, "09_load_sweep_runs", results_dir)
-sweep = R.load_sweep_table(runs, rate)
-op = R.operating_point_table(runs[runs.rate == runs.rate.max()])
-F.write_results(sweep, "09_fig5_load_sweep", results_dir)
-F.write_results(op, "09_fig6_operating_point", results_dir)
-print(f"{len(runs)} runs: mixed, 2p4d, rates {', '.join(f'{rate * f:.1f}' for f in sorted(rate_fractions))} req/s, "
-      f"{n} requests each, seeds {list(seeds)}")
+ctx = Section.setup(notebook="09_load_and_tails", quick_seeds=(1, 2, 3),  # three traces per rate
+                    backend=backend, scale=scale, seeds=seeds, cluster=cluster, rate=rate, n_requests=n_requests,
+                    time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
+rate_fractions = ctx.pick("rate_fractions", rate_fractions, nb.RATE_FRACTIONS)
+policies = ctx.pick("sweep_policies", policies, PAPER_POLICIES)
+runs = ctx.run(nb.load_sweep_specs(ctx, ctx.rate, rate_fractions, policies), save_as="09_load_sweep_runs")
+sweep = nb.load_sweep_table(runs, ctx.rate)
+op = nb.operating_point_table(runs[runs.rate == runs.rate.max()])
+ctx.write_results(sweep, "09_fig5_load_sweep")
+ctx.write_results(op, "09_fig6_operating_point")
+swept = ", ".join(f"{ctx.rate * f:.1f}" for f in sorted(rate_fractions))
+print(ctx.describe_runs(runs, f"mixed, 2p4d, rates {swept} req/s"))
 
 # %%
-burst_period_s = value("burst_period_s", burst_period_s, backend, scale, 30.0)
+burst_period_s = ctx.value("burst_period_s", burst_period_s, nb.BURST["period_s"])
 window_s = window_s or burst_period_s / 3
 burst = {"process": "burst", "burst_factor": burst_factor, "period_s": burst_period_s, "duty": burst_duty}
-burst_n = R.burst_requests(rate, burst_period_s, n)  # at least three periods
-bspecs = R.burst_specs(backend=backend, seeds=seeds, rate=rate, n_requests=burst_n, cluster=cluster_file, time_scale=ts,
-                       policies=policies, burst=burst)
-timeline = R.burst_timeline(bspecs, resolve_dir(runs_dir), window_s=window_s)
-btab = R.burst_table(timeline)
-F.write_results(timeline, "09_fig7_burst_timeline", results_dir)
-F.write_results(btab, "09_fig7_burst", results_dir)
+burst_n = nb.burst_requests(ctx.rate, burst_period_s, ctx.n_requests)  # at least three periods
+bspecs = nb.burst_specs(ctx, ctx.rate, n_requests=burst_n, policies=policies, burst=burst)
+timeline = nb.burst_timeline(ctx, bspecs, window_s=window_s)
+btab = nb.burst_table(timeline)
+ctx.write_results(timeline, "09_fig7_burst_timeline")
+ctx.write_results(btab, "09_fig7_burst")
 btab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/09_load_and_tails-1.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("09_load_and_tails", 1):
+with ctx.expected_output(1):
     print(sweep.pivot(index="load", columns="policy", values="goodput")[policies].round(3).to_string())
     print(op[["policy", "ttft_p99_s", "paper_ttft_p99_s"]].round(3).to_string(index=False))
     print(btab[["policy", "rolling_ttft_p95_s_mean", "rolling_goodput_mean", "windows_at_or_above_rr"]].round(3)
@@ -115,17 +99,18 @@ axes[0].set_ylabel("goodput (fraction meeting SLO, ±1 sd)")
 axes[0].set_ylim(0.0, 1.0)
 axes[1].set_ylabel("P99 TTFT (s, mean over traces)")
 axes[0].legend(loc="lower left", fontsize=7)
-fig.suptitle(f"Fig. 5 (§V-F): rising request rate, mixed, 2p4d, {F.traces_label(seeds)} ({backend})", y=1.02)
+fig.suptitle(f"Fig. 5 (§V-F): rising request rate, mixed, 2p4d, {F.traces_label(ctx.seeds)} ({backend})", y=1.02)
 fig.tight_layout()
-F.save(fig, "09_fig5_load_sweep", figures_dir)
+ctx.save(fig, "09_fig5_load_sweep")
 
 # %%
 paper = op[["policy", "paper_ttft_p99_s"]].rename(columns={"paper_ttft_p99_s": "paper"})
 fig, ax = F.bar_with_paper(op.assign(err=(op.ttft_p99_max_s - op.ttft_p99_min_s) / 2), "policy", "ttft_p99_s",
                            paper=paper, err="err", order=policies,
-                           title=f"Fig. 6 (§V-F): P99 TTFT at the operating point ({rate:.1f} req/s), mixed, 2p4d ({backend})",
+                           title=f"Fig. 6 (§V-F): P99 TTFT at the operating point ({ctx.rate:.1f} req/s), mixed, "
+                                 f"2p4d ({backend})",
                            xlabel="policy", ylabel="P99 TTFT (s; bar: mean, whisker: half range over traces)")
-F.save(fig, "09_fig6_operating_point", figures_dir)
+ctx.save(fig, "09_fig6_operating_point")
 
 # %%
 mean_t = timeline.groupby(["policy", "window_s"], sort=False)[["goodput", "ttft_p95_s"]].mean().reset_index()
@@ -142,7 +127,7 @@ for k in range(int(horizon // burst_period_s) + 1):
 ref = btab.set_index("policy")
 axes[0].axhline(ref.loc["marginal_cost", "paper_rolling_ttft_p95_s"], color="black", ls="--", lw=0.9,
                 label="paper: learned 0.28 s")
-axes[0].axhspan(R.paper_value("fig7_other_ttft_p95_rolling_lo"), R.paper_value("fig7_other_ttft_p95_rolling_hi"),
+axes[0].axhspan(paper_value("fig7_other_ttft_p95_rolling_lo"), paper_value("fig7_other_ttft_p95_rolling_hi"),
                 color="black", alpha=0.08, label="paper: baselines 0.30-0.37 s")
 axes[0].set_yscale("log")
 F.plain_log_axis(axes[0])
@@ -152,9 +137,9 @@ axes[1].set_ylim(0.0, 1.0)
 axes[1].set_xlabel("arrival time (s)")
 axes[0].legend(loc="upper right", fontsize=6.5, ncol=3)
 axes[0].set_title(f"Fig. 7 (§V-F): burst train (x{burst_factor:g} for {burst_duty:.0%} of every {burst_period_s:g} s, "
-                  f"mean {rate:.1f} req/s), mixed, 2p4d, mean of {F.traces_label(seeds)} ({backend})")
+                  f"mean {ctx.rate:.1f} req/s), mixed, 2p4d, mean of {F.traces_label(ctx.seeds)} ({backend})")
 fig.tight_layout()
-F.save(fig, "09_fig7_burst_train", figures_dir)
+ctx.save(fig, "09_fig7_burst_train")
 
 # %%
-F.write_headline(R.load_and_tails_headline(sweep, op, btab), "09_load_and_tails", results_dir)
+ctx.write_headline(nb.load_and_tails_headline(sweep, op, btab))

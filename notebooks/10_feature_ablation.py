@@ -31,78 +31,65 @@
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
 seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3])
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
-time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # saturation operating point in req/s; 0 means a saturation search on mixed (live quick: the simulator's rate)
 steady_fraction: float = 0.75  # steady-load operating point as a fraction of the saturation rate
 uncalibrated: bool = True  # also ablate the SLO term with the simulator-derived constants (the paper's -12 points; never at live quick scale)
 features: list = []  # terms to remove one at a time; [] means the scale default (all four; live quick ["length", "slo"])
 operating_points: list = []  # of "steady", "saturation"; [] means the scale default (both; live quick ["saturation"])
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
+rate: float = 0.0  # saturation operating point in req/s; 0 means a saturation search on mixed (live quick: the simulator's rate)
+time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
+figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 
 # %%
 import matplotlib.pyplot as plt
 from matplotlib.container import BarContainer
 
 from repro.paper import figures as F
-from repro.paper import legacy_analysis as A
-from repro.paper import legacy_results as R
-from repro.paper import section as S
-from repro.paper.figures import resolve_dir
-from repro.paper.plans import is_live_quick, pick
+from repro.paper.section import Section
+from repro.paper.sections import feature_ablation as nb
 
-seeds, n = A.scale_plan(backend, scale, seeds, n_requests)
-S.check_common(backend, scale, seeds)
-cluster_file = S.check_cluster(backend, cluster)
-F.set_style()
-ts = time_scale if backend == "emulated" else 1.0
-if rate <= 0:
-    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0],
-                             cluster=cluster_file, time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
-points = A.operating_rates(rate, steady_fraction)
-points = {op: r for op, r in points.items() if op in pick("ablation_points", operating_points, backend, scale, A.OPERATING_POINTS)}
-features = pick("ablation_features", features, backend, scale, [f for f, _ in A.ABLATION_FEATURES])
-uncalibrated = uncalibrated and not is_live_quick(backend, scale)
-items = A.ablation_specs(backend=backend, seeds=seeds, rates=points, n_requests=n, cluster=cluster_file,
-                         time_scale=ts, uncalibrated_features=("slo",) if uncalibrated else (), features=features)
-runs = A.run_labelled(items, resolve_dir(runs_dir))
-F.write_results(runs, "10_ablation_runs", results_dir)
-print(f"{len(runs)} runs: mixed, 2p4d, " + " and ".join(f"{op} {r:.1f}" for op, r in points.items()) + " req/s, "
-      f"{n} requests each, seeds {list(seeds)}")
+ctx = Section.setup(notebook="10_feature_ablation", quick_seeds=(1, 2),  # changes are paired by trace
+                    backend=backend, scale=scale, seeds=seeds, cluster=cluster, rate=rate, n_requests=n_requests,
+                    time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
+operating_points = ctx.pick("ablation_points", operating_points, nb.OPERATING_POINTS)
+points = {op: r for op, r in nb.ablation_rates(ctx.rate, steady_fraction).items() if op in operating_points}
+features = ctx.pick("ablation_features", features, [f for f, _ in nb.ABLATION_FEATURES])
+uncalibrated = uncalibrated and not ctx.live_quick
+runs = ctx.run(nb.ablation_specs(ctx, points, uncalibrated_features=("slo",) if uncalibrated else (),
+                                 features=features), save_as="10_ablation_runs")
+print(ctx.describe_runs(runs, "mixed, 2p4d, " + " and ".join(f"{op} {r:.1f}" for op, r in points.items()) + " req/s"))
 
 # %%
-tab = A.ablation_table(runs)
-F.write_results(tab, "10_fig8_ablation", results_dir)
+tab = ctx.write_results(nb.ablation_table(runs), "10_fig8_ablation")
 tab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/10_feature_ablation-1.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("10_feature_ablation", 1):
+with ctx.expected_output(1):
     print(tab[["operating_point", "cost_model", "feature", "full_goodput", "change_points", "paper_change_points"]]
           .round(2).to_string(index=False))
 
 # %%
 op_label = {op: f"{op} ({r:.1f} req/s)" for op, r in points.items()}
-plot = tab.assign(term=tab.feature.map(A.FEATURE_LABELS), point=tab.operating_point.map(op_label))
+plot = tab.assign(term=tab.feature.map(nb.FEATURE_LABELS), point=tab.operating_point.map(op_label))
 plot["err"] = plot.change_sd
 cal, unc = plot[plot.cost_model == "calibrated"], plot[plot.cost_model == "sim_derived"]
 ncols = 2 if len(unc) else 1
 fig, axes = plt.subplots(1, ncols, figsize=(10.0 if ncols == 2 else 7.0, 3.9), squeeze=False, sharey=True,
                          gridspec_kw={"width_ratios": [4, 1.3] if ncols == 2 else [1]})
-order = [A.FEATURE_LABELS[f] for f in features]
-hue_order = [op_label[op] for op in A.OPERATING_POINTS if op in op_label]
+order = [nb.FEATURE_LABELS[f] for f in features]
+hue_order = [op_label[op] for op in nb.OPERATING_POINTS if op in op_label]
 F.bar_with_paper(cal, "term", "change_points", hue="point", paper=cal.rename(columns={"paper_change_points": "paper"}),
                  err="err", order=order, hue_order=hue_order, ax=axes[0][0],
                  title=f"Fig. 8 (§V-G): one term removed, calibrated ({backend}, mixed, 2p4d)",
                  xlabel="term removed", ylabel="goodput change vs full router (points)")
 if len(unc):
-    F.bar_with_paper(unc, "term", "change_points", hue="point", paper=unc.rename(columns={"paper_change_points": "paper"}),
-                     err="err", order=[A.FEATURE_LABELS["slo"]], hue_order=hue_order, ax=axes[0][1],
+    F.bar_with_paper(unc, "term", "change_points", hue="point",
+                     paper=unc.rename(columns={"paper_change_points": "paper"}), err="err",
+                     order=[nb.FEATURE_LABELS["slo"]], hue_order=hue_order, ax=axes[0][1],
                      title="simulator-derived constants", xlabel="term removed", ylabel="")
     axes[0][1].get_legend().remove()
 for ax in axes[0]:
@@ -111,7 +98,7 @@ for ax in axes[0]:
         if isinstance(c, BarContainer):
             ax.bar_label(c, fmt="%+.1f", fontsize=7, padding=2)
 fig.tight_layout()
-F.save(fig, "10_fig8_feature_ablation", figures_dir)
+ctx.save(fig, "10_fig8_feature_ablation")
 
 # %%
-F.write_headline(A.ablation_headline(tab), "10_feature_ablation", results_dir)
+ctx.write_headline(nb.ablation_headline(tab))

@@ -28,53 +28,39 @@
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
 seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3])
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
-time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (live quick: the simulator's rate)
 noise_levels: list = []  # injected relative errors of the predictor (1.5 is 150%); [] means the scale default ([0, 0.25, ..., 1.5]; live quick [0, 1])
 policies: list = []  # length-aware policies to perturb; [] means the scale default (marginal-cost and length-threshold; live quick marginal-cost)
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
+rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (live quick: the simulator's rate)
+time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
+figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 
 # %%
 import matplotlib.pyplot as plt
 
 from repro.paper import figures as F
-from repro.paper import legacy_analysis as A
-from repro.paper import legacy_results as R
-from repro.paper import reference as paper_reference
-from repro.paper import section as S
-from repro.paper.figures import resolve_dir
-from repro.paper.plans import pick
+from repro.paper import reference
+from repro.paper.section import Section
+from repro.paper.sections import predictor_noise as nb
 
-seeds, n = A.scale_plan(backend, scale, seeds, n_requests)
-S.check_common(backend, scale, seeds)
-cluster_file = S.check_cluster(backend, cluster)
-F.set_style()
-ts = time_scale if backend == "emulated" else 1.0
-if rate <= 0:
-    rate = R.operating_rates(["mixed"], backend=backend, scale=scale, n_requests=min(n, 1000), seed=seeds[0],
-                             cluster=cluster_file, time_scale=ts, runs_dir=resolve_dir(runs_dir))["mixed"]
-noise_levels = pick("noise_levels", noise_levels, backend, scale, A.NOISE_LEVELS)
-policies = pick("noise_policies", policies, backend, scale, ("marginal_cost", "length_threshold"))
-items = A.noise_specs(backend=backend, seeds=seeds, rate=rate, n_requests=n, noise_levels=noise_levels, policies=policies,
-                      cluster=cluster_file, time_scale=ts)
-runs = A.run_labelled(items, resolve_dir(runs_dir))
-F.write_results(runs, "11_noise_runs", results_dir)
-print(f"{len(runs)} runs: mixed, 2p4d, {rate:.1f} req/s, {n} requests each, seeds {list(seeds)}")
+ctx = Section.setup(notebook="11_predictor_noise", quick_seeds=(1, 2),  # the noise is seeded per trace
+                    backend=backend, scale=scale, seeds=seeds, cluster=cluster, rate=rate, n_requests=n_requests,
+                    time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
+noise_levels = ctx.pick("noise_levels", noise_levels, nb.NOISE_LEVELS)
+policies = ctx.pick("noise_policies", policies, nb.NOISE_POLICIES)
+runs = ctx.run(nb.noise_specs(ctx, ctx.rate, noise_levels=noise_levels, policies=policies), save_as="11_noise_runs")
+print(ctx.describe_runs(runs, f"mixed, 2p4d, {ctx.rate:.1f} req/s"))
 
 # %%
-tab = A.noise_table(runs)
-F.write_results(tab, "11_fig9_noise", results_dir)
+tab = ctx.write_results(nb.noise_table(runs), "11_fig9_noise")
 tab
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/11_predictor_noise-1.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("11_predictor_noise", 1):
+with ctx.expected_output(1):
     print(tab[["policy", "noise_pct", "mean_goodput", "sd"]].round(3).to_string(index=False))
 
 # %%
@@ -87,15 +73,15 @@ for pol, marker in (("marginal_cost", "o"), ("length_threshold", "s")):
 ref = tab[tab.noise.isna()]
 for r in ref.itertuples():
     ax.axhline(r.mean_goodput, color="grey", ls=":", lw=1.0, label=f"{F.policy_label(r.policy)} (no predictor)")
-lo, hi = paper_reference.lookup("fig9_goodput_lo"), paper_reference.lookup("fig9_goodput_hi")
+lo, hi = reference.lookup("fig9_goodput_lo"), reference.lookup("fig9_goodput_hi")
 ax.axhspan(lo, hi, color="black", alpha=0.08, label=f"paper: router within {lo:.3f}–{hi:.3f}")
-ax.scatter([0.0, paper_reference.lookup("fig9_max_noise")], [lo, hi], label="paper (at 0% and 150%)", **F.PAPER_MARKER)
+ax.scatter([0.0, reference.lookup("fig9_max_noise")], [lo, hi], label="paper (at 0% and 150%)", **F.PAPER_MARKER)
 ax.set_xlabel("injected relative error of the length predictor (%)")
 ax.set_ylabel("goodput (fraction of requests meeting SLO)")
-ax.set_title(f"Fig. 9 (§V-H): goodput vs predictor error ({backend}, mixed, 2p4d, {rate:.1f} req/s)")
+ax.set_title(f"Fig. 9 (§V-H): goodput vs predictor error ({backend}, mixed, 2p4d, {ctx.rate:.1f} req/s)")
 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=7)
 fig.tight_layout()
-F.save(fig, "11_fig9_predictor_noise", figures_dir)
+ctx.save(fig, "11_fig9_predictor_noise")
 
 # %%
-F.write_headline(A.noise_headline(tab), "11_predictor_noise", results_dir)
+ctx.write_headline(nb.noise_headline(tab))

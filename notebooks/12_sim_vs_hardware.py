@@ -43,101 +43,76 @@
 backend: str = "sim"  # sim | emulated | vllm (the reference of the residual grid)
 scale: str = "quick"  # quick | full
 seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3])
-cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
-time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # reference arrival rate per workload (req/s; the sim saturation rates); {} means a saturation search
 n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
+cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 policies: list = []  # policies of the reference grid; [] means the scale default (the paper's four; live quick: round-robin and marginal-cost)
 anchor_requests: int = 1000  # requests per probe of the simulator's rate re-anchoring
+rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # reference arrival rate per workload (req/s; the sim saturation rates); {} means a saturation search
+time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
+figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 
 # %%
 import matplotlib.pyplot as plt
+import pandas as pd
 import seaborn as sns
 
-from repro.experiment.spec import RunSpec
 from repro.paper import figures as F
-from repro.paper import legacy_analysis as A
-from repro.paper import reference as paper_reference
-from repro.paper import section as S
-from repro.paper.figures import resolve_dir
-from repro.paper.plans import pick
+from repro.paper import reference
+from repro.paper.section import Section
+from repro.paper.sections import sim_vs_hardware as nb
+from repro.routing.policies import PAPER_POLICIES
 
-seeds, n = A.scale_plan(backend, scale, seeds, n_requests)
-S.check_common(backend, scale, seeds)
-cluster_file = S.check_cluster(backend, cluster)
-F.set_style()
-ts = time_scale if backend == "emulated" else 1.0
-if not rates:
-    sat, _ = S.saturation_table(backend=backend, n_requests=min(n, 1000), seed=seeds[0], cluster=cluster_file,
-                                time_scale=ts, runs_dir=resolve_dir(runs_dir))
-    rates = dict(zip(sat.workload, sat.saturation_rate.astype(float)))
-rates = A.check_rates(rates)
-policies = pick("heterogeneity_policies", policies, backend, scale, S.PAPER_POLICIES)
-live = backend != "sim"
-reference_name = backend if live else "sim-batching (stand-in for hardware)"
-models = ["serial", "batching"] if live else ["serial"]
-reference = A.run_labelled(A.grid_specs(backend=backend, seeds=seeds, rates=rates, n_requests=n, policies=policies, cluster=cluster_file,
-                                        time_scale=ts), resolve_dir(runs_dir))
-reference["role"] = "reference"
-print(f"reference: {reference_name}, {len(reference)} runs, {n} requests each, seeds {list(seeds)}")
+ctx = Section.setup(notebook="12_sim_vs_hardware", quick_seeds=(1, 2),  # two traces per cell of the grid
+                    backend=backend, scale=scale, seeds=seeds, cluster=cluster, rates=rates, n_requests=n_requests,
+                    time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
+policies = ctx.pick("heterogeneity_policies", policies, PAPER_POLICIES)
+reference_name, models = nb.reference_name(ctx), nb.sim_models(ctx)
+reference_runs = ctx.run(nb.grid_specs(ctx, ctx.rates, policies=policies))
+reference_runs["role"] = "reference"
+print(f"reference: {reference_name}, {len(reference_runs)} runs, {ctx.n_requests} requests each, "
+      f"seeds {list(ctx.seeds)}")
 
 # %%
-import pandas as pd  # noqa: E402
-
-anchored, probes, model_runs = {}, [], []
-for model in models:
-    anchored[model] = {}
-    for wl, rate in rates.items():
-        target = float(reference[(reference.workload == wl) & (reference.policy == "round_robin")].goodput.mean())
-        base = RunSpec(backend="sim", workload=wl, seed=seeds[0], rate=rate, n_requests=anchor_requests, service=model)
-        r, pr = A.anchor_rate(base, target)
-        anchored[model][wl] = r
-        probes += [{"model": model, "workload": wl, "probe": i, "rate": x, "round_robin_goodput": g, "target": target}
-                   for i, (x, g) in enumerate(pr)]
-    runs = A.run_labelled(A.grid_specs(backend="sim", seeds=seeds, rates=anchored[model], n_requests=n, policies=policies,
-                                      service=model))
-    runs["role"] = model
-    model_runs.append(runs)
-probes = pd.DataFrame(probes)
-F.write_results(pd.concat([reference, *model_runs], ignore_index=True), "12_grid_runs", results_dir)
-F.write_results(probes, "12_anchor_probes", results_dir)
-grid = pd.concat([A.residual_grid(reference, m, name) for m, name in zip(model_runs, models)], ignore_index=True)
-summary = A.residual_summary(grid)
+anchored, probes, model_runs = nb.anchored_grids(ctx, reference_runs, ctx.rates, models=models, policies=policies,
+                                                 anchor_requests=anchor_requests)
+ctx.write_results(pd.concat([reference_runs, *model_runs], ignore_index=True), "12_grid_runs")
+ctx.write_results(probes, "12_anchor_probes")
+grid = pd.concat([nb.residual_grid(reference_runs, m, name) for m, name in zip(model_runs, models, strict=True)],
+                 ignore_index=True)
+summary = nb.residual_summary(grid)
 summary.insert(1, "reference", reference_name)
-F.write_results(grid, "12_residual_grid", results_dir)
-F.write_results(summary, "12_residual_summary", results_dir)
+ctx.write_results(grid, "12_residual_grid")
+ctx.write_results(summary, "12_residual_summary")
 summary
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/12_sim_vs_hardware-1.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("12_sim_vs_hardware", 1):
-    print(grid[["model", "workload", "policy", "ref_goodput", "model_goodput", "residual"]].round(3).to_string(index=False))
+with ctx.expected_output(1):
+    print(grid[["model", "workload", "policy", "ref_goodput", "model_goodput", "residual"]].round(3)
+          .to_string(index=False))
     print(summary[["model", "mean_abs_residual", "winners_reproduced", "ttft_p99_ratio_lo", "ttft_p99_ratio_hi",
                    "rate_ratio_lo", "rate_ratio_hi"]].round(3).to_string(index=False))
 
 # %%
 ncols = len(models) + 1
 fig, axes = plt.subplots(1, ncols, figsize=(4.3 * ncols, 3.9))
-for ax, model in zip(axes, models):
+for ax, model in zip(axes, models, strict=False):  # the last axis is the scatter
     g = grid[grid.model == model].pivot(index="workload", columns="policy", values="residual")
-    g = g.loc[[w for w in rates if w in g.index], [p for p in S.PAPER_POLICIES if p in g.columns]]
+    g = g.loc[[w for w in ctx.rates if w in g.index], [p for p in PAPER_POLICIES if p in g.columns]]
     g.columns = [F.policy_label(p) for p in g.columns]
     sns.heatmap(g, ax=ax, annot=True, fmt="+.3f", cmap="RdBu_r", center=0.0, vmin=-0.15, vmax=0.15,
                 cbar_kws={"label": "residual (goodput, model - reference)"})
     mar = float(summary.set_index("model").loc[model, "mean_abs_residual"])
     key = "sim_mar_serial" if model == "serial" else "sim_mar_batching"
-    ax.set_title(f"{model} simulator: MAR {mar:.3f} (paper {paper_reference.lookup(key):.3f})")
+    ax.set_title(f"{model} simulator: MAR {mar:.3f} (paper {reference.lookup(key):.3f})")
     ax.set_xlabel("policy")
     ax.set_ylabel("workload")
     ax.tick_params(axis="x", rotation=30)
     ax.tick_params(axis="y", rotation=0)
 ax = axes[-1]
-for model, marker in zip(models, ("o", "s")):
+for model, marker in zip(models, ("o", "s"), strict=False):
     g = grid[grid.model == model]
     ax.scatter(g.ref_goodput, g.model_goodput, marker=marker, s=22, label=f"{model} simulator")
 ax.plot([0, 1], [0, 1], color="black", lw=0.8, ls="--", label="model = reference")
@@ -147,22 +122,21 @@ ax.set_xlabel(f"reference goodput ({reference_name})")
 ax.set_ylabel("simulator goodput (re-anchored rate)")
 ax.set_title("per (workload, policy) cell")
 ax.legend(loc="lower right", fontsize=7)
-fig.suptitle(f"§VI: the 4x4 residual grid (reference: {reference_name}; paper MAR {paper_reference.lookup('sim_grid_mar'):.3f} vs A40s)",
-             y=1.02)
+fig.suptitle(f"§VI: the 4x4 residual grid (reference: {reference_name}; "
+             f"paper MAR {reference.lookup('sim_grid_mar'):.3f} vs A40s)", y=1.02)
 fig.tight_layout()
-F.save(fig, "12_residual_grid", figures_dir)
+ctx.save(fig, "12_residual_grid")
 
 # %%
-phys = A.batching_physics_table()
-F.write_results(phys, "12_batching_physics", results_dir)
+phys = ctx.write_results(nb.batching_physics_table(), "12_batching_physics")
 over = grid.groupby(["model", "workload"], sort=False).agg(ttft_p99_ratio=("ttft_p99_ratio", "mean"),
                                                             rate_ratio=("rate_ratio", "first")).reset_index()
-F.write_results(over, "12_serial_vs_batching", results_dir)
+ctx.write_results(over, "12_serial_vs_batching")
 fig, axes = plt.subplots(1, 2, figsize=(10.0, 3.6))
 ax = axes[0]
 ax.plot(phys.batch, phys.batching_per_token_increase_pct / 100 + 1, "o-", ms=4, label="continuous batching (physics)")
 ax.plot(phys.batch, phys.serial_wait_factor, "s--", ms=4, label="serial service: wait of the n-th request")
-ax.scatter([8, 8], [1 + paper_reference.lookup("decode_batch8_penalty") / 100, paper_reference.lookup("serial_batch8_wait")],
+ax.scatter([8, 8], [1 + reference.lookup("decode_batch8_penalty") / 100, reference.lookup("serial_batch8_wait")],
            label="paper (batch 8: 1.029x, 8x)", **F.PAPER_MARKER)
 ax.set_xlabel("sequences decoding together (batch)")
 ax.set_ylabel("per-request decode time vs alone (x)")
@@ -170,11 +144,11 @@ ax.set_yscale("log")
 ax.set_title("decode cost of sharing an engine")
 ax.legend(loc="upper left", fontsize=7)
 ax = axes[1]
-sns.barplot(over, x="workload", y="ttft_p99_ratio", hue="model", ax=ax, order=list(rates))
+sns.barplot(over, x="workload", y="ttft_p99_ratio", hue="model", ax=ax, order=list(ctx.rates))
 for key, ls in (("sim_ttft_p99_overstated_serial_lo", ":"), ("sim_ttft_p99_overstated_serial_hi", ":")):
-    ax.axhline(paper_reference.lookup(key), color="black", ls=ls, lw=0.9)
+    ax.axhline(reference.lookup(key), color="black", ls=ls, lw=0.9)
 ax.axhline(1.0, color="grey", lw=0.8)
-ax.text(0.02, paper_reference.lookup("sim_ttft_p99_overstated_serial_hi"), "paper, serial: 1 to 63x", fontsize=7,
+ax.text(0.02, reference.lookup("sim_ttft_p99_overstated_serial_hi"), "paper, serial: 1 to 63x", fontsize=7,
         va="bottom", transform=ax.get_yaxis_transform())
 ax.set_yscale("log")
 ax.set_xlabel("workload")
@@ -182,22 +156,20 @@ ax.set_ylabel("P99 TTFT, simulator / reference (x)")
 ax.set_title("P99 TTFT overstatement at the re-anchored rate")
 fig.suptitle(f"§VI: serial vs batching service (reference: {reference_name})", y=1.02)
 fig.tight_layout()
-F.save(fig, "12_serial_vs_batching", figures_dir)
+ctx.save(fig, "12_serial_vs_batching")
 phys.round(4)
 
 # %%
-services = {"batching": rates["mixed"], "serial": anchored["serial"]["mixed"]}
-calib_runs = A.run_labelled(A.calibration_in_sim_specs(seeds=seeds, services=services, n_requests=n))
-calib = A.calibration_in_sim_table(calib_runs)
-F.write_results(calib_runs, "12_calibration_in_sim_runs", results_dir)
-F.write_results(calib, "12_calibration_in_sim", results_dir)
+services = {"batching": ctx.rates["mixed"], "serial": anchored["serial"]["mixed"]}
+calib_runs = ctx.run(nb.calibration_in_sim_specs(ctx, services))
+calib = nb.calibration_in_sim_table(calib_runs)
+ctx.write_results(calib_runs, "12_calibration_in_sim_runs")
+ctx.write_results(calib, "12_calibration_in_sim")
 calib
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/12_sim_vs_hardware-2.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("12_sim_vs_hardware", 2):
+with ctx.expected_output(2):
     print(calib[["service", "backlog", "goodput_calibrated", "goodput_sim_derived", "calibration_gain_points",
                  "ttft_p99_calibrated_s", "ttft_p99_sim_derived_s"]].round(3).to_string(index=False))
 
@@ -205,27 +177,30 @@ with expected_output("12_sim_vs_hardware", 2):
 bat = calib[calib.service == "batching"]
 fig, axes = plt.subplots(1, 2, figsize=(10.0, 3.6))
 gain = bat.assign(err=bat.gain_sd, paper=bat.paper_gain_points)
-F.bar_with_paper(gain, "backlog", "calibration_gain_points", paper=gain, err="err", order=["oracle", "ledger"], ax=axes[0],
-                 title="goodput gain from calibration", xlabel="backlog signal the router sees",
+F.bar_with_paper(gain, "backlog", "calibration_gain_points", paper=gain, err="err", order=["oracle", "ledger"],
+                 ax=axes[0], title="goodput gain from calibration", xlabel="backlog signal the router sees",
                  ylabel="calibrated - simulator-derived (points)")
-axes[0].axhline(paper_reference.lookup("calib_goodput_gain"), color="black", ls=":", lw=0.9)
-axes[0].text(0.02, paper_reference.lookup("calib_goodput_gain"), "paper, on hardware: +4.5", fontsize=7, va="bottom",
+axes[0].axhline(reference.lookup("calib_goodput_gain"), color="black", ls=":", lw=0.9)
+axes[0].text(0.02, reference.lookup("calib_goodput_gain"), "paper, on hardware: +4.5", fontsize=7, va="bottom",
              transform=axes[0].get_yaxis_transform())
 axes[0].axhline(0.0, color="black", lw=0.8)
 tt = bat.melt(id_vars=["backlog"], value_vars=["ttft_p99_calibrated_s", "ttft_p99_sim_derived_s"],
               var_name="cost_model", value_name="ttft_p99_s")
-tt["cost_model"] = tt.cost_model.map({"ttft_p99_calibrated_s": "calibrated", "ttft_p99_sim_derived_s": "simulator-derived"})
+tt["cost_model"] = tt.cost_model.map({"ttft_p99_calibrated_s": "calibrated",
+                                      "ttft_p99_sim_derived_s": "simulator-derived"})
 paper_tt = pd.DataFrame({"backlog": ["ledger", "ledger"], "cost_model": ["calibrated", "simulator-derived"],
-                         "paper": [paper_reference.lookup("sim_miscal_ttft_p99_calibrated"),
-                                   paper_reference.lookup("sim_miscal_ttft_p99_miscalibrated")]})
+                         "paper": [reference.lookup("sim_miscal_ttft_p99_calibrated"),
+                                   reference.lookup("sim_miscal_ttft_p99_miscalibrated")]})
 F.bar_with_paper(tt, "backlog", "ttft_p99_s", hue="cost_model", paper=paper_tt, order=["oracle", "ledger"], ax=axes[1],
                  title="P99 TTFT", xlabel="backlog signal the router sees", ylabel="P99 TTFT (s)")
-fig.suptitle(f"§VI: calibration is invisible in simulation (sim, batching service, mixed, 2p4d, {rates['mixed']:.1f} req/s)", y=1.02)
+fig.suptitle("§VI: calibration is invisible in simulation "
+             f"(sim, batching service, mixed, 2p4d, {ctx.rates['mixed']:.1f} req/s)", y=1.02)
 fig.tight_layout()
-F.save(fig, "12_calibration_in_sim", figures_dir)
+ctx.save(fig, "12_calibration_in_sim")
 
 # %%
-head = A.sim_vs_hardware_headline(summary, calib, phys, primary="batching" if live else "")
-if live:
-    head += [{"key": "sim_rate_batching", "ours": anchored["batching"]["mixed"]}, {"key": "hw_rate_batching", "ours": rates["mixed"]}]
-F.write_headline(head, "12_sim_vs_hardware", results_dir)
+head = nb.sim_vs_hardware_headline(summary, calib, phys, primary="batching" if ctx.live else "")
+if ctx.live:
+    head += [{"key": "sim_rate_batching", "ours": anchored["batching"]["mixed"]},
+             {"key": "hw_rate_batching", "ours": ctx.rates["mixed"]}]
+ctx.write_headline(head)

@@ -41,86 +41,71 @@
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
 seeds: list = []  # arrival traces (one seed each); [] means the scale default (quick [1]; full [1, 2, 3])
+n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: emulated clusters of each shape)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
-time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
-rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # arrival rate per workload (req/s; the sim saturation rates); {} means a saturation search
 shapes: list = []  # pool shapes of the frontier; [] means the scale default (1p2d .. 4p4d, 3 to 8 GPUs; live quick ["1p2d", "2p4d"])
 policies: list = []  # frontier policies; [] means the scale default (the paper's four, each switch alone, both; live quick: round-robin, marginal-cost, both switches)
 table_workloads: list = []  # workloads of the production-router table; [] means the scale default (all four; live quick ["mixed"])
 vllm_router_policies: list = []  # vllm-router policies to run (live backends); [] means the scale default (["round_robin", "power_of_two", "cache_aware"]; live quick the first two)
-n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
+rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # arrival rate per workload (req/s; the sim saturation rates); {} means a saturation search
+time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
+results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
+figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from repro.paper import figures as F
-from repro.paper import legacy_analysis as A
-from repro.paper import reference as paper_reference
-from repro.paper import section as S
-from repro.paper.figures import resolve_dir
-from repro.paper.plans import pick
+from repro.paper import reference
+from repro.paper.grids import gpus
+from repro.paper.section import Section
+from repro.paper.sections import beyond as nb
+from repro.routing.policies import PAPER_POLICIES
+from repro.vocab import WORKLOADS
 
-seeds, n = A.scale_plan(backend, scale, seeds, n_requests, quick_seeds=(1,))
-S.check_common(backend, scale, seeds)
-cluster_file = S.check_cluster(backend, cluster)
-shapes = pick("frontier_shapes", shapes, backend, scale, A.FRONTIER_SHAPES)
-frontier_policies = pick("frontier_policies", policies, backend, scale, [*S.PAPER_POLICIES, *A.SWITCH_VARIANTS, A.OURS])
-table_workloads = pick("beyond_workloads", table_workloads, backend, scale, S.WORKLOADS)
-vllm_router_policies = pick("vllm_router_policies", vllm_router_policies, backend, scale, A.VLLM_ROUTER_POLICIES)
-if cluster_file and len(shapes) > 1:
-    print(f"cluster file {cluster_file}: the frontier runs on that one cluster's shape only")
-    shapes = [S.check_cluster(backend, cluster)]
-F.set_style()
-ts = time_scale if backend == "emulated" else 1.0
-if not rates:
-    sat, _ = S.saturation_table(backend=backend, n_requests=min(n, 1000), seed=seeds[0], cluster=cluster_file,
-                                time_scale=ts, runs_dir=resolve_dir(runs_dir))
-    rates = dict(zip(sat.workload, sat.saturation_rate.astype(float)))
-rates = A.check_rates(rates)
-mixed_rate = rates["mixed"]
-rates = {wl: rates[wl] for wl in table_workloads}  # the workload table's rows
-items = A.frontier_specs(backend=backend, seeds=seeds, rate=mixed_rate, n_requests=n, shapes=shapes,
-                         policies=frontier_policies, cluster=cluster_file, time_scale=ts)
-frontier_runs = A.run_labelled(items, resolve_dir(runs_dir))
-F.write_results(frontier_runs, "13_frontier_runs", results_dir)
-frontier = A.mean_by(frontier_runs, "topology")
-frontier.insert(1, "gpus", frontier.topology.map(A.gpus))
-F.write_results(frontier, "13_frontier", results_dir)
-print(f"{len(frontier_runs)} frontier runs: mixed, {mixed_rate:.1f} req/s, {n} requests each, seeds {list(seeds)}")
+ctx = Section.setup(notebook="13_beyond", quick_seeds=(1,),  # one trace per shape and policy at quick scale
+                    backend=backend, scale=scale, seeds=seeds, cluster=cluster, rates=rates, n_requests=n_requests,
+                    time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
+shapes = ctx.pick("frontier_shapes", shapes, nb.FRONTIER_SHAPES)
+frontier_policies = ctx.pick("frontier_policies", policies, [*PAPER_POLICIES, *nb.SWITCH_VARIANTS, nb.OURS])
+table_workloads = ctx.pick("beyond_workloads", table_workloads, WORKLOADS)
+vllm_router_policies = ctx.pick("vllm_router_policies", vllm_router_policies, nb.VLLM_ROUTER_POLICIES)
+if ctx.cluster and len(shapes) > 1:
+    print(f"cluster file {ctx.cluster}: the frontier runs on that one cluster's shape only")
+    shapes = [ctx.cluster]
+rates = {wl: ctx.rates[wl] for wl in table_workloads}  # the workload table's rows
+frontier_runs = ctx.run(nb.frontier_specs(ctx, ctx.rate, shapes=shapes, policies=frontier_policies),
+                        save_as="13_frontier_runs")
+frontier = nb.mean_by(frontier_runs, "topology")
+frontier.insert(1, "gpus", frontier.topology.map(gpus))
+ctx.write_results(frontier, "13_frontier")
+print(ctx.describe_runs(frontier_runs, f"mixed, {ctx.rate:.1f} req/s", noun="frontier runs"))
 frontier.pivot(index=["gpus", "topology"], columns="variant", values="goodput")[frontier_policies].round(3)
 
 # %%
-items = A.workload_specs(backend=backend, seeds=seeds, rates=rates, n_requests=n, cluster=cluster_file, time_scale=ts)
-workload_runs = A.run_labelled(items, resolve_dir(runs_dir))
-router_runs, router_note = A.vllm_router_runs(backend=backend, cluster=cluster_file, seeds=seeds, rates=rates,
-                                              n_requests=n, policies=vllm_router_policies, time_scale=ts,
-                                              runs_dir=resolve_dir(runs_dir))
+workload_runs = ctx.run(nb.workload_specs(ctx, rates))
+router_runs, router_note = nb.vllm_router_runs(ctx, rates, policies=vllm_router_policies)
 print(router_note)
 all_runs = pd.concat([workload_runs, router_runs], ignore_index=True)
-F.write_results(all_runs, "13_workload_runs", results_dir)
-workloads = A.mean_by(all_runs, "workload")
-F.write_results(workloads, "13_workloads", results_dir)
+ctx.write_results(all_runs, "13_workload_runs")
+workloads = ctx.write_results(nb.mean_by(all_runs, "workload"), "13_workloads")
 workload_policies = list(dict.fromkeys(workloads.variant))
 workloads.pivot(index="workload", columns="variant", values="goodput").loc[list(rates), workload_policies].round(3)
 
 # %%
-goals = A.beyond_goals(frontier, workloads[workloads.kind != "external"])
-F.write_results(goals, "13_goals", results_dir)
+goals = ctx.write_results(nb.beyond_goals(frontier, workloads[workloads.kind != "external"]), "13_goals")
 goals
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/13_beyond-1.txt in the test run
-from repro.paper.runner import expected_output  # noqa: E402
-
-with expected_output("13_beyond", 1):
+with ctx.expected_output(1):
     f = frontier.pivot(index="topology", columns="variant", values="goodput").loc[shapes]
-    print(f[[c for c in ["round_robin", "least_loaded", "marginal_cost", "marginal_cost+sampling", "marginal_cost+guard", A.OURS]
-             if c in f.columns]].round(3).to_string())
-    w = workloads[workloads.kind != "external"].pivot(index="workload", columns="variant", values="goodput").loc[list(rates)]
+    print(f[[c for c in ["round_robin", "least_loaded", "marginal_cost", "marginal_cost+sampling",
+                         "marginal_cost+guard", nb.OURS] if c in f.columns]].round(3).to_string())
+    w = (workloads[workloads.kind != "external"].pivot(index="workload", columns="variant", values="goodput")
+         .loc[list(rates)])
     print(w.round(3).to_string())
     print(goals.round(3).to_string(index=False))
 
@@ -128,42 +113,45 @@ with expected_output("13_beyond", 1):
 fig, ax = plt.subplots(figsize=(7.4, 4.0))
 styles = {"round_robin": ("o", ":"), "least_loaded": ("v", ":"), "length_threshold": ("^", ":"),
           "marginal_cost": ("s", "--"), "marginal_cost+sampling": ("<", "-."), "marginal_cost+guard": (">", "-."),
-          A.OURS: ("D", "-")}
+          nb.OURS: ("D", "-")}
 for pol in frontier_policies:
     g = frontier[frontier.variant == pol].sort_values(["gpus", "topology"])
-    x = [f"{t}\n({k} GPUs)" for t, k in zip(g.topology, g.gpus)]
+    x = [f"{t}\n({k} GPUs)" for t, k in zip(g.topology, g.gpus, strict=True)]
     m, ls = styles[pol]
-    ax.plot(x, g.goodput, marker=m, ls=ls, ms=4, lw=1.6 if pol == A.OURS else 1.0, label=F.policy_label(pol))
-order = [f"{t}\n({k} GPUs)" for t, k in frontier.sort_values(["gpus", "topology"])[["topology", "gpus"]].drop_duplicates().itertuples(index=False)]
+    ax.plot(x, g.goodput, marker=m, ls=ls, ms=4, lw=1.6 if pol == nb.OURS else 1.0, label=F.policy_label(pol))
+order = [f"{t}\n({k} GPUs)" for t, k in frontier.sort_values(["gpus", "topology"])[["topology", "gpus"]]
+         .drop_duplicates().itertuples(index=False)]
 ref = {("1p2d", "marginal_cost"): "fig4_mc_1p2d", ("1p2d", "round_robin"): "fig4_rr_1p2d",
        ("2p3d", "marginal_cost"): "fig4_mc_5gpu", ("2p4d", "marginal_cost"): "fig4_mc_6gpu"}
-pts = [(f"{t}\n({A.gpus(t)} GPUs)", paper_reference.lookup(k)) for (t, _), k in ref.items() if f"{t}\n({A.gpus(t)} GPUs)" in order]
+pts = [(f"{t}\n({gpus(t)} GPUs)", reference.lookup(k)) for (t, _), k in ref.items()
+       if f"{t}\n({gpus(t)} GPUs)" in order]
 ax.scatter([p[0] for p in pts], [p[1] for p in pts], label="paper (Fig. 4)", **F.PAPER_MARKER)
 ax.set_ylim(0.0, 1.0)
 ax.set_xlabel("pool shape (prefill p, decode d)")
 ax.set_ylabel("goodput (fraction of requests meeting SLO)")
-ax.set_title(f"Beyond Fig. 4: sampling + admission guard across pool shapes ({backend}, mixed, {mixed_rate:.1f} req/s)")
+ax.set_title(f"Beyond Fig. 4: sampling + admission guard across pool shapes ({backend}, mixed, {ctx.rate:.1f} req/s)")
 ax.legend(loc="lower right", fontsize=7, ncol=2)
 fig.tight_layout()
-F.save(fig, "13_frontier_switches", figures_dir)
+ctx.save(fig, "13_frontier_switches")
 
 # %%
 plot = workloads.copy()
 plot["err"] = plot.sd
 fig, ax = plt.subplots(figsize=(11.0, 4.0))
 paper_pts = pd.DataFrame([
-    {"workload": wl, "variant": pol, "paper": paper_reference.lookup(k)}
+    {"workload": wl, "variant": pol, "paper": reference.lookup(k)}
     for wl, pol, k in (("mixed", "marginal_cost", "fig3_mc_mixed"), ("reasoning", "marginal_cost", "fig3_mc_reasoning"),
                        ("chat", "length_threshold", "fig3_lt_chat"), ("chat", "marginal_cost", "fig3_mc_chat"),
                        ("documents", "round_robin", "fig3_rr_documents"))])
 F.bar_with_paper(plot, "workload", "goodput", hue="variant", paper=paper_pts, err="err", order=list(rates),
                  hue_order=workload_policies, ax=ax,
-                 title=f"Beyond Fig. 3: production routers beside the paper's policies ({backend}, 2p4d, saturation rates)",
+                 title="Beyond Fig. 3: production routers beside the paper's policies "
+                       f"({backend}, 2p4d, saturation rates)",
                  xlabel="workload", ylabel="goodput (fraction of requests meeting SLO)", ylim=(0.0, 1.0))
 ax.set_xticklabels([f"{wl}\n({rates[wl]:g} req/s)" for wl in rates])
 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, fontsize=7)
 fig.tight_layout()
-F.save(fig, "13_production_baselines", figures_dir)
+ctx.save(fig, "13_production_baselines")
 
 # %%
-F.write_headline(A.beyond_headline(frontier, workloads[workloads.kind != "external"], goals), "13_beyond", results_dir)
+ctx.write_headline(nb.beyond_headline(frontier, workloads[workloads.kind != "external"], goals))

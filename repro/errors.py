@@ -23,3 +23,30 @@ def parse_assignments(pairs: "list[str] | tuple[str, ...]", what: str) -> dict:
         except yaml.YAMLError as exc:
             raise ConfigError(f"{what}: value of {key.strip()!r} is not valid ({exc})") from None
     return out
+
+
+def check_choice(where: str, name: str, value: object, allowed: tuple[str, ...]) -> None:
+    """Raise `ConfigError` unless ``value`` is one of ``allowed`` (``where``: the object checked, e.g. ``spec``)."""
+    if value not in allowed:
+        raise ConfigError(f"{where}: field '{name}' = {value!r} not allowed; allowed: {', '.join(allowed)}")
+
+
+def check_int(where: str, name: str, value: object, lo: int, hi: int) -> None:
+    """Raise `ConfigError` unless ``value`` is an integer (not a bool) in ``[lo, hi]``."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not lo <= value <= hi:
+        raise ConfigError(f"{where}: field '{name}' = {value!r} must be an integer in [{lo}, {hi}]")
+
+
+def check_number(where: str, name: str, value: object, lo: float, hi: float, lo_open: bool = False) -> None:
+    """Raise `ConfigError` unless ``value`` is a finite real number in ``[lo, hi]`` (``(lo, hi]`` if ``lo_open``)."""
+    import math
+    import numbers
+
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > lo if lo_open else value >= lo) and value <= hi
+    if not ok:
+        bracket = "(" if lo_open else "["
+        raise ConfigError(f"{where}: field '{name}' = {value!r} out of range {bracket}{lo}, {hi}]")

@@ -1,21 +1,22 @@
 """The project's shared names: the closed choices that appear in specs, CLIs, notebooks and files.
 
 Each choice is a `Literal` type (for annotations and static checking) and a tuple of its values
-(for validation and error messages, in the order shown to users). Validate with `check_choice`.
+(for validation and error messages, in the order shown to users). Validate with
+`repro.errors.check_choice`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
-
-from repro.errors import ConfigError
+from typing import Literal, get_args
 
 Backend = Literal["sim", "emulated", "vllm"]
 """Where a run happens: the discrete-event simulator, emulated vLLM engines over HTTP, or real vLLM."""
 Role = Literal["prefill", "decode"]
 """An engine's role in a disaggregated cluster."""
 Workload = Literal["chat", "reasoning", "documents", "mixed"]
-"""The paper's four workload families (Table I)."""
+"""The paper's four workloads (Table I): three families and their mix."""
+Family = Literal["chat", "reasoning", "documents"]
+"""A request's family (the trace's ``family`` column; ``mixed`` draws each request's family)."""
 Launcher = Literal["emulated", "vllm", "remote"]
 """How a cluster's engines are started (or found, for ``remote``)."""
 Scale = Literal["quick", "full"]
@@ -34,6 +35,8 @@ Status = Literal["ok", "failed", "rejected"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 ROLES: tuple[str, ...] = get_args(Role)
 WORKLOADS: tuple[str, ...] = get_args(Workload)
+FAMILIES: tuple[str, ...] = get_args(Family)  # order matters: traces store a family as its index here
+SLO_CLASSES: tuple[str, ...] = get_args(SloClass)  # order matters: index 0 is tight in trace generation
 LAUNCHERS: tuple[str, ...] = get_args(Launcher)
 SCALES: tuple[str, ...] = get_args(Scale)
 PREDICTORS: tuple[str, ...] = get_args(PredictorKind)
@@ -43,9 +46,3 @@ BACKLOG_SOURCES: tuple[str, ...] = get_args(BacklogSource)
 DEFAULT_PROFILE = "a40-qwen2.5-3b"
 """The hardware profile of the paper's testbed (A40 GPUs serving Qwen2.5-3B), in ``data/hardware/``."""
 
-
-def check_choice(where: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    """Raise `ConfigError` naming ``where``'s field ``name`` and the allowed values unless
-    ``value`` is one of ``allowed``."""
-    if value not in allowed:
-        raise ConfigError(f"{where}: field '{name}' = {value!r} not allowed; allowed: {', '.join(allowed)}")

@@ -72,8 +72,8 @@ def test_fit_from_synthetic_samples_and_client_fallback():
             rows.append(dict(phase="prefill", prompt_tokens=L, concurrency=1, round=rnd,
                              engine_s=None, client_s=phys.prefill_time_s(L) + noise))
     for n in (1, 4, 8):
-        rows.append(dict(phase="decode", prompt_tokens=500, concurrency=n, round=0, engine_s=0.02 * (1 + 0.01 * (n - 1)),
-                         client_s=99.0))
+        rows.append(dict(phase="decode", prompt_tokens=500, concurrency=n, round=0,
+                         engine_s=0.02 * (1 + 0.01 * (n - 1)), client_s=99.0))
     cm = fit_samples(pd.DataFrame(rows))
     assert cm.tau_pre_base_s == pytest.approx(phys.prefill_base_s)
     assert cm.tau_pre_per_token_s == pytest.approx(phys.prefill_per_token_s)

@@ -80,10 +80,12 @@ def test_yaml_roles_counts_budget(tmp_path):
 @pytest.mark.parametrize("spec,fragment", [
     ("2x4", "allowed: NpMd"),
     ("0p4d", "at least one prefill"),
-    ({"instances": [{"role": "prefil", "count": 1}]}, "'instances[0].role' is 'prefil'; allowed: ['prefill', 'decode']"),
+    ({"instances": [{"role": "prefil", "count": 1}]},
+     "'instances[0].role' is 'prefil'; allowed: ['prefill', 'decode']"),
     ({"instances": [{"role": "prefill", "count": 0}, {"role": "decode"}]}, "'instances[0].count'"),
     ({"instances": [{"role": "prefill"}, {"role": "decode", "profile": "h100"}]}, "allowed"),
-    ({"instances": [{"role": "prefill"}, {"role": "decode", "kv_budget_tokens": -5}]}, "'instances[1].kv_budget_tokens'"),
+    ({"instances": [{"role": "prefill"}, {"role": "decode", "kv_budget_tokens": -5}]},
+     "'instances[1].kv_budget_tokens'"),
     ({"instances": [{"role": "prefill"}, {"role": "decode", "colour": "red"}]}, "'instances[1].colour' is unknown"),
     ({"launcher": "k8s", "instances": [{"role": "prefill"}, {"role": "decode"}]}, "'launcher' is 'k8s'; allowed"),
     ({"instances": [{"role": "prefill"}]}, "at least one 'prefill' and one 'decode'"),
@@ -101,13 +103,13 @@ def test_vllm_commands_2p4d_on_one_node():
     cmds = lau.commands()
     assert len(cmds) == 6
     side_ports = set()
-    for i, (spec, env, argv, port) in enumerate(cmds):
+    for i, (_spec, env, argv, port) in enumerate(cmds):
         assert env["CUDA_VISIBLE_DEVICES"] == str(i)
         assert env["UCX_NET_DEVICES"] == "all" and env["VLLM_SERVER_DEV_MODE"] == "1"
         assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
         side_ports.add(env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
         assert argv[:3] == ["vllm", "serve", "Qwen/Qwen2.5-3B-Instruct"]
-        a = dict(zip(argv[3::2], argv[4::2]))
+        a = dict(zip(argv[3::2], argv[4::2], strict=False))
         assert a["--port"] == str(8100 + i) and port == 8100 + i
         assert json.loads(a["--kv-transfer-config"]) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
         assert a["--kv-transfer-config"] == KV_TRANSFER_CONFIG
@@ -133,7 +135,7 @@ def test_vllm_commands_options_and_dry_run(capsys):
     assert all(c[1]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.5" for c in cmds)
     inst = lau.start()  # dry run: prints, starts nothing
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 2 and all("vllm serve m/x" in l for l in out)
+    assert len(out) == 2 and all("vllm serve m/x" in line for line in out)
     assert [i.url for i in inst] == ["http://127.0.0.1:9000", "http://127.0.0.1:9001"] and inst[0].pid is None
 
 

@@ -48,7 +48,8 @@ def test_router_and_slo_use_the_cluster_calibration(tmp_path):
     assert router_cost_model(spec).tau_dec_s == pytest.approx(0.02)
     assert truth_cost_model(spec).slo.tpot_tight_s == pytest.approx(fitted.slo.tpot_tight_s)
     # an explicitly chosen cost model is still what the router believes (the §V-B comparison)
-    assert router_cost_model(spec.replace(cost_model="sim_derived")).tau_dec_s == CostModel.load("sim_derived").tau_dec_s
+    explicit = router_cost_model(spec.replace(cost_model="sim_derived"))
+    assert explicit.tau_dec_s == CostModel.load("sim_derived").tau_dec_s
     # no calibration in the file: the shipped A40 constants, SLOs from the profile's physics
     plain = RunSpec(backend="vllm", cluster=str(_write(tmp_path)), n_requests=10)
     assert router_cost_model(plain).tau_dec_s == CostModel.load("calibrated").tau_dec_s

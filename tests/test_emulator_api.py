@@ -211,17 +211,20 @@ def test_eos_stop_without_ignore_eos(cluster):
 
 def test_streaming_framing_and_usage_options(cluster):
     D = url(cluster, "decode-0")
-    base = {"model": MODEL, "prompt": "stream me", "max_tokens": 4, "ignore_eos": True, "temperature": 0, "stream": True}
+    base = {"model": MODEL, "prompt": "stream me", "max_tokens": 4, "ignore_eos": True, "temperature": 0,
+            "stream": True}
     with httpx.Client(trust_env=False, timeout=30) as c:
         ev = parse_sse(c.post(D + "/v1/completions", json=base).content)
         assert len(ev) == 4 and all(e["usage"] is None for e in ev)  # no usage chunk without include_usage
         assert set(ev[0]["choices"][0]) == {"index", "text", "logprobs", "finish_reason", "stop_reason",
                                             "prompt_token_ids", "token_ids"}
-        ev = parse_sse(c.post(D + "/v1/completions", json=dict(base, stream_options={"include_usage": True,
-                                                                                          "continuous_usage_stats": True})).content)
+        ev = parse_sse(c.post(D + "/v1/completions",
+                              json=dict(base, stream_options={"include_usage": True,
+                                                              "continuous_usage_stats": True})).content)
         assert [e["usage"]["completion_tokens"] for e in ev] == [1, 2, 3, 4, 4]
         r = c.post(D + "/v1/completions", json=dict(base, stream=False, stream_options={"include_usage": True}))
-        assert r.status_code == 400 and "stream_options" in r.json()["error"]["message"].lower() or "Stream options" in r.text
+        assert (r.status_code == 400 and "stream_options" in r.json()["error"]["message"].lower()
+                or "Stream options" in r.text)
 
 
 def test_greedy_equivalence_across_instances_and_diverge_fault(cluster):
@@ -316,7 +319,8 @@ def test_tokenize_models_health_version(cluster):
     with httpx.Client(trust_env=False) as c:
         assert c.get(D + "/health").status_code == 200
         tok = c.post(D + "/tokenize", json={"model": MODEL, "prompt": "Hello, world!"}).json()
-        assert tok["count"] == 4 and tok["tokens"] == TOKENIZER.encode("Hello, world!") and tok["max_model_len"] == 32768
+        assert (tok["count"] == 4 and tok["tokens"] == TOKENIZER.encode("Hello, world!")
+                and tok["max_model_len"] == 32768)
         chat = c.post(D + "/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}).json()
         full = c.post(D + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
                                                          "max_tokens": 1, "temperature": 0}).json()
@@ -340,7 +344,8 @@ def test_tokenize_models_health_version(cluster):
 def test_error_shapes(cluster, body, status, fragment):
     D = url(cluster, "decode-0")
     if isinstance(body, bytes):
-        r = httpx.post(D + "/v1/completions", content=body, headers={"content-type": "application/json"}, trust_env=False)
+        r = httpx.post(D + "/v1/completions", content=body, headers={"content-type": "application/json"},
+                       trust_env=False)
     else:
         r = httpx.post(D + "/v1/completions", json=body, trust_env=False)
     assert r.status_code == status
@@ -355,8 +360,9 @@ def test_queues_rather_than_rejects_when_busy(cluster):
 
     async def go():
         async with httpx.AsyncClient(trust_env=False, timeout=60) as c:
-            rs = await asyncio.gather(*(c.post(D + "/v1/completions", json={"prompt": f"busy {k} " * 200, "max_tokens": 5,
-                                                                              "ignore_eos": True, "temperature": 0})
+            rs = await asyncio.gather(*(c.post(D + "/v1/completions",
+                                               json={"prompt": f"busy {k} " * 200, "max_tokens": 5,
+                                                     "ignore_eos": True, "temperature": 0})
                                         for k in range(24)))
             return [r.status_code for r in rs]
 

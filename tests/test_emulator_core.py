@@ -129,7 +129,8 @@ def test_mixed_step_time_counts_weights_once():
     mixed = [p for p in steps if p.prefill_tokens and p.n_dec]
     assert mixed, "b's prefill should share a step with a's decode"
     p = mixed[0]
-    assert p.time_s == pytest.approx(PHYS.prefill_time_s(p.prefill_tokens) + PHYS.decode_step_s(p.n_dec, p.context_tokens)
+    assert p.time_s == pytest.approx(PHYS.prefill_time_s(p.prefill_tokens)
+                                     + PHYS.decode_step_s(p.n_dec, p.context_tokens)
                                      - PHYS.decode_base_s)
 
 

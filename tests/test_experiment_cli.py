@@ -51,7 +51,7 @@ def test_same_spec_same_journal_bytes(tmp_path):
 )
 def test_bad_spec_fields_are_named(field, value, message):
     with pytest.raises(ConfigError, match=message):
-        RunSpec(**{field: value})
+        RunSpec.from_flat(**{field: value})
 
 
 def test_yaml_spec_and_its_errors(tmp_path):
@@ -96,7 +96,8 @@ def test_cli_malformed_yaml_exit_2(tmp_path):
 
 def test_cli_runs_a_small_grid(tmp_path):
     result = runner.invoke(
-        app, ["run", "--workload", "chat", "-n", "100", "--rate", "20", "--policy", "round_robin,marginal_cost", "--seed", "1,2", "--out", str(tmp_path)]
+        app, ["run", "--workload", "chat", "-n", "100", "--rate", "20", "--policy", "round_robin,marginal_cost",
+              "--seed", "1,2", "--out", str(tmp_path)]
     )
     assert result.exit_code == 0, result.output
     assert result.output.count("round_robin") == 2 and result.output.count("marginal_cost") == 2

@@ -66,10 +66,12 @@ def test_run_external_needs_live_backend(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(find_vllm_router() is None, reason="vllm-router not installed (pip install vllm-router, or set REPRO_VLLM_ROUTER)")
+@pytest.mark.skipif(find_vllm_router() is None,
+                    reason="vllm-router not installed (pip install vllm-router, or set REPRO_VLLM_ROUTER)")
 @pytest.mark.parametrize("policy", ["round_robin", "power_of_two"])
 def test_vllm_router_pd_mode_on_emulated_cluster(tmp_path, policy):
-    spec = RunSpec(backend="emulated", topology="1p2d", workload="chat", rate=10.0, n_requests=40, seed=2, time_scale=4.0)
+    spec = RunSpec.from_flat(backend="emulated", topology="1p2d", workload="chat", rate=10.0, n_requests=40, seed=2,
+                             time_scale=4.0)
     journal = run_external(spec, vllm_router_template(policy), tmp_path, label=f"vllm-router:{policy}")
     assert len(journal) == 40
     assert (journal["status"] == "ok").all(), journal["reason"].dropna().unique()

@@ -24,7 +24,7 @@ from repro.errors import ConfigError
 from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import check_accounting
 from repro.live.pd_protocol import SSEParser
-from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.proxy.config import Endpoint, ProxyConfig
 from repro.live.run import free_port, proxy_process
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
@@ -36,11 +36,14 @@ FAST = dict(connect_timeout_s=1.0, prefill_timeout_s=2.0, read_timeout_s=2.0, po
 
 # ---- the switches ---------------------------------------------------------------------------
 def test_parse_every_switch_and_reject_bad_ones():
-    f = Faults.parse(["crash:3", "hang", "errors:0.25", "cut:7", "dead-metrics:hang", "kv-hold", "slow:2", "diverge", "kv-drop"])
-    assert (f.crash_after, f.hang_after, f.error_fraction, f.cut_after, f.dead_metrics, f.kv_hold) == (3, 0, 0.25, 7, "hang", True)
+    f = Faults.parse(["crash:3", "hang", "errors:0.25", "cut:7", "dead-metrics:hang", "kv-hold", "slow:2", "diverge",
+                      "kv-drop"])
+    assert (f.crash_after, f.hang_after, f.error_fraction, f.cut_after, f.dead_metrics, f.kv_hold) == (
+        3, 0, 0.25, 7, "hang", True)
     assert Faults.parse(f.names()) == f and f.any() and not Faults().any()
     assert Faults.parse(["dead-metrics"]).dead_metrics == "500" and Faults.parse(["crash"]).crash_after == 0
-    for bad in ("errors:0", "errors:1.5", "errors:x", "cut", "cut:-1", "crash:x", "hang:-2", "dead-metrics:404", "slow:nan", "boom", 7):
+    for bad in ("errors:0", "errors:1.5", "errors:x", "cut", "cut:-1", "crash:x", "hang:-2", "dead-metrics:404",
+                "slow:nan", "boom", 7):
         with pytest.raises(ConfigError):
             Faults.parse([bad])
     assert [n for n in range(1, 9) if error_due(n, 0.25)] == [4, 8]
@@ -61,7 +64,8 @@ def test_dev_endpoint_is_404_without_dev_mode_and_api_key_is_enforced(monkeypatc
             return ((await c.post("/_emulator/faults", json={"faults": ["slow:2"]})).status_code,
                     (await c.post("/reset_prefix_cache")).status_code,
                     (await c.post("/v1/completions", json={"prompt": "x"})).status_code,
-                    (await c.post("/v1/completions", json={"prompt": "x"}, headers={"Authorization": "Bearer no"})).status_code,
+                    (await c.post("/v1/completions", json={"prompt": "x"},
+                                  headers={"Authorization": "Bearer no"})).status_code,
                     (await c.get("/health")).status_code)
 
     assert asyncio.run(go(False, "k1"))[:4] == (404, 404, 401, 401)
@@ -150,7 +154,8 @@ def post(rig, rid, n=8, stream=False, **kw):
     if not stream:
         r = c.post(rig["url"] + "/v1/completions", json=req(n, **kw), headers={"X-Request-Id": rid})
         return r.status_code, r.headers.get("x-decode-instance"), r.json()
-    with c.stream("POST", rig["url"] + "/v1/completions", json=req(n, stream=True, **kw), headers={"X-Request-Id": rid}) as s:
+    with c.stream("POST", rig["url"] + "/v1/completions", json=req(n, stream=True, **kw),
+                  headers={"X-Request-Id": rid}) as s:
         p = SSEParser()
         for chunk in s.iter_raw():
             p.feed(chunk)

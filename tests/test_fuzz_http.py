@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from repro.cluster.launchers import launch
 from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import check_accounting
-from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.proxy.config import Endpoint, ProxyConfig
 from repro.live.run import free_port, proxy_process
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
@@ -25,20 +25,26 @@ CASES = 200  # per endpoint and target
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
                     st.text(max_size=30))
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+json_values = st.recursive(scalars,
+                           lambda inner: (st.lists(inner, max_size=4)
+                                          | st.dictionaries(st.text(max_size=8), inner, max_size=4)),
                            max_leaves=12)
-small_int = st.one_of(st.integers(-3, 12), st.integers(-(2**64), 2**64), st.none(), st.text(max_size=3), st.floats(allow_nan=False), st.booleans())
-prompt = st.one_of(st.text(max_size=200), st.lists(st.integers(-10, 200_000), max_size=20), st.lists(st.text(max_size=20), max_size=3),
-                   st.just([[1, 2, 3]]), json_values)
+small_int = st.one_of(st.integers(-3, 12), st.integers(-(2**64), 2**64), st.none(), st.text(max_size=3),
+                      st.floats(allow_nan=False), st.booleans())
+prompt = st.one_of(st.text(max_size=200), st.lists(st.integers(-10, 200_000), max_size=20),
+                   st.lists(st.text(max_size=20), max_size=3), st.just([[1, 2, 3]]), json_values)
 message = st.one_of(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool", ""]),
                                            "content": st.one_of(st.text(max_size=80), st.none(), json_values,
-                                                                st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=20)}), max_size=2))}),
+                                                                st.lists(st.fixed_dictionaries(
+                                                                    {"type": st.just("text"),
+                                                                     "text": st.text(max_size=20)}), max_size=2))}),
                     json_values)
 common = {
     "model": st.one_of(st.just(MODEL), st.text(max_size=10), json_values),
     "max_tokens": small_int, "max_completion_tokens": small_int, "min_tokens": small_int,
     "temperature": st.one_of(st.floats(-1, 3), st.none(), st.text(max_size=3)),
-    "seed": small_int, "n": small_int, "stream": st.one_of(st.booleans(), st.none(), st.integers(-1, 2), st.text(max_size=3)),
+    "seed": small_int, "n": small_int,
+    "stream": st.one_of(st.booleans(), st.none(), st.integers(-1, 2), st.text(max_size=3)),
     "stream_options": st.one_of(st.none(), st.fixed_dictionaries({"include_usage": st.booleans()}), json_values),
     "ignore_eos": st.one_of(st.booleans(), json_values), "echo": st.one_of(st.booleans(), json_values),
     "logprobs": st.one_of(st.none(), st.integers(0, 3)), "kv_transfer_params": st.one_of(st.none(), json_values),
@@ -59,8 +65,8 @@ def mutated_valid(chat: bool):
             if draw(st.booleans()) and key in body:
                 del body[key]
             else:
-                body[key] = draw((st.lists(message, max_size=3) if key == "messages" else prompt) if key in ("messages", "prompt")
-                                 else common.get(key, json_values))
+                body[key] = draw((st.lists(message, max_size=3) if key == "messages" else prompt)
+                                 if key in ("messages", "prompt") else common.get(key, json_values))
         return body
 
     return build()
@@ -96,7 +102,8 @@ def rig(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")
     with launch("1p1d", "emulated", time_scale=50.0, eos_mean_tokens=8) as inst:
         cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in inst], journal=str(tmp / "proxy.jsonl"),
-                          time_scale=50.0, port=free_port(), predictor="constant", read_timeout_s=10, prefill_timeout_s=10)
+                          time_scale=50.0, port=free_port(), predictor="constant", read_timeout_s=10,
+                          prefill_timeout_s=10)
         with proxy_process(cfg, tmp) as url, httpx.Client(timeout=10) as c:
             yield {"proxy": url, "engine": inst[1].url, "client": c, "journal": tmp / "proxy.jsonl", "counts": {}}
 
@@ -107,7 +114,8 @@ def _clamp(body):
         for key in ("max_tokens", "max_completion_tokens"):
             if isinstance(body.get(key), int) and not isinstance(body.get(key), bool) and 64 < body[key] < 10**6:
                 body[key] = 64
-        if body.get("ignore_eos") and not any(isinstance(body.get(k), int) for k in ("max_tokens", "max_completion_tokens")):
+        if body.get("ignore_eos") and not any(isinstance(body.get(k), int)
+                                              for k in ("max_tokens", "max_completion_tokens")):
             body["ignore_eos"] = False  # else the engine would generate up to the model's context length
     return body
 
@@ -129,7 +137,8 @@ def fuzz(rig, target: str, path: str, chat: bool):
         seen["cases"] += 1
         seen["codes"][r.status_code] = seen["codes"].get(r.status_code, 0) + 1
         engine_failure = target == "proxy" and r.status_code in (502, 503)
-        assert r.status_code < 500 or engine_failure, f"{target}{path}: {r.status_code} {r.text[:300]} for {body!r:.300}"
+        assert r.status_code < 500 or engine_failure, (
+            f"{target}{path}: {r.status_code} {r.text[:300]} for {body!r:.300}")
         if engine_failure:  # allowed only as a clear report naming the failing engine or the lack of one
             msg = r.json()["error"]["message"]
             assert "prefill" in msg or "decode" in msg or "healthy" in msg, msg

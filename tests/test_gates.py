@@ -153,7 +153,8 @@ def miscounting_engine(off_by: int) -> FastAPI:
 
         async def gen():
             for i in range(n - off_by):
-                chunk = {"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None if i < n - off_by - 1 else "length"}],
+                chunk = {"choices": [{"index": 0, "text": f" t{i}",
+                                      "finish_reason": None if i < n - off_by - 1 else "length"}],
                          "usage": {"prompt_tokens": 5, "completion_tokens": i + 1, "total_tokens": 6 + i}}
                 yield f"data: {json.dumps(chunk)}\n\n".encode()
             final = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}}

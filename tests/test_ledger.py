@@ -5,7 +5,11 @@ from repro.routing.cost_model import CostModel
 from repro.routing.ledger import Ledger, ParallelBook, SerialBook
 
 ops = st.lists(
-    st.tuples(st.sampled_from(["charge", "reanchor", "settle"]), st.sampled_from([0.0, 0.0, 0.5, 1.0, 3.0]), st.sampled_from([0.0, 0.5, 1.0, 2.0, 7.5])),
+    st.tuples(
+        st.sampled_from(["charge", "reanchor", "settle"]),
+        st.sampled_from([0.0, 0.0, 0.5, 1.0, 3.0]),
+        st.sampled_from([0.0, 0.5, 1.0, 2.0, 7.5]),
+    ),
     min_size=1,
     max_size=120,
 )

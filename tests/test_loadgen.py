@@ -236,7 +236,8 @@ def test_ctrl_c_on_the_cli_journals_in_flight(fake, tmp_path):
     try:
         deadline = time.monotonic() + 20
         while sum(1 for e in list(fake.log) if e["rid"].startswith("k-slow")) < 3:
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
+            assert time.monotonic() < deadline and proc.poll() is None, (
+                proc.stderr.read() if proc.poll() is not None else "")
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=20)

@@ -57,7 +57,8 @@ def test_shipped_cost_models_match_the_profile_and_the_paper():
 def test_fit_recovers_the_physics_from_noisy_benchmark_samples():
     phys = Physics.load()
     rng = np.random.default_rng(0)
-    pre = [PrefillSample(L, phys.prefill_time_s(L) * (1 + rng.normal(0, 0.01))) for L in (128, 512, 1024, 2048, 4096, 8000) for _ in range(3)]
+    pre = [PrefillSample(L, phys.prefill_time_s(L) * (1 + rng.normal(0, 0.01)))
+           for L in (128, 512, 1024, 2048, 4096, 8000) for _ in range(3)]
     dec = [DecodeSample(n, phys.decode_step_s(n, n * 800) * (1 + rng.normal(0, 0.005))) for n in (1, 2, 4, 8, 16, 32)]
     xfer = [TransferSample(L, phys.transfer_time_s(L)) for L in (256, 1024, 4096)]
     cm = fit(pre, dec, xfer, name="fitted")

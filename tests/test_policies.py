@@ -2,16 +2,16 @@ import pytest
 
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
+from repro.routing.policies import make_policy
 from repro.routing.policies.base import (
     ClusterView,
     InstanceSignals,
-    MarginalCost,
     Placement,
     Policy,
     Rejection,
     RequestInfo,
-    make_policy,
 )
+from repro.routing.policies.paper import MarginalCost
 
 CM = CostModel.load("calibrated")
 
@@ -42,7 +42,8 @@ def test_round_robin_cycles_each_pool_and_skips_unhealthy():
 
 def test_least_loaded_joins_shortest_queue():
     jsq = make_policy("least_loaded", CM)
-    v = view(pre=[sig(0, n=3, role="p"), sig(1, n=1, role="p")], dec=[sig(0, n=5), sig(1, n=2), sig(2, n=9), sig(3, n=4)])
+    v = view(pre=[sig(0, n=3, role="p"), sig(1, n=1, role="p")],
+             dec=[sig(0, n=5), sig(1, n=2), sig(2, n=9), sig(3, n=4)])
     assert jsq.place(req(), v) == Placement(1, 1)
 
 
@@ -80,7 +81,8 @@ def test_marginal_cost_prefill_backlog_drives_prefill_choice():
 
 def test_cache_pressure_steers_away_from_a_nearly_full_instance():
     # equal backlog; d0 would be over the safe fraction after admission
-    dec = [sig(0, backlog=1.0, kv=0.95), sig(1, backlog=1.0, kv=0.10), sig(2, backlog=1.0, kv=0.1), sig(3, backlog=1.0, kv=0.1)]
+    dec = [sig(0, backlog=1.0, kv=0.95), sig(1, backlog=1.0, kv=0.10), sig(2, backlog=1.0, kv=0.1),
+           sig(3, backlog=1.0, kv=0.1)]
     on = make_policy("marginal_cost", CM, use_slo=False)
     scores = {d: s for s, _, p, d in on.scores(req(o=2000, L=3000), view(dec=dec)) if p == 0}
     assert scores[0] > scores[1] + CM.ttft_tight_s  # priced at least one TTFT target more
@@ -161,3 +163,32 @@ def test_admission_guard_rejects_hopeless_requests_only():
     plus = make_policy("marginal_cost_plus", CM)
     assert plus.admission_guard and plus.sample_d == 2
     assert make_policy("marginal_cost_plus", CM, guard_margin=3.0).guard_margin == 3.0
+
+
+class ForwardingMarginalCost(MarginalCost):
+    name = "forwarding_marginal_cost"
+
+    def __init__(self, cost_model=None, **options):
+        super().__init__(cost_model, **options)
+
+
+def test_options_are_constructor_keywords_and_describe_reads_them():
+    import inspect
+
+    from repro.routing.policies import POLICIES, available_policies
+    from repro.routing.policies.paper import MarginalCostPlus
+
+    assert available_policies() == sorted(POLICIES)
+    for name, cls in POLICIES.items():
+        assert cls.name == name
+        pol = make_policy(name, CM)
+        names = [p for p in inspect.signature(cls).parameters if p != "cost_model"]
+        assert list(pol.get_params()) == names == list(cls.param_names())
+        assert pol.describe() == {"policy": name, **pol.get_params()}
+    # MarginalCostPlus restates MarginalCost's options; only three defaults differ
+    base, plus = (inspect.signature(c).parameters for c in (MarginalCost, MarginalCostPlus))
+    assert list(base) == list(plus)
+    assert {k for k in base if base[k].default != plus[k].default} == {"sample_d", "admission_guard", "guard_margin"}
+    # a user subclass forwarding **options accepts its base class's options
+    pol = make_policy("tests.test_policies:ForwardingMarginalCost", CM, use_slo=False)
+    assert pol.describe()["use_slo"] is False and pol.param_names() == MarginalCost.param_names()

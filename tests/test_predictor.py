@@ -266,5 +266,6 @@ def test_predict_one_equals_the_batch_prediction():
     base = P.load_default()
     for model in (base, P.NoisyPredictor(base, 1.5, random_state=3), P.ConstantPredictor(100.0)):
         batch = model.predict(X, keys=ids)
-        one = [model.predict_one(h, n, key=k) for h, n, k in zip(X["prompt_head"], X["prompt_tokens"], ids)]
+        rows = zip(X["prompt_head"], X["prompt_tokens"], ids, strict=True)
+        one = [model.predict_one(h, n, key=k) for h, n, k in rows]
         assert np.allclose(batch, one, rtol=1e-12, atol=0)

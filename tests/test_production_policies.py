@@ -11,7 +11,8 @@ from repro.experiment.metrics import check_accounting, summarize
 from repro.experiment.runner import simulate_spec
 from repro.experiment.spec import RunSpec
 from repro.routing.cost_model import CostModel
-from repro.routing.policies.base import POLICIES, ClusterView, InstanceSignals, Rejection, RequestInfo, make_policy
+from repro.routing.policies import POLICIES, PRODUCTION_POLICIES, make_policy
+from repro.routing.policies.base import ClusterView, InstanceSignals, Rejection, RequestInfo
 
 CM = CostModel.load("calibrated")
 NAMES = ("power_of_two", "dynamo_kv", "llmd_weighted", "sglang_least_load")
@@ -31,10 +32,9 @@ def req(L=200, o=200.0):
     return RequestInfo("r", L, o, "loose", 0.0)
 
 
-def test_registered_by_import():
+def test_registered():
     for name in NAMES:
-        assert POLICIES[name] is pp.PRODUCTION_POLICIES[name]
-    pp.register()  # idempotent
+        assert POLICIES[name] is PRODUCTION_POLICIES[name]
     assert isinstance(make_policy("dynamo_kv", CM), pp.DynamoKV)
 
 
@@ -90,7 +90,7 @@ def test_softmax_sample_min_matches_formula():
         counts[pp.softmax_sample_min(logits, 0.5, rng)] += 1
     import math
     w = [math.exp(-(v / 3.0) / 0.5) for v in logits]
-    for c, wi in zip(counts, w):
+    for c, wi in zip(counts, w, strict=True):
         assert abs(c / n - wi / sum(w)) < 0.015
     assert pp.softmax_sample_min([3.0, 1.0, 1.0 + 1e-7], 0.0, random.Random(0)) in (1, 2)
     assert pp.softmax_sample_min([5.0, 5.0], 2.0, random.Random(0)) in (0, 1)

@@ -12,7 +12,7 @@ from repro.cluster.launchers import launch
 from repro.experiment.journal import FIELD_NAMES
 from repro.experiment.journal import read as read_journal
 from repro.live.pd_protocol import SSEParser
-from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.proxy.config import Endpoint, ProxyConfig
 from repro.live.run import free_port, proxy_process
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
@@ -49,14 +49,17 @@ def test_pd_flow_streaming_and_not_and_the_journal(cluster, tmp_path):
         assert r.headers["x-request-id"] == "req-a" and r.json()["id"].endswith("req-a")
         assert r.headers["x-prefill-instance"] == "prefill-0"
         first_decode = r.headers["x-decode-instance"]
-        with c.stream("POST", url + "/v1/completions", json=body(25, stream=True), headers={"X-Request-Id": "req-b"}) as s:
+        with c.stream("POST", url + "/v1/completions", json=body(25, stream=True),
+                      headers={"X-Request-Id": "req-b"}) as s:
             assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
             parser = SSEParser()
             for chunk in s.iter_raw():
                 parser.feed(chunk)
             assert s.headers["x-decode-instance"] != first_decode  # round robin over decode
         assert parser.usage.done and parser.usage.completion_tokens == 25
-        chat = c.post(url + "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "ignore_eos": True})
+        chat = c.post(url + "/v1/chat/completions",
+                      json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+                            "ignore_eos": True})
         assert chat.status_code == 200 and chat.json()["object"] == "chat.completion"
         assert c.get(url + "/health").json()["status"] == "ok"
         metrics = c.get(url + "/metrics").text

@@ -16,7 +16,7 @@ from repro.emulator.server import build_parser
 from repro.experiment.journal import JournalWriter, empty_row
 from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import AccountingError, check_accounting, summarize
-from repro.live.proxy.app import Endpoint, ProxyConfig
+from repro.live.proxy.config import Endpoint, ProxyConfig
 from repro.live.run import check_live_accounting, free_port, proxy_process
 
 
@@ -55,8 +55,8 @@ def _report(sent, ok, failed=0, rejected=0):
 
 
 def test_live_accounting_mismatches_are_errors():
-    client = pd.concat([read_frame(_rows(3)), read_frame(_rows(1, "failed", "f")), read_frame(_rows(1, "rejected", "x"))],
-                       ignore_index=True)
+    client = pd.concat([read_frame(_rows(3)), read_frame(_rows(1, "failed", "f")),
+                        read_frame(_rows(1, "rejected", "x"))], ignore_index=True)
     assert check_live_accounting(_report(5, 3, 1, 1), client) == {"ok": 3, "failed": 1, "rejected": 1}
     with pytest.raises(AccountingError, match="sent=6"):
         check_live_accounting(_report(6, 3, 1, 1), client)  # a request sent but never journaled
@@ -84,10 +84,12 @@ def read_frame(rows):
 
 def test_servers_bind_loopback_by_default():
     assert EmulatorConfig().host == "127.0.0.1" and build_parser().parse_args([]).host == "127.0.0.1"
-    assert ProxyConfig(endpoints=[Endpoint("p", "prefill", "http://x:1"), Endpoint("d", "decode", "http://x:2")]).host == "127.0.0.1"
+    assert ProxyConfig(endpoints=[Endpoint("p", "prefill", "http://x:1"),
+                                  Endpoint("d", "decode", "http://x:2")]).host == "127.0.0.1"
     for cls in (EmulatedLauncher, VllmLauncher):
         assert inspect.signature(cls.__init__).parameters["host"].default == "127.0.0.1"
-    assert "s3" not in repr(ProxyConfig(endpoints=[Endpoint("p", "prefill", "http://x:1"), Endpoint("d", "decode", "http://x:2")], api_key="s3"))
+    assert "s3" not in repr(ProxyConfig(endpoints=[Endpoint("p", "prefill", "http://x:1"),
+                                                   Endpoint("d", "decode", "http://x:2")], api_key="s3"))
 
 
 def test_api_key_is_honoured_by_engines_and_forwarded_by_the_proxy_and_never_written(tmp_path):
@@ -96,9 +98,11 @@ def test_api_key_is_honoured_by_engines_and_forwarded_by_the_proxy_and_never_wri
         eng = inst[1].url
         body = {"prompt": "hi there", "max_tokens": 3, "ignore_eos": True}
         assert httpx.post(eng + "/v1/completions", json=body, timeout=10).status_code == 401
-        assert httpx.post(eng + "/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
+        assert httpx.post(eng + "/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"},
+                          timeout=10).status_code == 200
         assert httpx.get(eng + "/health", timeout=5).status_code == 200  # as vLLM: only /v1 needs the key
-        cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in inst], journal=str(tmp_path / "proxy.jsonl"),
+        cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in inst],
+                          journal=str(tmp_path / "proxy.jsonl"),
                           time_scale=20.0, port=free_port(), api_key=key, predictor="constant")
         with proxy_process(cfg, tmp_path) as url:
             assert httpx.post(url + "/v1/completions", json=body, timeout=10).status_code == 401

@@ -7,9 +7,10 @@ from hypothesis import strategies as st
 from repro.engine.physics import Physics
 from repro.experiment.journal import write_frame
 from repro.routing.cost_model import CostModel
-from repro.routing.policies.base import PAPER_POLICIES, make_policy
+from repro.routing.policies import PAPER_POLICIES, make_policy
 from repro.routing.router import Router
-from repro.sim.simulator import SimConfig, Simulator
+from repro.sim.config import SimConfig
+from repro.sim.simulator import Simulator
 from tests.conftest import synthetic_trace
 
 PHYS = Physics.load()
@@ -112,7 +113,8 @@ def test_tpot_grows_with_batch_size_as_the_profile_says():
 def test_serial_prefill_matches_md1_queue():
     """Serial service, Poisson arrivals, equal prompts: the prefill wait is M/D/1 (Pollaczek-Khinchine)."""
     L = 1000
-    phys = PHYS.with_overrides(decode_base_s=1e-6, decode_per_seq_s=0.0, hbm_bandwidth_bytes_per_s=1e18, transfer_latency_s=0.0)
+    phys = PHYS.with_overrides(decode_base_s=1e-6, decode_per_seq_s=0.0, hbm_bandwidth_bytes_per_s=1e18,
+                               transfer_latency_s=0.0)
     D = phys.prefill_time_s(L)
     rho = 0.7
     df = synthetic_trace(40000, rho / D, L, 1, seed=11)

@@ -154,7 +154,7 @@ def _check_prompts(df, rows):
 
 
 def test_prompt_text_exact_and_heads_are_prefixes(traces):
-    for w, t in traces.items():
+    for t in traces.values():
         df = t.df
         rows = list(range(0, len(df), 13))
         _check_prompts(df, rows)

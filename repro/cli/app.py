@@ -5,14 +5,16 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from repro.errors import ConfigError, parse_assignments
+from repro.vocab import BACKENDS, BACKLOG_SOURCES, DEFAULT_PROFILE, PREDICTORS, SERVICES, WORKLOADS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Calibrate, Then Route: reproduction harness.")
 data_app = typer.Typer(no_args_is_help=True, help="Rebuild the shipped data (ShareGPT table, predictor, cost models).")
@@ -33,6 +35,11 @@ def _boundary(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    """``a | b | c``: a choice's values for a help text."""
+    return " | ".join(values)
 
 
 def _split(value: str) -> list[str]:
@@ -56,23 +63,27 @@ def _parse_options(pairs: list[str]) -> dict[str, Any]:
 @app.command()
 @_boundary
 def run(
-    spec_file: Optional[Path] = typer.Option(None, "--spec", help="YAML file with RunSpec fields; flags override it."),
-    backend: Optional[str] = typer.Option(None, help="sim | emulated | vllm"),
-    topology: Optional[str] = typer.Option(None, help="'2p4d' or a topology YAML"),
-    profile: Optional[str] = typer.Option(None, help="hardware profile name or JSON path"),
-    workload: Optional[str] = typer.Option(None, help="chat | reasoning | documents | mixed"),
-    seed: Optional[str] = typer.Option(None, help="trace seed, or a comma list (one run each)"),
-    rate: Optional[float] = typer.Option(None, help="arrival rate (requests/s)"),
-    n_requests: Optional[int] = typer.Option(None, "--n-requests", "-n", help="requests per run"),
-    policy: Optional[str] = typer.Option(None, help="policy name(s), comma list, or pkg.module:Class"),
+    spec_file: Path | None = typer.Option(None, "--spec", help="YAML file with RunSpec fields; flags override it."),
+    backend: str | None = typer.Option(None, help=_one_of(BACKENDS)),
+    topology: str | None = typer.Option(None, help="'2p4d' or a topology YAML"),
+    profile: str | None = typer.Option(None, help="hardware profile name or JSON path"),
+    workload: str | None = typer.Option(None, help=_one_of(WORKLOADS)),
+    seed: str | None = typer.Option(None, help="trace seed, or a comma list (one run each)"),
+    rate: float | None = typer.Option(None, help="arrival rate (requests/s)"),
+    n_requests: int | None = typer.Option(None, "--n-requests", "-n", help="requests per run"),
+    policy: str | None = typer.Option(None, help="policy name(s), comma list, or pkg.module:Class"),
     option: list[str] = typer.Option([], "--option", "-o", help="policy option KEY=VALUE (repeatable)"),
-    cost_model: Optional[str] = typer.Option(None, "--cost-model", help="calibrated | sim_derived | path to calibration JSON"),
-    predictor: Optional[str] = typer.Option(None, help="default | constant | oracle"),
-    noise: Optional[float] = typer.Option(None, "--noise", help="predictor relative error (0..10, e.g. 1.5 = 150%)"),
-    service: Optional[str] = typer.Option(None, help="sim: batching | serial"),
-    backlog: Optional[str] = typer.Option(None, help="sim: ledger | oracle"),
-    cluster: Optional[str] = typer.Option(None, help="cluster YAML (emulated/vllm backends)"),
-    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="emulated: physics runs K times faster than the wall clock"),
+    cost_model: str | None = typer.Option(
+        None, "--cost-model", help="calibrated | sim_derived | path to calibration JSON"
+    ),
+    predictor: str | None = typer.Option(None, help=_one_of(PREDICTORS)),
+    noise: float | None = typer.Option(None, "--noise", help="predictor relative error (0..10, e.g. 1.5 = 150%)"),
+    service: str | None = typer.Option(None, help="sim: " + _one_of(SERVICES)),
+    backlog: str | None = typer.Option(None, help="sim: " + _one_of(BACKLOG_SOURCES)),
+    cluster: str | None = typer.Option(None, help="cluster YAML (emulated/vllm backends)"),
+    time_scale: float | None = typer.Option(
+        None, "--time-scale", help="emulated: physics runs K times faster than the wall clock"
+    ),
     out: Path = typer.Option(Path("runs"), help="output folder (one sub-folder per run)"),
     fresh: bool = typer.Option(False, help="rerun even if a finished run exists"),
 ) -> None:
@@ -93,14 +104,15 @@ def run(
     policies = _split(policy) if policy else [base.policy]
     specs = [base.replace(seed=s, policy=p) for s, p in itertools.product(seeds, policies)]
     for s in specs:
-        RunSpec(**s.to_dict())  # validate every combination before running any
+        RunSpec.from_flat(**s.to_dict())  # validate every combination before running any
     rows = []
     for s in specs:
         with console.status(f"running {s.run_id} ({s.backend}, {s.n_requests} requests)"):
             res = run_one(s, out, resume=not fresh)
         rows.append(res)
     table = Table(title=f"{base.workload} on {base.topology_parsed().shorthand} ({base.backend})")
-    for col in ("policy", "seed", "rate", "goodput", "P99 TTFT (s)", "P99 TPOT (s)", "token skew", "ok/failed/rejected"):
+    columns = ("policy", "seed", "rate", "goodput", "P99 TTFT (s)", "P99 TPOT (s)", "token skew", "ok/failed/rejected")
+    for col in columns:
         table.add_column(col)
     for res in rows:
         sm = res.summary
@@ -116,16 +128,19 @@ def run(
 @app.command()
 @_boundary
 def saturate(
-    workload: str = typer.Option("mixed", help="chat | reasoning | documents | mixed (or a comma list)"),
-    backend: str = typer.Option("sim", help="sim | emulated | vllm"),
+    workload: str = typer.Option("mixed", help=_one_of(WORKLOADS) + " (or a comma list)"),
+    backend: str = typer.Option("sim", help=_one_of(BACKENDS)),
     topology: str = typer.Option("2p4d", help="'2p4d' or a topology YAML"),
     n_requests: int = typer.Option(3000, "--n-requests", "-n", help="requests per probe"),
     seed: int = typer.Option(1, help="trace seed of the probes"),
-    collapse_fraction: Optional[float] = typer.Option(None, help="target: round-robin goodput / its light-load goodput (default: the paper's Fig. 5 ratio 0.833)"),
+    collapse_fraction: float | None = typer.Option(
+        None,
+        help="target: round-robin goodput / its light-load goodput (default: the paper's Fig. 5 ratio 0.833)",
+    ),
     band: float = typer.Option(0.02, help="accept a rate whose goodput is within this of the target"),
     light_rate: float = typer.Option(1.0, help="the light-load probe rate (req/s)"),
     time_scale: float = typer.Option(1.0, "--time-scale", help="emulated: time compression"),
-    cluster: Optional[str] = typer.Option(None, help="cluster YAML (vllm backend)"),
+    cluster: str | None = typer.Option(None, help="cluster YAML (vllm backend)"),
     out: Path = typer.Option(Path("runs/saturation"), help="probe runs are journaled here (and reused)"),
 ) -> None:
     """Find, per workload, the arrival rate at which round-robin is mid-collapse (probes + bisection)."""
@@ -137,7 +152,7 @@ def saturate(
     for col in ("workload", "rate (req/s)", "light-load goodput", "target", "probes (rate: goodput)"):
         table.add_column(col)
     for wl in _split(workload):
-        base = RunSpec(backend=backend, workload=wl, topology=topology, n_requests=n_requests, seed=seed,
+        base = RunSpec.from_flat(backend=backend, workload=wl, topology=topology, n_requests=n_requests, seed=seed,
                        time_scale=time_scale, cluster=cluster)
         probe = None if backend == "sim" else (lambda spec: run_one(spec, out).summary["goodput"])
         with console.status(f"probing {wl}"):
@@ -150,12 +165,19 @@ def saturate(
 
 @app.command()
 def policies() -> None:
-    """List the registered routing policies."""
-    from repro.routing.policies.base import POLICIES
+    """List the registered routing policies, each with its options and their defaults."""
+    import inspect
 
-    for name, cls in sorted(POLICIES.items()):
-        doc = (cls.__doc__ or "").strip().splitlines()[0]
-        console.print(f"[bold]{name}[/bold]: {doc}")
+    from repro.routing.policies import POLICIES, available_policies
+
+    for name in available_policies():
+        cls = POLICIES[name]
+        summary = " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split())  # first paragraph
+        console.print(f"[bold]{name}[/bold]: {summary}")
+        params = inspect.signature(cls).parameters
+        options = ", ".join(f"{key}={params[key].default!r}" for key in cls.param_names())
+        if options:
+            console.print(f"    options: {options}", highlight=False)
 
 
 @data_app.command("sharegpt")
@@ -181,7 +203,7 @@ def data_predictor() -> None:
 
 @data_app.command("cost-models")
 @_boundary
-def data_cost_models(profile: str = typer.Option("a40-qwen2.5-3b", help="hardware profile")) -> None:
+def data_cost_models(profile: str = typer.Option(DEFAULT_PROFILE, help="hardware profile")) -> None:
     """Regenerate data/calibration/{calibrated,sim_derived}.json from a hardware profile."""
     from repro.routing.cost_model import write_shipped_cost_models
 
@@ -192,7 +214,9 @@ def data_cost_models(profile: str = typer.Option("a40-qwen2.5-3b", help="hardwar
 @app.command()
 @_boundary
 def proxy(
-    cluster: Path = typer.Option(..., help="`repro cluster up` state file (runs/cluster.json) or a cluster YAML with URLs"),
+    cluster: Path = typer.Option(
+        ..., help="`repro cluster up` state file (runs/cluster.json) or a cluster YAML with URLs"
+    ),
     policy: str = typer.Option("marginal_cost", help="policy name or pkg.module:Class"),
     option: list[str] = typer.Option([], "--option", "-o", help="policy option KEY=VALUE (repeatable)"),
     cost_model: str = typer.Option("calibrated", "--cost-model", help="calibrated | sim_derived | calibration JSON"),
@@ -201,20 +225,24 @@ def proxy(
     host: str = typer.Option("127.0.0.1", help="bind address (127.0.0.1 unless you mean to expose it)"),
     port: int = typer.Option(8000, help="port"),
     time_scale: float = typer.Option(1.0, "--time-scale", help="the engines' time compression (1 for real vLLM)"),
-    journal: Optional[Path] = typer.Option(None, help="append one JSON line per request here"),
+    journal: Path | None = typer.Option(None, help="append one JSON line per request here"),
     poll_interval: float = typer.Option(0.05, "--poll-interval", help="engine /metrics poll period (physics s)"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="REPRO_PROXY_API_KEY", help="require this bearer token; forwarded to engines"),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="REPRO_PROXY_API_KEY", help="require this bearer token; forwarded to engines"
+    ),
 ) -> None:
     """Run the router proxy in front of a P/D cluster (OpenAI-compatible, streaming)."""
-    from repro.live.proxy.app import ProxyConfig, endpoints_from_cluster, serve
+    from repro.live.proxy.app import serve
+    from repro.live.proxy.config import ProxyConfig, endpoints_from_cluster
 
     cfg = ProxyConfig(
         endpoints=endpoints_from_cluster(cluster), policy=policy, policy_options=_parse_options(option),
         cost_model=cost_model, predictor=predictor, predictor_noise=noise, host=host, port=port,
-        time_scale=time_scale, journal=str(journal) if journal else None, poll_interval_s=poll_interval, api_key=api_key,
+        time_scale=time_scale, journal=str(journal) if journal else None, poll_interval_s=poll_interval,
+        api_key=api_key,
     )
     from repro.routing.cost_model import CostModel
-    from repro.routing.policies.base import make_policy
+    from repro.routing.policies import make_policy
 
     make_policy(policy, CostModel.load(cost_model), **cfg.policy_options)  # fail fast on bad names/options
     console.print(f"proxy on http://{host}:{port} -> {len(cfg.endpoints)} engines, policy {policy}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from repro.cluster.launchers import (
     DEFAULT_STATE_FILE,
@@ -19,9 +19,12 @@ from repro.cluster.topology import parse_topology
 from repro.errors import ConfigError
 from repro.vocab import LAUNCHERS
 
+if TYPE_CHECKING:
+    import typer
+
 
 # ---- typer sub-app ---------------------------------------------------------------------------
-def _make_cluster_app():
+def _make_cluster_app() -> typer.Typer:
     import typer
 
     app = typer.Typer(help="Bring a P/D cluster of engines up, down, or ask its status.", no_args_is_help=True)
@@ -33,20 +36,20 @@ def _make_cluster_app():
     @app.command("up")
     def up(
         topology: str = typer.Argument("2p4d", help="shorthand like 2p4d, a YAML path, or a name in data/clusters/"),
-        launcher: Optional[str] = typer.Option(None, help="emulated | vllm | remote (default: the YAML's, else emulated)"),
-        profile: Optional[str] = typer.Option(None, help="hardware profile for every instance"),
-        kv_budget_tokens: Optional[int] = typer.Option(None, help="KV budget per instance (tokens)"),
+        launcher: str | None = typer.Option(None, help=" | ".join(LAUNCHERS) + " (default: the YAML's, else emulated)"),
+        profile: str | None = typer.Option(None, help="hardware profile for every instance"),
+        kv_budget_tokens: int | None = typer.Option(None, help="KV budget per instance (tokens)"),
         time_scale: float = typer.Option(1.0, help="emulated: physics runs K times faster"),
         state_file: Path = typer.Option(DEFAULT_STATE_FILE, help="where the instances are recorded"),
         dry_run: bool = typer.Option(False, help="vllm: print the commands, start nothing"),
-        model: Optional[str] = typer.Option(None, help="vllm: model (default: the profile's)"),
-        dtype: Optional[str] = typer.Option(None, help="vllm: --dtype (default bfloat16)"),
-        gpus: Optional[str] = typer.Option(None, help="vllm: comma-separated CUDA_VISIBLE_DEVICES per instance"),
-        side_channel_host: Optional[str] = typer.Option(None, help="vllm: VLLM_NIXL_SIDE_CHANNEL_HOST"),
+        model: str | None = typer.Option(None, help="vllm: model (default: the profile's)"),
+        dtype: str | None = typer.Option(None, help="vllm: --dtype (default bfloat16)"),
+        gpus: str | None = typer.Option(None, help="vllm: comma-separated CUDA_VISIBLE_DEVICES per instance"),
+        side_channel_host: str | None = typer.Option(None, help="vllm: VLLM_NIXL_SIDE_CHANNEL_HOST"),
         base_port: int = typer.Option(8100, help="vllm: first HTTP port"),
-        log_dir: Optional[Path] = typer.Option(None, help="where engine logs go (default runs/cluster-logs)"),
-        timeout: Optional[float] = typer.Option(None, help="seconds to wait for /health"),
-    ):
+        log_dir: Path | None = typer.Option(None, help="where engine logs go (default runs/cluster-logs)"),
+        timeout: float | None = typer.Option(None, help="seconds to wait for /health"),
+    ) -> None:
         """Start the engines and record them in the state file."""
         try:
             topo = parse_topology(topology, profile=profile, kv_budget_tokens=kv_budget_tokens)
@@ -58,7 +61,9 @@ def _make_cluster_app():
             if not dry_run and Path(state_file).exists():
                 st = load_state(state_file)
                 if any(is_our_engine(i.pid) for i in st["instances"]) or st.get("launcher") == "remote":
-                    raise ConfigError(f"a cluster is already up (state file {state_file}); run `repro cluster down` first")
+                    raise ConfigError(
+                        f"a cluster is already up (state file {state_file}); run `repro cluster down` first"
+                    )
             logs = log_dir or Path(state_file).parent / "cluster-logs"
             opts: dict[str, Any] = {}
             if kind == "emulated":
@@ -90,7 +95,7 @@ def _make_cluster_app():
         typer.echo(f"cluster {topo.shorthand} up ({kind}); state in {state_file}")
 
     @app.command("down")
-    def down(state_file: Path = typer.Option(DEFAULT_STATE_FILE, help="the state file written by `up`")):
+    def down(state_file: Path = typer.Option(DEFAULT_STATE_FILE, help="the state file written by `up`")) -> None:
         """Stop the engines recorded in the state file."""
         try:
             stopped = cluster_down(state_file)
@@ -101,7 +106,7 @@ def _make_cluster_app():
 
     @app.command("status")
     def status(state_file: Path = typer.Option(DEFAULT_STATE_FILE, help="the state file written by `up`"),
-               as_json: bool = typer.Option(False, "--json", help="print JSON")):
+               as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
         """Health of every recorded engine (exit code 1 if any is unhealthy)."""
         try:
             rows = cluster_status(state_file)

@@ -33,9 +33,11 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from types import FrameType
+from typing import IO, Any
 
 import httpx
 
@@ -50,7 +52,7 @@ DEFAULT_STATE_FILE = Path("runs/cluster.json")
 KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 
-def wait_healthy(instances: Sequence[Instance], timeout: float, procs: Optional[dict[str, subprocess.Popen]] = None,
+def wait_healthy(instances: Sequence[Instance], timeout: float, procs: dict[str, subprocess.Popen] | None = None,
                  interval: float = 0.1) -> None:
     """Poll ``GET /health`` of every instance until all answer 200; raise RuntimeError otherwise."""
     procs = procs or {}
@@ -77,7 +79,7 @@ def wait_healthy(instances: Sequence[Instance], timeout: float, procs: Optional[
             time.sleep(interval)
 
 
-def _log_tail(path: Optional[str], n: int = 2000) -> str:
+def _log_tail(path: str | None, n: int = 2000) -> str:
     if not path:
         return ""
     try:
@@ -88,7 +90,7 @@ def _log_tail(path: Optional[str], n: int = 2000) -> str:
 
 
 # live launchers, stopped at interpreter exit if their owner did not
-_LIVE: "set[_ProcessLauncher]" = set()
+_LIVE: set[_ProcessLauncher] = set()
 
 
 @atexit.register
@@ -105,7 +107,7 @@ class Launcher:
 
     name = "base"
 
-    def __init__(self, topology: Topology):
+    def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.instances: list[Instance] = []
 
@@ -130,7 +132,7 @@ class Launcher:
             self._restore()
             raise
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             self.stop()
         finally:
@@ -145,19 +147,19 @@ class Launcher:
             self._old_term = None
 
 
-def _raise_keyboard_interrupt(signum, frame):
+def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 class _ProcessLauncher(Launcher):
-    def __init__(self, topology: Topology, *, log_dir: Optional[Path] = None, detach: bool = False,
-                 startup_timeout: float = 60.0):
+    def __init__(self, topology: Topology, *, log_dir: Path | None = None, detach: bool = False,
+                 startup_timeout: float = 60.0) -> None:
         super().__init__(topology)
         self.detach = detach
         self.startup_timeout = startup_timeout
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix=f"repro-{self.name}-"))
         self.procs: dict[str, subprocess.Popen] = {}
-        self._logs: list[Any] = []
+        self._logs: list[IO[bytes]] = []
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -194,8 +196,8 @@ class EmulatedLauncher(_ProcessLauncher):
 
     def __init__(self, topology: Topology, *, time_scale: float = 1.0, host: str = "127.0.0.1",
                  stream_interval_tokens: int = 16, stream_interval_ms: float = 50.0,
-                 dev_mode: bool = True, extra_args: Sequence[str] = (), log_dir: Optional[Path] = None,
-                 detach: bool = False, startup_timeout: float = 60.0, eos_mean_tokens: Optional[int] = None):
+                 dev_mode: bool = True, extra_args: Sequence[str] = (), log_dir: Path | None = None,
+                 detach: bool = False, startup_timeout: float = 60.0, eos_mean_tokens: int | None = None) -> None:
         super().__init__(topology, log_dir=log_dir, detach=detach, startup_timeout=startup_timeout)
         if not time_scale > 0:
             raise ConfigError(f"time_scale must be > 0, got {time_scale}")
@@ -210,7 +212,7 @@ class EmulatedLauncher(_ProcessLauncher):
 
     def commands(self, ports: Sequence[int]) -> list[tuple[InstanceSpec, list[str], str]]:
         out = []
-        for spec, port in zip(self.topology.instances, ports):
+        for spec, port in zip(self.topology.instances, ports, strict=False):
             engine_id = spec.engine_id or f"{spec.name}-{uuid.uuid4().hex[:8]}"
             argv = [sys.executable, "-m", "repro.emulator", "--host", self.host, "--port", str(port),
                     "--profile", spec.profile, "--time-scale", repr(self.time_scale), "--engine-id", engine_id,
@@ -237,7 +239,7 @@ class EmulatedLauncher(_ProcessLauncher):
             env["VLLM_SERVER_DEV_MODE"] = "1"
         env.pop("VLLM_NIXL_SIDE_CHANNEL_PORT", None)  # each engine's side channel is its HTTP port
         self.instances = []
-        for (spec, argv, engine_id), port in zip(self.commands(ports), ports):
+        for (spec, argv, engine_id), port in zip(self.commands(ports), ports, strict=True):
             proc, log = self._spawn(spec.name, argv, env)
             self.instances.append(Instance(name=spec.name, role=spec.role, url=f"http://{self.host}:{port}",
                                            engine_id=engine_id, pid=proc.pid, profile=spec.profile, log=log))
@@ -254,12 +256,12 @@ class VllmLauncher(_ProcessLauncher):
 
     name = "vllm"
 
-    def __init__(self, topology: Topology, *, model: Optional[str] = None, dtype: Optional[str] = None,
+    def __init__(self, topology: Topology, *, model: str | None = None, dtype: str | None = None,
                  host: str = "127.0.0.1", url_host: str = "127.0.0.1", base_port: int = 8100,
-                 side_channel_base_port: int = 5600, side_channel_host: Optional[str] = None,
-                 gpus: Optional[Sequence[str]] = None, extra_args: Sequence[str] = (), dry_run: bool = False,
-                 vllm_bin: str = "vllm", log_dir: Optional[Path] = None, detach: bool = False,
-                 startup_timeout: float = 1800.0, seed: int = 0):
+                 side_channel_base_port: int = 5600, side_channel_host: str | None = None,
+                 gpus: Sequence[str] | None = None, extra_args: Sequence[str] = (), dry_run: bool = False,
+                 vllm_bin: str = "vllm", log_dir: Path | None = None, detach: bool = False,
+                 startup_timeout: float = 1800.0, seed: int = 0) -> None:
         super().__init__(topology, log_dir=log_dir, detach=detach, startup_timeout=startup_timeout)
         opts = topology.options.get("vllm", {}) or {}
         first = Physics.load(topology.instances[0].profile)
@@ -313,7 +315,7 @@ class VllmLauncher(_ProcessLauncher):
 
     def command_lines(self) -> list[str]:
         lines = []
-        for spec, env, argv, _ in self.commands():
+        for _spec, env, argv, _ in self.commands():
             envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
             lines.append(f"{envs} {shlex.join(argv)}")
         return lines
@@ -327,7 +329,7 @@ class VllmLauncher(_ProcessLauncher):
                 print(line)
             return list(self.instances)
         base_env = dict(os.environ)
-        for inst, (spec, env, argv, port) in zip(self.instances, cmds):
+        for inst, (spec, env, argv, _port) in zip(self.instances, cmds, strict=True):
             proc, log = self._spawn(spec.name, argv, {**base_env, **env})
             inst.pid = proc.pid
             inst.log = log
@@ -340,7 +342,7 @@ class RemoteLauncher(Launcher):
 
     name = "remote"
 
-    def __init__(self, topology: Topology, *, timeout: float = 10.0):
+    def __init__(self, topology: Topology, *, timeout: float = 10.0) -> None:
         super().__init__(topology)
         missing = [s.name for s in topology.instances if not s.url]
         if missing:
@@ -354,7 +356,10 @@ class RemoteLauncher(Launcher):
         return list(self.instances)
 
 
-def make_launcher(topology: "str | Path | dict | Topology", launcher: Optional[str] = None, **options) -> Launcher:
+def make_launcher(topology: str | Path | dict[str, Any] | Topology, launcher: str | None = None,
+                  **options: Any) -> Launcher:
+    """The launcher ``launcher`` (or the topology's own, else ``emulated``) for a topology; ``options`` are
+    that launcher's keyword arguments (``profile``/``kv_budget_tokens`` override the topology's defaults)."""
     topo = parse_topology(topology, profile=options.pop("profile", None),
                           kv_budget_tokens=options.pop("kv_budget_tokens", None))
     kind = launcher or topo.launcher or "emulated"
@@ -368,7 +373,8 @@ def make_launcher(topology: "str | Path | dict | Topology", launcher: Optional[s
 
 
 @contextmanager
-def launch(topology: "str | Path | dict | Topology", launcher: Optional[str] = None, **options) -> Iterator[list[Instance]]:
+def launch(topology: str | Path | dict[str, Any] | Topology, launcher: str | None = None,
+           **options: Any) -> Iterator[list[Instance]]:
     """Bring a cluster up for the duration of a ``with`` block; always tears down what it started."""
     with make_launcher(topology, launcher, **options) as instances:
         yield instances
@@ -397,7 +403,7 @@ def load_state(path: Path) -> dict[str, Any]:
     return data
 
 
-def is_our_engine(pid: Optional[int]) -> bool:
+def is_our_engine(pid: int | None) -> bool:
     """Is pid alive and one of our engines (not a recycled pid)?"""
     if not pid or not pid_alive(pid):
         return False

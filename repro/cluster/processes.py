@@ -11,7 +11,8 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, Coroutine, Optional, Sequence, TypeVar
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -23,11 +24,11 @@ def die_with_parent() -> None:
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux, or no libc: nothing to do
+    except Exception:  # not Linux, or no libc: nothing to do
         pass
 
 
-def run_sync(coro: "Coroutine[Any, Any, T]") -> "T":
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from synchronous code, also inside a running event loop.
 
     ``asyncio.run`` refuses to start while a loop runs in this thread, which is always the case in
@@ -43,7 +44,7 @@ def run_sync(coro: "Coroutine[Any, Any, T]") -> "T":
     def target() -> None:
         try:
             box["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
     worker = threading.Thread(target=target, name="repro-run-sync")
@@ -90,7 +91,7 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def terminate_pids(pids: Sequence[int], timeout: float = 5.0, procs: Optional[dict[int, subprocess.Popen]] = None) -> None:
+def terminate_pids(pids: Sequence[int], timeout: float = 5.0, procs: dict[int, subprocess.Popen] | None = None) -> None:
     """SIGTERM each process group, wait, SIGKILL what is left; reap children we own."""
     procs = procs or {}
     live = [p for p in pids if p and pid_alive(p)]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
@@ -42,10 +42,10 @@ class InstanceSpec:
     name: str
     role: str
     profile: str = DEFAULT_PROFILE
-    kv_budget_tokens: Optional[int] = None
-    url: Optional[str] = None
-    gpu: Optional[str] = None
-    engine_id: Optional[str] = None
+    kv_budget_tokens: int | None = None
+    url: str | None = None
+    gpu: str | None = None
+    engine_id: str | None = None
     faults: tuple[str, ...] = ()
 
 
@@ -53,7 +53,7 @@ class InstanceSpec:
 class Topology:
     name: str
     instances: tuple[InstanceSpec, ...]
-    launcher: Optional[str] = None
+    launcher: str | None = None
     options: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -76,10 +76,10 @@ class Instance:
     name: str
     role: str
     url: str
-    engine_id: Optional[str] = None
-    pid: Optional[int] = None
-    profile: Optional[str] = None
-    log: Optional[str] = None
+    engine_id: str | None = None
+    pid: int | None = None
+    profile: str | None = None
+    log: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,7 +102,7 @@ def _check_profile(profile: Any, where: str) -> str:
     return profile
 
 
-def _check_budget(v: Any, where: str) -> Optional[int]:
+def _check_budget(v: Any, where: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -110,8 +110,8 @@ def _check_budget(v: Any, where: str) -> Optional[int]:
     return v
 
 
-def parse_topology(spec: "str | Path | dict | Topology", *, profile: Optional[str] = None,
-                   kv_budget_tokens: Optional[int] = None) -> Topology:
+def parse_topology(spec: str | Path | dict | Topology, *, profile: str | None = None,
+                   kv_budget_tokens: int | None = None) -> Topology:
     """A `Topology` from ``2p4d``, a YAML path (or a name in data/clusters/) or a dict.
 
     ``profile``/``kv_budget_tokens`` override the file's defaults (not per-instance values).
@@ -154,10 +154,11 @@ def parse_topology(spec: "str | Path | dict | Topology", *, profile: Optional[st
 
 _TOP_KEYS = {"name", "launcher", "profile", "kv_budget_tokens", "instances", "vllm", "emulated", "description",
              "calibration"}
-_INST_KEYS = {"role", "count", "profile", "kv_budget_tokens", "url", "urls", "gpus", "gpu", "engine_id", "fault", "faults", "name"}
+_INST_KEYS = {"role", "count", "profile", "kv_budget_tokens", "url", "urls", "gpus", "gpu", "engine_id", "fault",
+              "faults", "name"}
 
 
-def _from_dict(raw: dict, origin: str, profile: Optional[str], kv_budget: Optional[int]) -> Topology:
+def _from_dict(raw: dict, origin: str, profile: str | None, kv_budget: int | None) -> Topology:
     unknown = set(raw) - _TOP_KEYS
     if unknown:
         raise topology_error(sorted(unknown)[0], f"is unknown in {origin}; allowed: {sorted(_TOP_KEYS)}")
@@ -165,7 +166,8 @@ def _from_dict(raw: dict, origin: str, profile: Optional[str], kv_budget: Option
     if launcher is not None and launcher not in LAUNCHERS:
         raise topology_error("launcher", f"is {launcher!r}; allowed: {list(LAUNCHERS)}")
     default_profile = _check_profile(profile or raw.get("profile") or DEFAULT_PROFILE, "profile")
-    default_budget = _check_budget(kv_budget if kv_budget is not None else raw.get("kv_budget_tokens"), "kv_budget_tokens")
+    default_budget = _check_budget(kv_budget if kv_budget is not None else raw.get("kv_budget_tokens"),
+                                   "kv_budget_tokens")
     groups = raw.get("instances")
     if not isinstance(groups, list) or not groups:
         raise topology_error("instances", f"must be a non-empty list of {{role, count, ...}} in {origin}")
@@ -190,7 +192,10 @@ def _from_dict(raw: dict, origin: str, profile: Optional[str], kv_budget: Option
                 raise topology_error(f"{where}.urls", f"must list one URL per instance ({count}), got {urls!r}")
         gpus = g.get("gpus", [g["gpu"]] if g.get("gpu") is not None else None)
         if gpus is not None and (not isinstance(gpus, list) or len(gpus) != count):
-            raise topology_error(f"{where}.gpus", f"must list one GPU (CUDA_VISIBLE_DEVICES value) per instance ({count}), got {gpus!r}")
+            raise topology_error(
+                f"{where}.gpus",
+                f"must list one GPU (CUDA_VISIBLE_DEVICES value) per instance ({count}), got {gpus!r}",
+            )
         prof = _check_profile(g["profile"], f"{where}.profile") if g.get("profile") else default_profile
         budget = _check_budget(g.get("kv_budget_tokens"), f"{where}.kv_budget_tokens")
         if budget is None:
@@ -225,7 +230,10 @@ def _check_calibration(value: Any, origin: str) -> str:
     from repro.paths import CALIBRATION_DIR
 
     if not isinstance(value, str) or not value.strip():
-        raise topology_error("calibration", f"must be a shipped cost model name or a path to a calibration JSON in {origin}, got {value!r}")
+        raise topology_error(
+            "calibration",
+            f"must be a shipped cost model name or a path to a calibration JSON in {origin}, got {value!r}",
+        )
     if (CALIBRATION_DIR / f"{value}.json").exists():
         return value
     path = Path(value)

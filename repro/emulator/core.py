@@ -41,10 +41,15 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any
 
 from repro.engine.physics import Physics
+
+if TYPE_CHECKING:
+    from repro.emulator.model import OutputFunction
+    from repro.emulator.vllm_metrics import EngineMetrics
 
 WAITING = "waiting"
 PULLING = "waiting_for_remote_kvs"
@@ -67,7 +72,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks + 1))
         self.ref = [0] * (num_blocks + 1)
-        self.hash_of: list[Optional[int]] = [None] * (num_blocks + 1)
+        self.hash_of: list[int | None] = [None] * (num_blocks + 1)
         self.cached: dict[int, int] = {}
 
     @property
@@ -133,7 +138,19 @@ class BlockPool:
 
 
 class Seq:
-    """One request inside the engine."""
+    """One request inside the engine.
+
+    Counts are tokens: ``P`` prompt, ``T`` tokens to compute before the next output token (prompt,
+    plus what was generated before a preemption), ``computed`` of those done, ``g`` generated (EOS
+    included; while decoding, `EngineCore.generated` has the live count), ``target`` the output
+    length at which it finishes (``finish_kind``: "stop" or "length"). Times (``arrival``,
+    ``first_sched``, ``first_token_t``, ``finish_t``, ``handoff_expiry``) are physics seconds of the
+    driver's clock. ``remote``: the ``kv_transfer_params`` of a remote prefill (pull the KV instead
+    of computing the prompt; ignored for a one-token prompt); ``prefill_only``: a P/D prefill whose
+    blocks are held for the decode engine (``kv_params`` then names them). ``notify`` is called
+    whenever the sequence has news (first token, stream flush, finish, abort); ``out`` and ``info``
+    belong to the driver (the core never reads them).
+    """
 
     __slots__ = (
         "rid", "prompt_ids", "P", "T", "computed", "g", "g0", "s0", "target", "finish_kind",
@@ -150,14 +167,14 @@ class Seq:
         *,
         target: int,
         finish_kind: str = "length",
-        max_tokens: Optional[int] = None,
+        max_tokens: int | None = None,
         prefill_only: bool = False,
-        remote: Optional[dict[str, Any]] = None,
+        remote: dict[str, Any] | None = None,
         stream: bool = False,
         arrival: float = 0.0,
-        notify: Optional[Callable[[], None]] = None,
-        out: Any = None,
-        info: Any = None,
+        notify: Callable[[], None] | None = None,
+        out: OutputFunction | None = None,
+        info: dict[str, Any] | None = None,
     ):
         self.rid = rid
         self.prompt_ids = prompt_ids
@@ -178,36 +195,36 @@ class Seq:
         self.kv_loaded = False
         self.stream = stream
         self.arrival = arrival
-        self.first_sched: Optional[float] = None
-        self.first_token_t: Optional[float] = None
-        self.finish_t: Optional[float] = None
-        self.finish_reason: Optional[str] = None
+        self.first_sched: float | None = None
+        self.first_token_t: float | None = None
+        self.finish_t: float | None = None
+        self.finish_reason: str | None = None
         self.cached_tokens = 0
-        self.hashes: Optional[list[int]] = None
+        self.hashes: list[int] | None = None
         self.notify = notify
         self.out = out
         self.handoff_expiry = 0.0
         self.transfer_tokens = 0
         self.order = next(_counter)
         self.decoding = False
-        self.kv_params: Optional[dict[str, Any]] = None
+        self.kv_params: dict[str, Any] | None = None
         self.hit_blocks = 0
-        self.pull_ok: Optional[bool] = None
+        self.pull_ok: bool | None = None
         self.info = info
 
 
 @dataclass
 class Plan:
-    """One scheduled step."""
+    """One scheduled step (token counts in tokens, times in physics seconds)."""
 
-    items: list  # (seq, chunk) for sequences computing prompt tokens this step
+    items: list[tuple[Seq, int]]  # (seq, chunk) for sequences computing prompt tokens this step
     n_dec: int  # decode participants (one token each)
     n_one: int  # one-token computes counted as decode-like
     prefill_tokens: int
-    context_tokens: int
-    time_s: float
-    start: float
-    pulls: list = field(default_factory=list)  # sequences whose KV pull must start now
+    context_tokens: int  # KV context the decode-like participants read
+    time_s: float  # how long the step takes
+    start: float  # when it was scheduled
+    pulls: list[Seq] = field(default_factory=list)  # sequences whose KV pull must start now
 
 
 class NullMetrics:
@@ -228,7 +245,7 @@ class EngineCore:
         stream_interval_s: float = 0.0,
         slow_factor: float = 1.0,
         handoff_timeout_s: float = 480.0,
-        metrics: Any = None,
+        metrics: EngineMetrics | None = None,
     ):
         self.p = physics
         self.bs = physics.block_size
@@ -248,8 +265,8 @@ class EngineCore:
         self.stream_s = max(0.0, float(stream_interval_s))
         self.slow_factor = float(slow_factor)
         self.handoff_timeout_s = float(handoff_timeout_s)
-        self.m = metrics if metrics is not None else NullMetrics()
-        self.last_end: Optional[float] = None
+        self.m: EngineMetrics | NullMetrics = metrics if metrics is not None else NullMetrics()
+        self.last_end: float | None = None
         self._last_flush = 0.0
         self.num_preemptions = 0
         self.steps = 0
@@ -310,7 +327,7 @@ class EngineCore:
         if seq.notify:
             seq.notify()
 
-    def release_handoff(self, rid: str, block_ids: Optional[list[int]] = None) -> bool:
+    def release_handoff(self, rid: str, block_ids: list[int] | None = None) -> bool:
         """The decode engine has read this request's KV: free the held blocks."""
         seq = self.handoffs.get(rid)
         if seq is None:
@@ -354,7 +371,7 @@ class EngineCore:
         return self.pool.reset_cache()
 
     # ---- the step ----------------------------------------------------------------------------
-    def schedule(self, now: float) -> Optional[Plan]:
+    def schedule(self, now: float) -> Plan | None:
         p = self.p
         budget = p.max_num_batched_tokens
         preempted = False

@@ -21,42 +21,44 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from repro.emulator.core import PULLING, EngineCore, Seq
 from repro.emulator.faults import Faults
 from repro.emulator.http import RawClient
-from repro.emulator.metrics import EngineMetrics
+from repro.emulator.vllm_metrics import EngineMetrics
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
 
 
 @dataclass
 class EmulatorConfig:
-    """Everything one emulated engine process is started with."""
+    """Everything one emulated engine process is started with (the options of
+    ``python -m repro.emulator``; `validate` checks them, `physics` applies the overrides)."""
 
     port: int = 8000
     host: str = "127.0.0.1"
     profile: str = "a40-qwen2.5-3b"
-    time_scale: float = 1.0
+    time_scale: float = 1.0  # K: physics seconds per wall second
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    served_model_name: Optional[str] = None
-    side_channel_host: Optional[str] = None
-    side_channel_port: Optional[int] = None
+    served_model_name: str | None = None
+    side_channel_host: str | None = None
+    side_channel_port: int | None = None
     stream_interval_tokens: int = 1
-    stream_interval_ms: float = 0.0
-    faults: tuple[str, ...] = ()
-    eos_mean_tokens: int = 256
-    kv_budget_tokens: Optional[int] = None
-    num_gpu_blocks_override: Optional[int] = None
-    max_num_batched_tokens: Optional[int] = None
-    max_num_seqs: Optional[int] = None
-    max_lag_ms: float = 5.0
-    parent_pid: Optional[int] = None
+    stream_interval_ms: float = 0.0  # wall milliseconds; 0: off
+    faults: tuple[str, ...] = ()  # "NAME[:ARG]" specs, see repro.emulator.faults
+    eos_mean_tokens: int = 256  # mean natural output length (tokens) when EOS is honoured
+    kv_budget_tokens: int | None = None
+    num_gpu_blocks_override: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    max_lag_ms: float = 5.0  # wall milliseconds the step clock may fall behind before it re-anchors
+    parent_pid: int | None = None
     log_level: str = "warning"
-    api_key: Optional[str] = field(default=None, repr=False)  # as vLLM's --api-key: /v1/* needs the bearer token
+    api_key: str | None = field(default=None, repr=False)  # as vLLM's --api-key: /v1/* needs the bearer token
 
     def physics(self) -> Physics:
+        """The profile's physics with this config's KV and batching overrides (raises `ConfigError`)."""
         phys = Physics.load(self.profile)
         changes: dict[str, Any] = {}
         if self.num_gpu_blocks_override is not None:
@@ -76,6 +78,7 @@ class EmulatorConfig:
         return phys
 
     def validate(self) -> None:
+        """Raise `ConfigError` for an option out of range or an unknown fault."""
         if not self.time_scale > 0:
             raise ConfigError(f"--time-scale must be > 0, got {self.time_scale}")
         if not (0 <= self.port < 65536):
@@ -88,6 +91,8 @@ class EmulatorConfig:
 
     @property
     def advertised_side_channel_host(self) -> str:
+        """``remote_host`` of prefill answers: the option, ``$VLLM_NIXL_SIDE_CHANNEL_HOST``, else the
+        bind host (127.0.0.1 for a wildcard bind)."""
         host = self.side_channel_host or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST")
         if host:
             return host
@@ -98,9 +103,13 @@ _EARLY_WAKE_S = 0.0005
 
 
 class AsyncEngine:
-    """EngineCore + wall clock + the KV pull client."""
+    """EngineCore + wall clock + the KV pull client.
 
-    def __init__(self, cfg: EmulatorConfig, physics: Optional[Physics] = None):
+    ``K`` is the time scale; `now` and every time the core sees are physics seconds;
+    ``pull_timeout_s`` is wall seconds on top of a pull's scaled transfer time.
+    """
+
+    def __init__(self, cfg: EmulatorConfig, physics: Physics | None = None):
         cfg.validate()
         self.cfg = cfg
         self.physics = physics or cfg.physics()
@@ -133,9 +142,9 @@ class AsyncEngine:
             "cache_dtype": "auto",
         }
         self.t0 = time.monotonic()
-        self._wake: Optional[asyncio.Event] = None
+        self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
-        self._client: Optional[RawClient] = None
+        self._client: RawClient | None = None
         self.pulls_ok = 0
         self.pulls_failed = 0
         self.reading: dict[str, Seq] = {}
@@ -145,7 +154,7 @@ class AsyncEngine:
         self.held_forever: list[Seq] = []  # kv-hold: handoffs read but never released
         self._running = asyncio.Event()  # cleared while the engine hangs
         self._running.set()
-        self._fault_change: Optional[asyncio.Event] = None
+        self._fault_change: asyncio.Event | None = None
         self._arm(self.faults, at_start=True)
 
     # ---- faults ------------------------------------------------------------------------------
@@ -211,11 +220,13 @@ class AsyncEngine:
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
+        """Start the step loop and housekeeping (within the server's event loop)."""
         self._wake = asyncio.Event()
         self._client = RawClient()
         self._tasks = [asyncio.create_task(self._loop()), asyncio.create_task(self._housekeeping())]
 
     async def stop(self) -> None:
+        """Cancel the loops and close the pull client."""
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -229,11 +240,13 @@ class AsyncEngine:
             self._client = None
 
     def submit(self, seq: Seq) -> None:
+        """Queue ``seq`` (its ``arrival`` becomes now) and wake the loop."""
         seq.arrival = self.now()
         self.core.add(seq)
         self._wake.set()
 
     def abort(self, seq: Seq) -> None:
+        """Drop ``seq`` wherever it is (the client went away) and free its blocks."""
         self.core.abort(seq, self.now())
         self._wake.set()
 
@@ -243,7 +256,7 @@ class AsyncEngine:
         K = self.K
         lag_tol = self.cfg.max_lag_ms / 1000.0
         mono = time.monotonic
-        next_wall: Optional[float] = None
+        next_wall: float | None = None
         wake = self._wake
         running = self._running
         while True:

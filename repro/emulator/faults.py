@@ -62,7 +62,7 @@ class Faults:
     kv_hold: bool = False
 
     @classmethod
-    def parse(cls, specs: list[str] | tuple[str, ...] | None) -> "Faults":
+    def parse(cls, specs: list[str] | tuple[str, ...] | None) -> Faults:
         kw: dict = {}
         if isinstance(specs, str):
             specs = [specs]
@@ -83,7 +83,8 @@ class Faults:
             elif name == "hang":
                 kw["hang_after"] = _count(spec, arg, "hang:N: N must be an integer >= 0")
             elif name == "errors":
-                kw["error_fraction"] = _number(spec, arg, "errors:F: F must be a number in (0, 1]", lo=0.0, lo_open=True, hi=1.0)
+                kw["error_fraction"] = _number(spec, arg, "errors:F: F must be a number in (0, 1]", lo=0.0,
+                                               lo_open=True, hi=1.0)
             elif name == "cut":
                 if not arg:
                     raise ConfigError(f"--fault {spec!r}: cut:K needs K, the tokens sent before the cut")

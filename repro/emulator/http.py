@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Optional
 
 
 class RawClient:
@@ -49,7 +48,7 @@ class RawClient:
             raise ConnectionError(f"{host}:{port} closed the connection")
         return r, w, line
 
-    async def post(self, url: str, obj: dict, headers: Optional[dict] = None):
+    async def post(self, url: str, obj: dict, headers: dict | None = None):
         rest = url.split("://", 1)[1]
         hostport, _, path = rest.partition("/")
         host, _, port = hostport.rpartition(":")
@@ -102,7 +101,7 @@ class RawClient:
             else:
                 w.close()
 
-    async def post_json(self, url: str, obj: dict, headers: Optional[dict] = None) -> tuple[int, bytes]:
+    async def post_json(self, url: str, obj: dict, headers: dict | None = None) -> tuple[int, bytes]:
         status, buf = 0, b""
         first = True
         async for a, b in self.post(url, obj, headers):

@@ -24,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import zlib
 from array import array
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from repro.workload.tokenizer import VOCAB_SIZE, ApproxTokenizer
 
@@ -55,7 +56,7 @@ def _build_vocab() -> tuple[list[str], list[int]]:
 
 VOCAB_TEXT, VOCAB_IDS = _build_vocab()
 _NV = len(VOCAB_TEXT)
-_ID_TO_TEXT = {i: t for t, i in zip(VOCAB_TEXT, VOCAB_IDS)}
+_ID_TO_TEXT = {i: t for t, i in zip(VOCAB_TEXT, VOCAB_IDS, strict=True)}
 
 
 def _mix(x: int) -> int:

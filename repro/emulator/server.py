@@ -7,7 +7,7 @@ import asyncio
 import os
 import signal
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from repro.cluster.processes import die_with_parent
 from repro.emulator.engine import EmulatorConfig
@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     ap.add_argument("--profile", default="a40-qwen2.5-3b", help="hardware profile name or path to a .json")
     ap.add_argument("--time-scale", type=float, default=1.0,
-                    help="run the physics K times faster than the wall clock (everything reported stays in physics time)")
+                    help="run the physics K times faster than the wall clock "
+                         "(everything reported stays in physics time)")
     ap.add_argument("--engine-id", default=None, help="NIXL engine id (default: a random uuid, as vLLM)")
     ap.add_argument("--served-model-name", default=None, help="model name to answer to (default: the profile's model)")
     ap.add_argument("--side-channel-host", default=None,
@@ -37,11 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--stream-interval-ms", type=float, default=0.0,
                     help="when N > 1, also flush pending tokens every M wall-clock ms (default 0: off)")
     ap.add_argument("--fault", action="append", default=[],
-                    help="diverge | slow:F | kv-drop | crash[:N] | hang[:N] | errors:F | cut:K | dead-metrics[:500|hang] "
-                         "| kv-hold (repeatable; see repro.emulator.faults). With VLLM_SERVER_DEV_MODE=1 they can also "
+                    help="diverge | slow:F | kv-drop | crash[:N] | hang[:N] | errors:F | cut:K "
+                         "| dead-metrics[:500|hang] | kv-hold (repeatable; see repro.emulator.faults). "
+                         "With VLLM_SERVER_DEV_MODE=1 they can also "
                          "be switched at run time: POST /_emulator/faults {\"faults\": [...]}")
     ap.add_argument("--api-key", default=None,
-                    help="as vLLM: /v1/* requests need 'Authorization: Bearer KEY' (default: $VLLM_API_KEY; none: open)")
+                    help="as vLLM: /v1/* requests need 'Authorization: Bearer KEY' "
+                         "(default: $VLLM_API_KEY; none: open)")
     ap.add_argument("--eos-mean-tokens", type=int, default=256,
                     help="mean natural output length when ignore_eos is false (default 256)")
     ap.add_argument("--kv-budget-tokens", type=int, default=None, help="override the profile's KV budget (tokens)")
@@ -56,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def config_from_args(argv: Optional[Sequence[str]] = None) -> EmulatorConfig:
+def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
     a = build_parser().parse_args(argv)
     kwargs = dict(
         port=a.port, host=a.host, profile=a.profile, time_scale=a.time_scale,
@@ -90,7 +93,7 @@ async def serve(cfg: EmulatorConfig) -> None:
     await asyncio.gather(*(s.serve() for s in servers))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     # a launcher's blocked signals are inherited across exec: make sure SIGTERM/SIGINT stop us
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     try:

@@ -105,7 +105,7 @@ class Physics:
         """The ``--num-gpu-blocks-override`` that gives this KV budget in vLLM (one block is reserved)."""
         return self.kv_budget_blocks + 1
 
-    def with_overrides(self, **changes: Any) -> "Physics":
+    def with_overrides(self, **changes: Any) -> Physics:
         """A copy with some parameters changed (e.g. a smaller KV budget)."""
         for key in changes:
             if key not in _NUMERIC_FIELDS:
@@ -114,7 +114,7 @@ class Physics:
 
     # ---- persistence ------------------------------------------------------------------------
     @classmethod
-    def load(cls, name_or_path: str | Path = DEFAULT_PROFILE) -> "Physics":
+    def load(cls, name_or_path: str | Path = DEFAULT_PROFILE) -> Physics:
         """Load a profile by name (``data/hardware/<name>.json``) or by path.
 
         Raises ConfigError naming the missing or bad field.
@@ -127,7 +127,7 @@ class Physics:
         return cls.from_dict(raw, origin=str(path))
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], origin: str = "profile") -> "Physics":
+    def from_dict(cls, raw: dict[str, Any], origin: str = "profile") -> Physics:
         if not isinstance(raw, dict):
             raise ConfigError(f"{origin}: expected a JSON object")
         params = raw.get("params")
@@ -200,5 +200,7 @@ def resolve_profile_path(name_or_path: str | Path) -> Path:
         return path
     candidate = HARDWARE_DIR / f"{name_or_path}.json"
     if not candidate.exists():
-        raise ConfigError(f"profile: unknown profile {str(name_or_path)!r}; allowed: {available_profiles()} or a path to a .json file")
+        raise ConfigError(
+            f"profile: unknown profile {str(name_or_path)!r}; allowed: {available_profiles()} or a path to a .json file"
+        )
     return candidate

@@ -3,23 +3,29 @@ belief), and the router."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from repro.cluster.topology import pools
 from repro.experiment.spec import RunSpec
 from repro.routing.cost_model import CostModel
-from repro.routing.policies.base import make_policy
+from repro.routing.policies import make_policy
 from repro.routing.router import Router
+
+if TYPE_CHECKING:
+    from repro.workload.traces import Trace
 
 
 # ---- inputs ---------------------------------------------------------------------------------
-def build_trace(spec: RunSpec):
+def build_trace(spec: RunSpec) -> Trace:
+    """The spec's arrival trace (deterministic in workload, seed, rate, n_requests, arrival)."""
     from repro.workload.traces import make_trace
 
     return make_trace(spec.workload, spec.seed, spec.rate, spec.n_requests, arrival=spec.arrival_spec())
 
 
-def build_predictions(spec: RunSpec, trace) -> np.ndarray:
+def build_predictions(spec: RunSpec, trace: Trace) -> np.ndarray:
     """The router's output-length estimate per request (tokens), as the proxy would compute it."""
     df = trace.df
     if spec.predictor == "oracle":
@@ -31,7 +37,9 @@ def build_predictions(spec: RunSpec, trace) -> np.ndarray:
         base = ConstantPredictor(256.0)
     else:
         base = load_default()
-    model = NoisyPredictor(base, spec.predictor_noise, random_state=spec.predictor_seed) if spec.predictor_noise > 0 else base
+    model = base
+    if spec.predictor_noise > 0:
+        model = NoisyPredictor(base, spec.predictor_noise, random_state=spec.predictor_seed)
     X = predictor_frame(trace)
     keys = df["request_id"].astype(str).tolist()
     if isinstance(model, NoisyPredictor):
@@ -66,6 +74,8 @@ def router_cost_model(spec: RunSpec) -> CostModel:
 
 
 def make_router(spec: RunSpec) -> Router:
+    """The router the spec describes: its policy (with options) over the topology's pools, priced by the
+    router's cost model (`router_cost_model`)."""
     pnames, _, dnames, _ = pools(spec.topology_parsed())
     cm = router_cost_model(spec)
     policy = make_policy(spec.policy, cm, **spec.policy_options)

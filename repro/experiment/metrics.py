@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from repro.routing.cost_model import SLOTargets
+from repro.vocab import ROLES
 
 
 class AccountingError(RuntimeError):
@@ -45,7 +46,8 @@ def check_accounting(journal: pd.DataFrame, sent: int | None = None) -> dict[str
     total = len(journal) if sent is None else sent
     if other or sum(counts.values()) != total or journal["request_id"].duplicated().any():
         raise AccountingError(
-            f"accounting: sent={total} but ok={counts['ok']} + failed={counts['failed']} + rejected={counts['rejected']}"
+            f"accounting: sent={total} but ok={counts['ok']} + failed={counts['failed']}"
+            f" + rejected={counts['rejected']}"
             f" (+{other} with another status, {int(journal['request_id'].duplicated().sum())} duplicated ids)"
         )
     return counts
@@ -92,7 +94,7 @@ def decode_load(journal: pd.DataFrame) -> pd.DataFrame:
 def instance_load(journal: pd.DataFrame) -> pd.DataFrame:
     """Per instance (prefill and decode): requests, prompt tokens and output tokens."""
     rows = []
-    for role in ("prefill", "decode"):
+    for role in ROLES:
         col = f"{role}_instance"
         placed = journal[journal[col].notna()]
         g = placed.groupby(placed[col].astype(str), sort=True)

@@ -17,7 +17,7 @@ from repro.experiment.journal import write_frame
 from repro.experiment.manifest import read_manifest, sha256, versions, write_json_atomic
 from repro.experiment.metrics import summarize
 from repro.experiment.spec import RunSpec
-from repro.sim.simulator import SimConfig, Simulator
+from repro.sim.simulator import Simulator
 
 
 # ---- running --------------------------------------------------------------------------------
@@ -42,8 +42,7 @@ def simulate_spec(spec: RunSpec) -> pd.DataFrame:
     trace = build_trace(spec)
     pred = build_predictions(spec, trace)
     router = make_router(spec)
-    cfg = SimConfig(service=spec.service, backlog=spec.backlog, kv_poll_interval_s=spec.kv_poll_interval_s)
-    return Simulator(trace.df, pred, router, pre, dec, cfg).run()
+    return Simulator(trace.df, pred, router, pre, dec, spec.sim, spec.kv_poll_interval_s).run()
 
 
 def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> RunResult:
@@ -53,7 +52,8 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> Run
     if resume and manifest_path.exists():
         manifest = read_manifest(manifest_path)
         journal_path = run_dir / "journal.jsonl"
-        if manifest and manifest.get("complete") and journal_path.exists() and sha256(journal_path) == manifest.get("journal_sha256"):
+        if (manifest and manifest.get("complete") and journal_path.exists()
+                and sha256(journal_path) == manifest.get("journal_sha256")):
             return RunResult(spec, run_dir, manifest["summary"], skipped=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from repro.errors import ConfigError
 from repro.experiment.inputs import truth_cost_model
@@ -34,7 +34,7 @@ def saturation_search(
     band: float = 0.02,
     max_rate: float = 512.0,
     max_probes: int = 16,
-    probe: Any = None,
+    probe: Callable[[RunSpec], float] | None = None,
 ) -> SaturationResult:
     """Find the arrival rate where round-robin's goodput is ``collapse_fraction`` of its light-load
     goodput (within ``band``, absolute), by doubling then bisection on the rate.
@@ -65,7 +65,9 @@ def saturation_search(
     while g(hi) > target + band:
         lo, hi = hi, hi * 2
         if hi > max_rate:
-            raise ConfigError(f"saturation: round-robin does not collapse below rate {max_rate} req/s for {base.workload}")
+            raise ConfigError(
+                f"saturation: round-robin does not collapse below rate {max_rate} req/s for {base.workload}"
+            )
     best = min(probes, key=lambda p: abs(p[1] - target))
     while abs(best[1] - target) > band and len(probes) < max_probes:
         mid = math.sqrt(lo * hi)

@@ -12,68 +12,113 @@ finished run by its manifest and skips it; a run without a complete manifest is 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import yaml
 
 from repro.cluster.topology import Topology, parse_topology
-from repro.errors import ConfigError
-from repro.routing.policies.base import make_policy
+from repro.errors import ConfigError, check_choice, check_int, check_number
+from repro.routing.policies import make_policy
+from repro.sim.config import SimConfig
+from repro.vocab import BACKENDS, DEFAULT_PROFILE, PREDICTORS, WORKLOADS, Backend, PredictorKind, Workload
 
-BACKENDS = ("sim", "emulated", "vllm")
-WORKLOADS = ("chat", "reasoning", "documents", "mixed")
-PREDICTORS = ("default", "constant", "oracle")
+if TYPE_CHECKING:
+    from repro.workload.arrivals import ArrivalSpec
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """Options that only the live backends (``emulated``, ``vllm``) read."""
+
+    time_scale: float = 1.0
+    """Emulated engines run their physics this many times faster than the wall clock (K); every
+    reported time stays in physics seconds. Must be 1 on ``vllm`` (real engines run in real time)."""
+
+    def __post_init__(self) -> None:
+        check_number("spec", "time_scale", self.time_scale, lo=0.0, lo_open=True, hi=100.0)
+
+
+# The flat field names of each option group, as they appear in `RunSpec.to_dict`, YAML specs and the CLI.
+_GROUPS: dict[str, tuple[str, ...]] = {
+    "sim": tuple(f.name for f in dataclasses.fields(SimConfig)),
+    "live": tuple(f.name for f in dataclasses.fields(LiveConfig)),
+}
+_GROUP_TYPES = {"sim": SimConfig, "live": LiveConfig}
+_GROUP_OF = {name: group for group, names in _GROUPS.items() for name in names}
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything that determines one run. Units: rate in requests/s, noise as relative error."""
+    """Everything that determines one run, on any backend. Units: rate in requests/s, noise as a
+    relative error, times in seconds.
 
-    backend: str = "sim"
+    Backend-specific switches live in typed option groups (`SimConfig` for ``sim``, `LiveConfig`
+    for ``emulated``/``vllm``); `to_dict` and `from_flat` use one flat namespace (the YAML and CLI
+    field names), and the run id hashes that flat dict, so ids do not depend on the grouping.
+    """
+
+    backend: Backend = "sim"
+    """Where the run happens (`repro.vocab.BACKENDS`)."""
     topology: str = "2p4d"
-    profile: str = "a40-qwen2.5-3b"
-    workload: str = "mixed"
+    """Pool shape: a shorthand like ``2p4d`` or a cluster name/file (see `repro.cluster.topology`)."""
+    profile: str = DEFAULT_PROFILE
+    """Hardware profile (true engine timing) in ``data/hardware/``."""
+    workload: Workload = "mixed"
+    """Workload family (Table I)."""
     seed: int = 1
+    """Arrival trace seed (one seed = one trace)."""
     rate: float = 16.0
+    """Mean arrival rate, requests per second."""
     n_requests: int = 2000
+    """Requests in the trace."""
     policy: str = "marginal_cost"
+    """Registered policy name or ``module:Class`` import path."""
     policy_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the policy (its switches)."""
     cost_model: str = "calibrated"
-    predictor: str = "default"
+    """What the router believes: a shipped cost model name or a calibration JSON path."""
+    predictor: PredictorKind = "default"
+    """The router's output-length predictor."""
     predictor_noise: float = 0.0
+    """Relative error injected into the predictor's estimates (0: none)."""
     predictor_seed: int = 0
-    service: str = "batching"
-    backlog: str = "ledger"
+    """Seed of the injected noise."""
     kv_poll_interval_s: float = 0.05
+    """Seconds between the router's polls of each engine's KV usage (the proxy's metrics poller; the
+    simulator polls on the same schedule)."""
     kv_budget_tokens: int | None = None
-    cluster: str | None = None  # cluster file for emulated/vllm backends
-    time_scale: float = 1.0  # emulated: engines run physics this many times faster than the wall clock
-    arrival: dict[str, Any] | None = None  # arrival process (`repro.workload.arrivals.ArrivalSpec` fields); None: the workload's own
+    """KV cache budget per instance in tokens (None: the profile's)."""
+    cluster: str | None = None
+    """Cluster file (YAML) for every backend: topology, engine URLs, and the deployment's calibration."""
+    arrival: dict[str, Any] | None = None
+    """Arrival process (`repro.workload.arrivals.ArrivalSpec` fields); None: the workload's own."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    """Simulator switches (``sim`` backend)."""
+    live: LiveConfig = field(default_factory=LiveConfig)
+    """Live-backend options (``emulated``, ``vllm``)."""
 
     def __post_init__(self) -> None:
-        _choice("backend", self.backend, BACKENDS)
-        _choice("workload", self.workload, WORKLOADS)
-        _choice("predictor", self.predictor, PREDICTORS)
-        _choice("service", self.service, ("batching", "serial"))
-        _choice("backlog", self.backlog, ("ledger", "oracle"))
-        _int("seed", self.seed, 0, 2**31 - 1)
-        _int("n_requests", self.n_requests, 1, 10_000_000)
-        _int("predictor_seed", self.predictor_seed, 0, 2**31 - 1)
-        _num("rate", self.rate, lo=0.0, lo_open=True, hi=1e6)
-        _num("predictor_noise", self.predictor_noise, lo=0.0, hi=10.0)
-        _num("kv_poll_interval_s", self.kv_poll_interval_s, lo=0.0, hi=60.0)
-        _num("time_scale", self.time_scale, lo=0.0, lo_open=True, hi=100.0)
-        if self.backend == "vllm" and self.time_scale != 1.0:
+        check_choice("spec", "backend", self.backend, BACKENDS)
+        check_choice("spec", "workload", self.workload, WORKLOADS)
+        check_choice("spec", "predictor", self.predictor, PREDICTORS)
+        check_int("spec", "seed", self.seed, 0, 2**31 - 1)
+        check_int("spec", "n_requests", self.n_requests, 1, 10_000_000)
+        check_int("spec", "predictor_seed", self.predictor_seed, 0, 2**31 - 1)
+        check_number("spec", "rate", self.rate, lo=0.0, lo_open=True, hi=1e6)
+        check_number("spec", "predictor_noise", self.predictor_noise, lo=0.0, hi=10.0)
+        check_number("spec", "kv_poll_interval_s", self.kv_poll_interval_s, lo=0.0, hi=60.0)
+        for group, kind in _GROUP_TYPES.items():
+            if not isinstance(getattr(self, group), kind):
+                raise ConfigError(f"spec: field '{group}' must be a {kind.__name__}")
+        if self.backend == "vllm" and self.live.time_scale != 1.0:
             raise ConfigError("spec: field 'time_scale' must be 1 for backend 'vllm' (real engines run in real time)")
         if self.kv_budget_tokens is not None:
-            _int("kv_budget_tokens", self.kv_budget_tokens, 1, 10**9)
+            check_int("spec", "kv_budget_tokens", self.kv_budget_tokens, 1, 10**9)
         if not isinstance(self.policy_options, dict):
             raise ConfigError("spec: field 'policy_options' must be a mapping")
         if self.arrival is not None:
@@ -82,15 +127,24 @@ class RunSpec:
         make_policy(self.policy, None, **self.policy_options)  # validate name and options
 
     def topology_parsed(self) -> Topology:
-        return parse_topology(self.cluster or self.topology, profile=self.profile, kv_budget_tokens=self.kv_budget_tokens)
+        """The parsed topology (the cluster file if given, else ``topology``) with this spec's overrides."""
+        return parse_topology(self.cluster or self.topology, profile=self.profile,
+                              kv_budget_tokens=self.kv_budget_tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        """The flat field dict (YAML/CLI names; option groups flattened). The run id hashes it."""
+        d: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in _GROUPS:
+                d.update(dataclasses.asdict(value))
+            else:
+                d[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
         if d["arrival"] is None:  # the workload's own process: left out, so run ids made before the field stay valid
             del d["arrival"]
         return d
 
-    def arrival_spec(self):
+    def arrival_spec(self) -> ArrivalSpec:
         """The `ArrivalSpec` of this run: ``arrival`` if given, else the workload's default process."""
         from repro.workload.arrivals import ArrivalSpec
         from repro.workload.traces import default_arrival
@@ -99,18 +153,31 @@ class RunSpec:
 
     @property
     def run_id(self) -> str:
-        """Stable id: hash of the spec (a finished run with this id is skipped on resume)."""
+        """Stable id: hash of the flat spec (a finished run with this id is skipped on resume)."""
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         h = hashlib.sha256(blob.encode()).hexdigest()[:12]
-        return f"{self.workload}-{self.topology_parsed().shorthand}-{self.policy.split(':')[-1].split('.')[-1]}-s{self.seed}-{h}"
+        policy = self.policy.split(":")[-1].split(".")[-1]
+        return f"{self.workload}-{self.topology_parsed().shorthand}-{policy}-s{self.seed}-{h}"
 
     @classmethod
-    def from_flat(cls, **fields: Any) -> "RunSpec":
-        """A spec from flat field names (the names of `to_dict`), validated like a YAML spec."""
+    def from_flat(cls, **fields: Any) -> RunSpec:
+        """A spec from flat field names (those of `to_dict`; e.g. ``time_scale=2`` goes to ``live``)."""
         return spec_from_dict(fields)
 
-    def replace(self, **changes: Any) -> "RunSpec":
-        return dataclasses.replace(self, **changes)
+    def replace(self, **changes: Any) -> RunSpec:
+        """A copy with ``changes`` applied; flat names of option-group fields (``service``,
+        ``time_scale``, ...) are routed into their group."""
+        grouped: dict[str, dict[str, Any]] = {}
+        direct: dict[str, Any] = {}
+        for name, value in changes.items():
+            if name in _GROUP_OF:
+                grouped.setdefault(_GROUP_OF[name], {})[name] = value
+            else:
+                direct[name] = value
+        for group, values in grouped.items():
+            base = direct.get(group, getattr(self, group))
+            direct[group] = dataclasses.replace(base, **values)
+        return dataclasses.replace(self, **direct)
 
 
 def _arrival_dict(value: Any) -> dict[str, Any]:
@@ -128,23 +195,12 @@ def _arrival_dict(value: Any) -> dict[str, Any]:
         raise ConfigError(f"spec: field 'arrival': {exc}") from None
 
 
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"spec: field '{name}' = {value!r} not allowed; allowed: {', '.join(allowed)}")
-
-
-def _int(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise ConfigError(f"spec: field '{name}' = {value!r} must be an integer in [{lo}, {hi}]")
-
-
-def _num(name: str, value: Any, lo: float, hi: float, lo_open: bool = False) -> None:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > lo if lo_open else value >= lo) and value <= hi
-    if not ok:
-        bracket = "(" if lo_open else "["
-        raise ConfigError(f"spec: field '{name}' = {value!r} out of range {bracket}{lo}, {hi}]")
+def flat_field_names() -> list[str]:
+    """Every field name a flat spec (YAML file, `from_flat`, `to_dict`) may have, in order."""
+    names: list[str] = []
+    for f in dataclasses.fields(RunSpec):
+        names.extend(_GROUPS.get(f.name, (f.name,)))
+    return names
 
 
 def load_spec(path: str | Path, **overrides: Any) -> RunSpec:
@@ -162,10 +218,14 @@ def load_spec(path: str | Path, **overrides: Any) -> RunSpec:
 
 
 def spec_from_dict(raw: dict[str, Any], origin: str = "spec") -> RunSpec:
-    allowed = [f.name for f in dataclasses.fields(RunSpec)]
+    """A spec from a flat mapping (YAML/CLI names); unknown keys are a `ConfigError` listing the allowed ones."""
+    allowed = flat_field_names()
     unknown = sorted(set(raw) - set(allowed))
     if unknown:
         raise ConfigError(f"{origin}: unknown field(s) {unknown}; allowed: {allowed}")
-    return RunSpec(**raw)
-
-
+    top = {k: v for k, v in raw.items() if k not in _GROUP_OF}
+    for group, kind in _GROUP_TYPES.items():
+        values = {k: raw[k] for k in _GROUPS[group] if k in raw}
+        if values:
+            top[group] = kind(**values)
+    return RunSpec(**top)

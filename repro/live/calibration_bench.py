@@ -37,9 +37,10 @@ import random
 import re
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
@@ -49,6 +50,9 @@ from repro.cluster.processes import run_sync
 from repro.errors import ConfigError
 from repro.live.pd_protocol import decode_body, headers_for, prefill_body
 from repro.routing.cost_model import CostModel, DecodeSample, PrefillSample, TransferSample, fit
+
+if TYPE_CHECKING:
+    from repro.cluster.topology import Instance
 
 DEFAULT_PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8000)
 DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16)
@@ -90,7 +94,8 @@ def _cache_config(text: str) -> dict[str, str]:
     return {}
 
 
-async def scrape(client: httpx.AsyncClient, url: str) -> Optional[dict[str, float]]:
+async def scrape(client: httpx.AsyncClient, url: str) -> dict[str, float] | None:
+    """The engine's ``/metrics`` as `parse_metrics` reads them, or None if it does not answer 200."""
     try:
         r = await client.get(url.rstrip("/") + "/metrics")
         if r.status_code != 200:
@@ -100,7 +105,7 @@ async def scrape(client: httpx.AsyncClient, url: str) -> Optional[dict[str, floa
         return None
 
 
-def _delta(m0: Optional[dict], m1: Optional[dict], name: str) -> tuple[Optional[float], Optional[float]]:
+def _delta(m0: dict | None, m1: dict | None, name: str) -> tuple[float | None, float | None]:
     """(delta sum, delta count) of a histogram between two scrapes (None if not exported)."""
     if not m0 or not m1 or f"{name}_sum" not in m0 or f"{name}_sum" not in m1:
         return None, None
@@ -126,14 +131,17 @@ class _Budget:
     t0: float = field(default_factory=time.monotonic)
 
     def spent(self) -> float:
+        """Physics seconds since the benchmark started (wall x K)."""
         return (time.monotonic() - self.t0) * self.K
 
     def left(self) -> float:
+        """Physics seconds of budget left (negative once overspent)."""
         return self.total_s - self.spent()
 
 
 class _Bench:
-    def __init__(self, client: httpx.AsyncClient, model: str, K: float, api_key: Optional[str], log: Callable[[str], None]):
+    def __init__(self, client: httpx.AsyncClient, model: str, K: float, api_key: str | None,
+                 log: Callable[[str], None]):
         self.c = client
         self.model = model
         self.K = K
@@ -147,7 +155,8 @@ class _Bench:
         return f"calib-{kind}-{self.seq}-{uuid.uuid4().hex[:8]}"
 
     # (a) prefill ------------------------------------------------------------------------------
-    async def prefill_one(self, inst, L: int, rnd: int) -> None:
+    async def prefill_one(self, inst: Instance, L: int, rnd: int) -> None:
+        """One lone prefill of a unique ``L``-token prompt on ``inst``: one sample row (seconds)."""
         rid = self.rid("prefill")
         body = {"model": self.model, "prompt": unique_prompt(L, rid), "max_tokens": 1, "temperature": 0,
                 "ignore_eos": True}
@@ -164,8 +173,11 @@ class _Bench:
                               output_tokens=1, client_s=client_s, engine_s=engine_s))
 
     # (b) decode -------------------------------------------------------------------------------
-    async def decode_level(self, inst, n: int, prompt_tokens: int, out_tokens: int, rnd: int,
+    async def decode_level(self, inst: Instance, n: int, prompt_tokens: int, out_tokens: int, rnd: int,
                            start_tokens: int, end_margin: int) -> None:
+        """``n`` concurrent decode streams on ``inst``: one row with the mean inter-token latency
+        (physics s) in the window where every stream is past ``start_tokens`` and none is within
+        ``end_margin`` tokens of ``out_tokens``."""
         loop = asyncio.get_running_loop()
         progress = [0] * n
         points: list[list[tuple[float, int]]] = [[] for _ in range(n)]
@@ -232,7 +244,9 @@ class _Bench:
                               window_s=(tB - tA) * self.K, mean_context=ctx))
 
     # (c) transfer -----------------------------------------------------------------------------
-    async def transfer_one(self, p, d, L: int, rnd: int) -> None:
+    async def transfer_one(self, p: Instance, d: Instance, L: int, rnd: int) -> None:
+        """One P/D request of ``L`` prompt tokens, ``p`` -> ``d``: one row with the decode engine's TTFT
+        (physics s; no row when the prefill hands over no KV)."""
         rid = self.rid("xfer")
         body = {"model": self.model, "prompt": unique_prompt(L, rid), "max_tokens": 1, "temperature": 0,
                 "ignore_eos": True}
@@ -255,35 +269,35 @@ class _Bench:
                               engine_s=s if (s is not None and n == 1) else None))
 
 
-def _raise_for(r: httpx.Response, inst) -> None:
+def _raise_for(r: httpx.Response, inst: Instance) -> None:
     if r.status_code != 200:
         raise RuntimeError(f"calibration: HTTP {r.status_code} from {inst.name} ({inst.url}): {r.text[:300]}")
 
 
-def _profile_of(inst) -> Optional[str]:
+def _profile_of(inst: Instance) -> str | None:
     return getattr(inst, "profile", None)
 
 
 async def calibrate_async(
-    instances: Sequence[Any],
+    instances: Sequence[Instance],
     *,
     time_scale: float = 1.0,
     budget_s: float = 300.0,
-    out: Optional[str | Path] = None,
-    prefill_lengths: Optional[Sequence[int]] = None,
+    out: str | Path | None = None,
+    prefill_lengths: Sequence[int] | None = None,
     concurrencies: Sequence[int] = DEFAULT_CONCURRENCIES,
     decode_tokens: int = 576,
-    decode_prompt_tokens: Optional[int] = None,
+    decode_prompt_tokens: int | None = None,
     transfer: bool = True,
-    transfer_lengths: Optional[Sequence[int]] = None,
-    prefill_instance: Optional[str] = None,
-    decode_instance: Optional[str] = None,
+    transfer_lengths: Sequence[int] | None = None,
+    prefill_instance: str | None = None,
+    decode_instance: str | None = None,
     name: str = "calibrated",
-    model: Optional[str] = None,
-    api_key: Optional[str] = None,
-    base: Optional[CostModel] = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    base: CostModel | None = None,
     max_rounds: int = 50,
-    log: Optional[Callable[[str], None]] = None,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[CostModel, pd.DataFrame]:
     """Run the benchmark against ``instances`` and fit; see the module docstring."""
     log = log or (lambda s: None)
@@ -380,7 +394,8 @@ async def calibrate_async(
                 for L in xlens:
                     await b.transfer_one(P, D, L, rnd)
                 used = budget.spent() - t_phase
-                log(f"transfer round {rnd + 1}: {len(xlens)} lengths {P.name}->{D.name} ({used:.1f} of {a:.1f} s physics)")
+                log(f"transfer round {rnd + 1}: {len(xlens)} lengths {P.name}->{D.name} "
+                    f"({used:.1f} of {a:.1f} s physics)")
                 if used + (budget.spent() - t_r) > a:
                     break
 
@@ -409,11 +424,12 @@ async def calibrate_async(
 
 
 def samples_path(out: str | Path) -> Path:
+    """Where `calibrate` writes the samples beside the calibration JSON ``out``."""
     out = Path(out)
     return out.with_name(out.stem + ".samples.csv")
 
 
-def _pick(pool: list, name: Optional[str], field_name: str):
+def _pick(pool: list[Instance], name: str | None, field_name: str) -> Instance:
     if name is None:
         return pool[0]
     for i in pool:
@@ -422,7 +438,7 @@ def _pick(pool: list, name: Optional[str], field_name: str):
     raise ConfigError(f"calibrate: {field_name} {name!r} is not one of {[i.name for i in pool]}")
 
 
-def fit_samples(samples: pd.DataFrame, *, base: Optional[CostModel] = None, name: str = "calibrated") -> CostModel:
+def fit_samples(samples: pd.DataFrame, *, base: CostModel | None = None, name: str = "calibrated") -> CostModel:
     """Fit a CostModel from a samples table (`calibrate`'s): medians per point over rounds."""
     s = samples.copy()
     if "value_s" not in s.columns:
@@ -441,8 +457,8 @@ def fit_samples(samples: pd.DataFrame, *, base: Optional[CostModel] = None, name
     return fit(prefill, decode, transfer, name=name, base=base)
 
 
-def calibrate(instances: Sequence[Any], *, time_scale: float = 1.0, budget_s: float = 300.0,
-              out: Optional[str | Path] = None, **kw: Any) -> tuple[CostModel, pd.DataFrame]:
+def calibrate(instances: Sequence[Instance], *, time_scale: float = 1.0, budget_s: float = 300.0,
+              out: str | Path | None = None, **kw: Any) -> tuple[CostModel, pd.DataFrame]:
     """Sync form of `calibrate_async`: ``(CostModel, samples DataFrame)``."""
     return run_sync(calibrate_async(instances, time_scale=time_scale, budget_s=budget_s, out=out, **kw))
 
@@ -462,7 +478,7 @@ def compare(fitted: CostModel, reference: CostModel) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def profile_cost_model(instances: Sequence[Any], decode_instance: Optional[str] = None) -> Optional[CostModel]:
+def profile_cost_model(instances: Sequence[Instance], decode_instance: str | None = None) -> CostModel | None:
     """The cost model a perfect calibration of the (decode) instance's profile would give."""
     from repro.engine.physics import Physics
 
@@ -477,15 +493,18 @@ def _make_cli():
     import typer
 
     def calibrate_cmd(
-        cluster: str = typer.Option("1p1d", "--cluster", help="topology: '1p1d', a YAML path or a name in data/clusters/"),
-        launcher: Optional[str] = typer.Option(None, "--launcher", help="emulated (default) | vllm | remote"),
+        cluster: str = typer.Option("1p1d", "--cluster",
+                                    help="topology: '1p1d', a YAML path or a name in data/clusters/"),
+        launcher: str | None = typer.Option(None, "--launcher", help="emulated (default) | vllm | remote"),
         time_scale: float = typer.Option(1.0, "--time-scale", help="emulated engines run K times faster than physics"),
         budget_s: float = typer.Option(300.0, "--budget", help="physics seconds the benchmark may take"),
-        out: Path = typer.Option(Path("runs/calibration.json"), "--out", help="calibration JSON to write (samples go beside it)"),
-        profile: Optional[str] = typer.Option(None, "--profile", help="hardware profile for every instance"),
+        out: Path = typer.Option(Path("runs/calibration.json"), "--out",
+                                 help="calibration JSON to write (samples go beside it)"),
+        profile: str | None = typer.Option(None, "--profile", help="hardware profile for every instance"),
         name: str = typer.Option("calibrated", "--name", help="name stored in the cost model"),
         transfer: bool = typer.Option(True, "--transfer/--no-transfer", help="also time KV transfers"),
-        concurrency: str = typer.Option(",".join(map(str, DEFAULT_CONCURRENCIES)), "--concurrency", help="decode concurrency levels"),
+        concurrency: str = typer.Option(",".join(map(str, DEFAULT_CONCURRENCIES)), "--concurrency",
+                                        help="decode concurrency levels"),
         decode_tokens: int = typer.Option(576, "--decode-tokens", help="output tokens of each decode request"),
     ) -> None:
         """Measure a cluster (prefill curve, decode rate vs concurrency, KV transfer), fit the cost model."""
@@ -499,7 +518,8 @@ def _make_cli():
         try:
             levels = [int(x) for x in concurrency.split(",") if x.strip()]
         except ValueError:
-            raise ConfigError(f"calibrate: --concurrency must be a comma list of integers, got {concurrency!r}") from None
+            raise ConfigError(f"calibrate: --concurrency must be a comma list of integers, "
+                              f"got {concurrency!r}") from None
         topo = parse_topology(cluster, profile=profile)
         kind = launcher or topo.launcher or "emulated"
         opts: dict[str, Any] = {"time_scale": time_scale} if kind == "emulated" else {}

@@ -43,14 +43,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import httpx
 import pandas as pd
 
 from repro.errors import ConfigError
+
+if TYPE_CHECKING:
+    from repro.experiment.spec import RunSpec
 
 VLLM_ROUTER_ENV = "REPRO_VLLM_ROUTER"
 VLLM_ROUTER_POLICIES = ("random", "round_robin", "power_of_two", "cache_aware", "consistent_hash")
@@ -183,7 +187,7 @@ def external_router(template: str | Sequence[str], prefill_urls: Sequence[str], 
             log.close()
 
 
-def run_external(spec: Any, command_template: str | Sequence[str], run_dir: str | Path, *,
+def run_external(spec: RunSpec, command_template: str | Sequence[str], run_dir: str | Path, *,
                  health_path: str = "/health", startup_timeout_s: float = 60.0,
                  label: str | None = None) -> pd.DataFrame:
     """Run ``spec``'s trace on its live cluster through an external router; returns the journal.
@@ -200,10 +204,11 @@ def run_external(spec: Any, command_template: str | Sequence[str], run_dir: str 
     from repro.experiment.metrics import summarize
     from repro.live.gates import run_gates
     from repro.live.loadgen import replay_sync
-    from repro.live.run import _jsonable, _launch, merge_journals
+    from repro.live.run import jsonable, launch_cluster, merge_journals
 
     if spec.backend == "sim":
-        raise ConfigError("external router: spec.backend must be 'emulated' or 'vllm' (an external router needs live engines)")
+        raise ConfigError("external router: spec.backend must be 'emulated' or 'vllm' "
+                          "(an external router needs live engines)")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     client_path = run_dir / "client.jsonl"
@@ -212,18 +217,19 @@ def run_external(spec: Any, command_template: str | Sequence[str], run_dir: str 
     trace = build_trace(spec)
     started = time.time()
     argv_seen: list[str] = []
-    with _launch(spec) as instances:
+    with launch_cluster(spec) as instances:
         prefill = [i.url for i in instances if i.role == "prefill"]
         decode = [i.url for i in instances if i.role == "decode"]
         gates = run_gates(instances)
-        (run_dir / "gates.json").write_text(json.dumps(_jsonable(gates), indent=2, default=str))
+        (run_dir / "gates.json").write_text(json.dumps(jsonable(gates), indent=2, default=str))
         port = _free_port()
-        argv_seen = render_command(command_template, port=port, prefill_urls=prefill, decode_urls=decode, metrics_port=0)
+        argv_seen = render_command(command_template, port=port, prefill_urls=prefill, decode_urls=decode,
+                                   metrics_port=0)
         with external_router(command_template, prefill, decode, log_path=run_dir / "router.log", port=port,
                              health_path=health_path, timeout_s=startup_timeout_s) as url:
-            report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.time_scale,
+            report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.live.time_scale,
                                  progress=sys.stderr.isatty())
-        (run_dir / "loadgen.json").write_text(json.dumps(_jsonable(report), indent=2, default=str))
+        (run_dir / "loadgen.json").write_text(json.dumps(jsonable(report), indent=2, default=str))
     client = read_journal(client_path)
     journal = merge_journals(client, frame([]), trace.df)
     write_frame(journal, run_dir / "journal.jsonl")

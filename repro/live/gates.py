@@ -1,8 +1,9 @@
 """Correctness gates, run before any measured run (the paper's §IV-B).
 
-Four gates, in this order (`run_gates`), each returning a `GateReport` with one row per instance
-(or per prefill x decode pair) and raising `GateFailure` (a `ConfigError`: the CLI prints one line
-and exits 2) whose message names the instance and what differed:
+Four gates, in this order (`run_gates`, which collects them in a `GatesReport`), each returning a
+`GateResult` with one row per instance (or per prefill x decode pair) and raising `GateFailure` (a
+`ConfigError`: the CLI prints one line and exits 2) whose message names the instance and what
+differed:
 
 1. `reset_prefix_caches`: ``POST /reset_prefix_cache`` on every engine, so that no run profits from
    the prefix cache of the one before. vLLM serves that route only with ``VLLM_SERVER_DEV_MODE=1``;
@@ -36,9 +37,10 @@ import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -46,33 +48,42 @@ from repro.cluster.processes import run_sync
 from repro.errors import ConfigError
 from repro.live.pd_protocol import decode_body, headers_for, prefill_body
 
+if TYPE_CHECKING:
+    from repro.cluster.topology import Instance
+
 COMPLETIONS = "/v1/completions"
 DEFAULT_TIMEOUT_S = 120.0
 
 
 class GateFailure(ConfigError):
-    """A gate failed; ``gate`` and ``instance`` say which and where, ``report`` has the details."""
+    """A gate failed; ``gate`` and ``instance`` say which and where, ``report`` (the gate's
+    `GateResult`) has the details. `run_gates` also sets ``gates``: the `GatesReport` so far."""
 
-    def __init__(self, message: str, *, gate: str, instance: Optional[str] = None, report: "GateReport | None" = None):
+    def __init__(self, message: str, *, gate: str, instance: str | None = None, report: GateResult | None = None):
         super().__init__(message)
         self.gate = gate
         self.instance = instance
         self.report = report
+        self.gates: GatesReport | None = None
 
 
 @dataclass
 class Check:
-    """One row of a gate report: an instance (or a ``prefill->decode`` pair) and what was found."""
+    """One row of a gate's result: an instance (or a ``prefill->decode`` pair) and what was found;
+    ``latency_s``: wall seconds of the gate's requests there (None if none answered)."""
 
     instance: str
     ok: bool
     detail: str
-    latency_s: Optional[float] = None
+    latency_s: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class GateReport:
+class GateResult:
+    """The outcome of one gate: one `Check` per instance (or pair), ``passed`` when all are ok,
+    a one-line ``message`` (the first failure, or a summary) and its wall ``duration_s``."""
+
     gate: str
     passed: bool = True
     checks: list[Check] = field(default_factory=list)
@@ -89,15 +100,16 @@ class GateReport:
 
 @dataclass
 class GatesReport:
-    """All gates of one `run_gates` call, in order."""
+    """The outcomes of all gates of one `run_gates` call: ``reports`` lists their `GateResult`
+    in order; ``gates_report[gate_name]`` looks one up by name."""
 
-    reports: list[GateReport] = field(default_factory=list)
+    reports: list[GateResult] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.reports)
 
-    def __getitem__(self, gate: str) -> GateReport:
+    def __getitem__(self, gate: str) -> GateResult:
         for r in self.reports:
             if r.gate == gate:
                 return r
@@ -111,7 +123,7 @@ class GatesReport:
 
 
 # ---- rendering ---------------------------------------------------------------------------------
-def render_text(report: "GatesReport | GateReport") -> str:
+def render_text(report: GatesReport | GateResult) -> str:
     """Plain-text rendering: one line per gate, one indented line per instance."""
     reports = report.reports if isinstance(report, GatesReport) else [report]
     lines = []
@@ -124,7 +136,7 @@ def render_text(report: "GatesReport | GateReport") -> str:
     return "\n".join(lines)
 
 
-def render_rich(report: "GatesReport | GateReport"):
+def render_rich(report: GatesReport | GateResult):
     """A rich Table of the report (print it with a rich Console)."""
     from rich.table import Table
 
@@ -142,14 +154,14 @@ def render_rich(report: "GatesReport | GateReport"):
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-def _split(instances: Iterable[Any]) -> tuple[list[Any], list[Any]]:
+def _split(instances: Iterable[Instance]) -> tuple[list[Instance], list[Instance]]:
     insts = list(instances)
     prefills = [i for i in insts if getattr(i, "role", None) == "prefill"]
     decodes = [i for i in insts if getattr(i, "role", None) == "decode"]
     return prefills, decodes
 
 
-def _url(inst: Any) -> str:
+def _url(inst: Instance) -> str:
     return str(inst.url).rstrip("/")
 
 
@@ -175,13 +187,14 @@ def gate_prompt(i: int, n_words: int) -> str:
     return f"Gate prompt {i}. Continue the following text.\n" + filler_text(n_words, 97 * i + 13)
 
 
-async def _models(client: httpx.AsyncClient, inst: Any, api_key: Optional[str]) -> str:
+async def _models(client: httpx.AsyncClient, inst: Instance, api_key: str | None) -> str:
     r = await client.get(_url(inst) + "/v1/models", headers=headers_for("models", api_key))
     r.raise_for_status()
     return r.json()["data"][0]["id"]
 
 
-async def _prefill(client, p, path: str, body: dict, rid: str, api_key: Optional[str]) -> tuple[dict, dict | None]:
+async def _prefill(client: httpx.AsyncClient, p: Instance, path: str, body: dict, rid: str,
+                   api_key: str | None) -> tuple[dict, dict | None]:
     r = await client.post(_url(p) + path, json=prefill_body(body), headers=headers_for(rid, api_key))
     if r.status_code != 200:
         raise _HttpError(f"HTTP {r.status_code} from {p.name} (prefill call): {_msg(r)}")
@@ -215,13 +228,13 @@ def _excerpt(s: str, at: int, width: int = 40) -> str:
 
 
 # ---- 1. prefix-cache reset ---------------------------------------------------------------------
-async def reset_prefix_caches_async(instances: Sequence[Any], *, api_key: Optional[str] = None,
-                                    timeout_s: float = 30.0, gate: str = "reset_prefix_cache") -> GateReport:
+async def reset_prefix_caches_async(instances: Sequence[Instance], *, api_key: str | None = None,
+                                    timeout_s: float = 30.0, gate: str = "reset_prefix_cache") -> GateResult:
     """POST /reset_prefix_cache on every engine; raises GateFailure naming an engine that refuses."""
-    rep = GateReport(gate)
+    rep = GateResult(gate)
     t0 = time.monotonic()
     async with _client(timeout_s) as client:
-        async def one(inst) -> Check:
+        async def one(inst: Instance) -> Check:
             t = time.monotonic()
             try:
                 r = await client.post(_url(inst) + "/reset_prefix_cache", headers=headers_for("reset", api_key))
@@ -241,7 +254,7 @@ async def reset_prefix_caches_async(instances: Sequence[Any], *, api_key: Option
     return rep
 
 
-def _conclude(rep: GateReport) -> None:
+def _conclude(rep: GateResult) -> None:
     bad = rep.failed
     if not bad:
         rep.passed = True
@@ -255,11 +268,11 @@ def _conclude(rep: GateReport) -> None:
 
 
 # ---- 2. warm-up --------------------------------------------------------------------------------
-async def warm_up_async(prefills: Sequence[Any], decodes: Sequence[Any], *, model: Optional[str] = None,
-                        api_key: Optional[str] = None, path: str = COMPLETIONS, max_tokens: int = 4,
-                        timeout_s: float = DEFAULT_TIMEOUT_S) -> GateReport:
+async def warm_up_async(prefills: Sequence[Instance], decodes: Sequence[Instance], *, model: str | None = None,
+                        api_key: str | None = None, path: str = COMPLETIONS, max_tokens: int = 4,
+                        timeout_s: float = DEFAULT_TIMEOUT_S) -> GateResult:
     """One P/D request through every prefill x decode pair (and: all engines serve one model)."""
-    rep = GateReport("warm_up")
+    rep = GateResult("warm_up")
     t0 = time.monotonic()
     async with _client(timeout_s) as client:
         # every engine must serve the same model
@@ -279,7 +292,7 @@ async def warm_up_async(prefills: Sequence[Any], decodes: Sequence[Any], *, mode
             rep.duration_s = time.monotonic() - t0
             _conclude(rep)
 
-        async def pair(p, d, k: int) -> Check:
+        async def pair(p: Instance, d: Instance, k: int) -> Check:
             label = f"{p.name}->{d.name}"
             rid = f"gate-warmup-{k}-{uuid.uuid4().hex[:8]}"
             body = {"model": model, "prompt": gate_prompt(100 + k, 48), "max_tokens": max_tokens,
@@ -333,20 +346,20 @@ def _sse_events(raw: bytes) -> tuple[list[Any], bool]:
     return events, done
 
 
-async def token_contract_async(prefills: Sequence[Any], decodes: Sequence[Any], *, n_tokens: int = 64,
-                               model: Optional[str] = None, api_key: Optional[str] = None,
+async def token_contract_async(prefills: Sequence[Instance], decodes: Sequence[Instance], *, n_tokens: int = 64,
+                               model: str | None = None, api_key: str | None = None,
                                path: str = COMPLETIONS, timeout_s: float = DEFAULT_TIMEOUT_S,
-                               strict_retokenize: bool = False) -> GateReport:
+                               strict_retokenize: bool = False) -> GateResult:
     """Every decode instance streams exactly ``n_tokens`` tokens for ``ignore_eos`` + ``max_tokens``."""
     if n_tokens < 2:
         raise ConfigError(f"token_contract: n_tokens must be >= 2, got {n_tokens}")
-    rep = GateReport("token_contract")
+    rep = GateResult("token_contract")
     t0 = time.monotonic()
     async with _client(timeout_s) as client:
         if model is None:
             model = await _models(client, decodes[0], api_key)
 
-        async def one(k: int, d) -> Check:
+        async def one(k: int, d: Instance) -> Check:
             p = prefills[k % len(prefills)]
             label = d.name
             rid = f"gate-contract-{k}-{uuid.uuid4().hex[:8]}"
@@ -413,7 +426,7 @@ async def token_contract_async(prefills: Sequence[Any], decodes: Sequence[Any], 
                 problems.append(f"usage.completion_tokens = {final_usage}, expected {n_tokens}")
             if streamed != n_tokens:
                 problems.append(f"streamed pieces carry {streamed} tokens ({how}), expected {n_tokens}")
-            if cumulative and any(b < a for a, b in zip(cumulative, cumulative[1:])):
+            if cumulative and any(b < a for a, b in zip(cumulative, cumulative[1:], strict=False)):
                 problems.append("per-chunk usage decreases")
             if finish != "length":
                 problems.append(f"finish_reason {finish!r}, expected 'length'")
@@ -432,12 +445,12 @@ async def token_contract_async(prefills: Sequence[Any], decodes: Sequence[Any], 
 
 
 # ---- 4. greedy equivalence ---------------------------------------------------------------------
-async def greedy_equivalence_async(prefills: Sequence[Any], decodes: Sequence[Any], *, n_prompts: int = 3,
-                                   max_tokens: int = 32, model: Optional[str] = None, api_key: Optional[str] = None,
+async def greedy_equivalence_async(prefills: Sequence[Instance], decodes: Sequence[Instance], *, n_prompts: int = 3,
+                                   max_tokens: int = 32, model: str | None = None, api_key: str | None = None,
                                    path: str = COMPLETIONS, timeout_s: float = DEFAULT_TIMEOUT_S,
-                                   prompts: Optional[Sequence[str]] = None) -> GateReport:
+                                   prompts: Sequence[str] | None = None) -> GateResult:
     """Same prompts, temperature 0, through every decode instance (prefill fixed): identical outputs."""
-    rep = GateReport("greedy_equivalence")
+    rep = GateResult("greedy_equivalence")
     t0 = time.monotonic()
     p = prefills[0]
     prompts = list(prompts) if prompts is not None else [gate_prompt(300 + k, 24 + 150 * k) for k in range(n_prompts)]
@@ -448,7 +461,7 @@ async def greedy_equivalence_async(prefills: Sequence[Any], decodes: Sequence[An
         def body_of(prompt: str) -> dict:
             return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
 
-        async def via(d, k: int) -> tuple[Optional[str], Optional[str], float]:
+        async def via(d: Instance, k: int) -> tuple[str | None, str | None, float]:
             rid = f"gate-greedy-{k}-{d.name}-{uuid.uuid4().hex[:8]}"
             body = body_of(prompts[k])
             t = time.monotonic()
@@ -463,7 +476,7 @@ async def greedy_equivalence_async(prefills: Sequence[Any], decodes: Sequence[An
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
                 return None, f"{type(exc).__name__}: {exc}", time.monotonic() - t
 
-        async def local(k: int) -> Optional[str]:
+        async def local(k: int) -> str | None:
             try:
                 r = await client.post(_url(p) + path, json=body_of(prompts[k]),
                                       headers=headers_for(f"gate-greedy-ref-{k}-{uuid.uuid4().hex[:8]}", api_key))
@@ -475,11 +488,11 @@ async def greedy_equivalence_async(prefills: Sequence[Any], decodes: Sequence[An
         out: dict[str, list] = {d.name: [] for d in decodes}
         it = iter(results)
         for d in decodes:
-            for k in range(len(prompts)):
+            for _ in range(len(prompts)):
                 out[d.name].append(next(it))
         # expected output per prompt: the majority of decode instances; a tie is broken by the
         # prefill instance's own (non-P/D) output
-        expected: list[Optional[str]] = []
+        expected: list[str | None] = []
         how: list[str] = []
         for k in range(len(prompts)):
             texts = [out[d.name][k][0] for d in decodes if out[d.name][k][0] is not None]
@@ -522,7 +535,8 @@ async def greedy_equivalence_async(prefills: Sequence[Any], decodes: Sequence[An
                     bad.append(f"prompt {k}: output differs at character {at} (~token {tok}; expected = {how[k]}): "
                                f"got {_excerpt(text, at)}, expected {_excerpt(want, at)}")
             if bad:
-                rep.checks.append(Check(d.name, False, bad[0] + (f" (and {len(bad) - 1} more prompt(s))" if len(bad) > 1 else ""),
+                more = f" (and {len(bad) - 1} more prompt(s))" if len(bad) > 1 else ""
+                rep.checks.append(Check(d.name, False, bad[0] + more,
                                         lat, {"prefill": p.name}))
             else:
                 rep.checks.append(Check(d.name, True, f"{len(prompts)} prompts x {max_tokens} tokens identical", lat,
@@ -534,13 +548,14 @@ async def greedy_equivalence_async(prefills: Sequence[Any], decodes: Sequence[An
 
 
 # ---- all of them -------------------------------------------------------------------------------
-async def run_gates_async(instances: Sequence[Any], *, n_tokens: int = 64, n_prompts: int = 3,
-                          greedy_tokens: int = 32, model: Optional[str] = None, api_key: Optional[str] = None,
+async def run_gates_async(instances: Sequence[Instance], *, n_tokens: int = 64, n_prompts: int = 3,
+                          greedy_tokens: int = 32, model: str | None = None, api_key: str | None = None,
                           reset: bool = True, reset_after: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
-                          path: str = COMPLETIONS, on_report=None) -> GatesReport:
+                          path: str = COMPLETIONS,
+                          on_report: Callable[[GateResult], None] | None = None) -> GatesReport:
     """Reset, warm-up, token contract, greedy equivalence (then reset again); stops at the first failure.
 
-    ``on_report(GateReport)`` is called after each gate (passed or failed) for progress display.
+    ``on_report(GateResult)`` is called after each gate (passed or failed) for progress display.
     On failure the raised GateFailure carries ``.gates`` (the `GatesReport` so far).
     """
     prefills, decodes = _split(instances)
@@ -549,7 +564,7 @@ async def run_gates_async(instances: Sequence[Any], *, n_tokens: int = 64, n_pro
                           f"{[(getattr(i, 'name', '?'), getattr(i, 'role', '?')) for i in instances]}")
     out = GatesReport()
 
-    async def step(coro) -> None:
+    async def step(coro: Awaitable[GateResult]) -> None:
         try:
             rep = await coro
         except GateFailure as exc:
@@ -557,7 +572,7 @@ async def run_gates_async(instances: Sequence[Any], *, n_tokens: int = 64, n_pro
                 out.reports.append(exc.report)
                 if on_report:
                     on_report(exc.report)
-            exc.gates = out  # type: ignore[attr-defined]
+            exc.gates = out
             raise
         out.reports.append(rep)
         if on_report:
@@ -577,23 +592,28 @@ async def run_gates_async(instances: Sequence[Any], *, n_tokens: int = 64, n_pro
 
 
 # ---- sync forms --------------------------------------------------------------------------------
-def reset_prefix_caches(instances: Sequence[Any], **kw: Any) -> GateReport:
+def reset_prefix_caches(instances: Sequence[Instance], **kw: Any) -> GateResult:
+    """Sync form of `reset_prefix_caches_async`."""
     return run_sync(reset_prefix_caches_async(instances, **kw))
 
 
-def warm_up(prefills: Sequence[Any], decodes: Sequence[Any], **kw: Any) -> GateReport:
+def warm_up(prefills: Sequence[Instance], decodes: Sequence[Instance], **kw: Any) -> GateResult:
+    """Sync form of `warm_up_async`."""
     return run_sync(warm_up_async(prefills, decodes, **kw))
 
 
-def token_contract(prefills: Sequence[Any], decodes: Sequence[Any], **kw: Any) -> GateReport:
+def token_contract(prefills: Sequence[Instance], decodes: Sequence[Instance], **kw: Any) -> GateResult:
+    """Sync form of `token_contract_async`."""
     return run_sync(token_contract_async(prefills, decodes, **kw))
 
 
-def greedy_equivalence(prefills: Sequence[Any], decodes: Sequence[Any], **kw: Any) -> GateReport:
+def greedy_equivalence(prefills: Sequence[Instance], decodes: Sequence[Instance], **kw: Any) -> GateResult:
+    """Sync form of `greedy_equivalence_async`."""
     return run_sync(greedy_equivalence_async(prefills, decodes, **kw))
 
 
-def run_gates(instances: Sequence[Any], **kw: Any) -> GatesReport:
+def run_gates(instances: Sequence[Instance], **kw: Any) -> GatesReport:
+    """Sync form of `run_gates_async`: all gates in order; raises `GateFailure` at the first failure."""
     return run_sync(run_gates_async(instances, **kw))
 
 
@@ -602,12 +622,15 @@ def _make_cli():
     import typer
 
     def gates(
-        cluster: Optional[str] = typer.Option(None, "--cluster", help="bring up this topology ('1p2d', a YAML) and gate it"),
-        state_file: Optional[Path] = typer.Option(None, "--state-file", help="gate the cluster recorded by `repro cluster up`"),
-        launcher: Optional[str] = typer.Option(None, "--launcher", help="with --cluster: emulated | vllm | remote"),
-        time_scale: float = typer.Option(1.0, "--time-scale", help="with --cluster (emulated): time-compression factor K"),
+        cluster: str | None = typer.Option(None, "--cluster",
+                                           help="bring up this topology ('1p2d', a YAML) and gate it"),
+        state_file: Path | None = typer.Option(None, "--state-file",
+                                               help="gate the cluster recorded by `repro cluster up`"),
+        launcher: str | None = typer.Option(None, "--launcher", help="with --cluster: emulated | vllm | remote"),
+        time_scale: float = typer.Option(1.0, "--time-scale",
+                                         help="with --cluster (emulated): time-compression factor K"),
         n_tokens: int = typer.Option(64, "--n-tokens", help="token-contract length"),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="also write the report as JSON"),
+        json_out: Path | None = typer.Option(None, "--json", help="also write the report as JSON"),
     ) -> None:
         """Run the correctness gates (reset, warm-up, token contract, greedy equivalence) on a cluster."""
         from rich.console import Console
@@ -618,7 +641,7 @@ def _make_cli():
             raise ConfigError("gates: give exactly one of --cluster TOPOLOGY or --state-file FILE")
         console = Console()
 
-        def go(instances) -> None:
+        def go(instances: list[Instance]) -> None:
             try:
                 rep = run_gates(instances, n_tokens=n_tokens,
                                 on_report=lambda r: console.print(render_text(r), highlight=False))

@@ -26,10 +26,10 @@ request sent, exactly once, also on timeouts and Ctrl-C)::
 Times are physics seconds: wall seconds since the start of the replay times ``time_scale`` (the
 emulated engines' time-compression factor K; 1 for real engines).
 
-Status: ``ok`` (``[DONE]`` seen and exactly ``max_tokens`` tokens), ``rejected`` (HTTP 429, or a 503 "rejected: ..." from our proxy; the
-reason keeps ``Retry-After``), or ``failed`` with the reason (HTTP error with the server's
-message, transport error, timeout, stream cut without ``[DONE]``, an error event in the stream,
-fewer tokens than ``max_tokens``, cancelled).
+Status: ``ok`` (``[DONE]`` seen and exactly ``max_tokens`` tokens), ``rejected`` (HTTP 429, or a
+503 "rejected: ..." from our proxy; the reason keeps ``Retry-After``), or ``failed`` with the reason
+(HTTP error with the server's message, transport error, timeout, stream cut without ``[DONE]``, an
+error event in the stream, fewer tokens than ``max_tokens``, cancelled).
 
 The report (`ReplayReport`) includes the schedule lag (p50/p99/max, wall seconds) and
 ``keeping_up``: false when the p99 lag exceeds ``lag_threshold_s`` (default 5 ms), i.e. the
@@ -43,9 +43,10 @@ import contextlib
 import gc
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import numpy as np
@@ -55,6 +56,9 @@ from repro.cluster.processes import run_sync
 from repro.errors import ConfigError
 from repro.experiment.journal import JournalWriter, empty_row, tpot
 from repro.live.pd_protocol import SSEParser
+
+if TYPE_CHECKING:
+    from repro.workload.traces import Trace
 
 SLO_HEADER = "X-SLO-Class"
 PREFILL_INSTANCE_HEADER = "X-Prefill-Instance"
@@ -122,19 +126,19 @@ class _Req:
         self.rid = rid
         self.planned = planned
         self.max_tokens = max_tokens
-        self.send: Optional[float] = None
-        self.first: Optional[float] = None
-        self.last: Optional[float] = None
+        self.send: float | None = None
+        self.first: float | None = None
+        self.last: float | None = None
         self.tokens = 0
         self.content_chunks = 0
-        self.status: Optional[str] = None
-        self.reason: Optional[str] = None
-        self.prefill_instance: Optional[str] = None
-        self.decode_instance: Optional[str] = None
+        self.status: str | None = None
+        self.reason: str | None = None
+        self.prefill_instance: str | None = None
+        self.decode_instance: str | None = None
         self.journaled = False
 
 
-def _trace_frame(trace: Any) -> pd.DataFrame:
+def _trace_frame(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     df = getattr(trace, "df", trace)
     if not isinstance(df, pd.DataFrame):
         raise ConfigError("loadgen: trace must be a repro.workload.traces.Trace or a DataFrame")
@@ -145,7 +149,7 @@ def _trace_frame(trace: Any) -> pd.DataFrame:
     return df
 
 
-def render_prompts(trace: Any) -> list[str]:
+def render_prompts(trace: Trace | pd.DataFrame) -> list[str]:
     """Every request's exact prompt text (done before the clock starts)."""
     from repro.workload.traces import prompt_text
 
@@ -158,14 +162,15 @@ def render_prompts(trace: Any) -> list[str]:
     return [filler_text(int(n), 0) for n in df["prompt_tokens"]]
 
 
-async def first_model(client: aiohttp.ClientSession, url: str, api_key: Optional[str] = None) -> str:
+async def first_model(client: aiohttp.ClientSession, url: str, api_key: str | None = None) -> str:
     """The first model id served at ``url`` (``GET /v1/models``)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     try:
-        async with client.get(url.rstrip("/") + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10.0)) as r:
+        async with client.get(url.rstrip("/") + "/v1/models", headers=headers,
+                              timeout=aiohttp.ClientTimeout(total=10.0)) as r:
             r.raise_for_status()
             return (await r.json(content_type=None))["data"][0]["id"]
-    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, ValueError) as exc:
+    except (TimeoutError, aiohttp.ClientError, KeyError, IndexError, ValueError) as exc:
         raise ConfigError(f"loadgen: --url {url}: cannot read the model from GET /v1/models ({exc}); "
                           f"pass --model") from None
 
@@ -184,20 +189,20 @@ def _error_message(body: bytes) -> str:
 
 
 async def replay(
-    trace: Any,
+    trace: Trace | pd.DataFrame,
     url: str,
     *,
     journal_path: str | Path,
     path: str = "/v1/completions",
     time_scale: float = 1.0,
-    model: Optional[str] = None,
-    api_key: Optional[str] = None,
+    model: str | None = None,
+    api_key: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     slo_header: bool = True,
     progress: bool = False,
     lag_threshold_s: float = DEFAULT_LAG_THRESHOLD_S,
-    prompts: Optional[Sequence[str]] = None,
-    extra_body: Optional[dict[str, Any]] = None,
+    prompts: Sequence[str] | None = None,
+    extra_body: dict[str, Any] | None = None,
 ) -> ReplayReport:
     """Replay ``trace`` open-loop against ``url``; journal every request; return the report.
 
@@ -263,7 +268,7 @@ async def replay(
         def now() -> float:
             return loop.time() - t0
 
-        def finish(rec: _Req, status: str, reason: Optional[str]) -> None:
+        def finish(rec: _Req, status: str, reason: str | None) -> None:
             if rec.journaled:
                 return
             rec.journaled = True
@@ -293,14 +298,12 @@ async def replay(
             try:
                 async with asyncio.timeout(timeout_s):
                     await _stream(client, target, bodies[rec.i], headers, rec, now)
-            except TimeoutError:
+            except TimeoutError:  # the overall timeout, and also a socket read timeout (a TimeoutError too)
                 rec.status, rec.reason = "failed", f"timeout after {timeout_s:g} s wall ({rec.tokens} tokens received)"
             except asyncio.CancelledError:
                 rec.status, rec.reason = "failed", "cancelled"
                 finish(rec, "failed", "cancelled")
                 raise
-            except asyncio.TimeoutError as exc:  # a socket read timeout (not the overall one above)
-                rec.status, rec.reason = "failed", f"timeout ({type(exc).__name__}) after {rec.tokens} tokens"
             except aiohttp.ClientError as exc:
                 rec.status, rec.reason = "failed", f"transport error: {type(exc).__name__}: {exc}"[:300]
             except Exception as exc:  # never lose a request to an unexpected error
@@ -358,7 +361,7 @@ async def replay(
 
 
 async def _stream(client: aiohttp.ClientSession, target: str, body: bytes, headers: dict[str, str], rec: _Req,
-                  now) -> None:
+                  now: Callable[[], float]) -> None:
     async with client.post(target, data=body, headers=headers) as resp:
         rec.prefill_instance = resp.headers.get(PREFILL_INSTANCE_HEADER) or None
         rec.decode_instance = resp.headers.get(DECODE_INSTANCE_HEADER) or None
@@ -408,7 +411,7 @@ def _reason_key(reason: str) -> str:
     return reason[:40]
 
 
-def _journal(writer: JournalWriter, rec: _Req, K: float, family: Optional[str], slo: str, prompt_tokens: int) -> None:
+def _journal(writer: JournalWriter, rec: _Req, K: float, family: str | None, slo: str, prompt_tokens: int) -> None:
     row = empty_row()
     arrival = rec.planned * K
     row.update(
@@ -465,7 +468,7 @@ class _Progress:
         self.p.stop()
 
 
-def replay_sync(trace: Any, url: str, **kwargs: Any) -> ReplayReport:
+def replay_sync(trace: Trace | pd.DataFrame, url: str, **kwargs: Any) -> ReplayReport:
     """`replay` under ``asyncio.run`` (Ctrl-C: in-flight requests are journaled, then it re-raises)."""
     return run_sync(replay(trace, url, **kwargs))
 
@@ -475,22 +478,27 @@ def _make_cli():
     import typer
 
     def loadgen(
-        url: str = typer.Option(..., "--url", help="base URL of an OpenAI-compatible server (our proxy, one engine, another router)"),
-        trace_file: Optional[Path] = typer.Option(None, "--trace", help="trace Parquet file (Trace.save)"),
-        workload: Optional[str] = typer.Option(None, "--workload", help="chat | reasoning | documents | mixed (instead of --trace)"),
-        rate: Optional[float] = typer.Option(None, "--rate", help="arrival rate, requests/s of physics time (with --workload)"),
+        url: str = typer.Option(..., "--url",
+                                help="base URL of an OpenAI-compatible server (our proxy, one engine, another router)"),
+        trace_file: Path | None = typer.Option(None, "--trace", help="trace Parquet file (Trace.save)"),
+        workload: str | None = typer.Option(None, "--workload",
+                                            help="chat | reasoning | documents | mixed (instead of --trace)"),
+        rate: float | None = typer.Option(None, "--rate",
+                                          help="arrival rate, requests/s of physics time (with --workload)"),
         n_requests: int = typer.Option(100, "--n-requests", "-n", help="requests (with --workload)"),
         seed: int = typer.Option(0, "--seed", help="trace seed (with --workload)"),
-        time_scale: float = typer.Option(1.0, "--time-scale", help="the engines' time-compression factor K (1 for real engines)"),
+        time_scale: float = typer.Option(1.0, "--time-scale",
+                                         help="the engines' time-compression factor K (1 for real engines)"),
         journal: Path = typer.Option(..., "--journal", help="journal JSONL to append to"),
         path: str = typer.Option("/v1/completions", "--path", help="endpoint path"),
-        model: Optional[str] = typer.Option(None, "--model", help="model name (default: first of GET /v1/models)"),
-        api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="bearer token"),
+        model: str | None = typer.Option(None, "--model", help="model name (default: first of GET /v1/models)"),
+        api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="bearer token"),
         timeout_s: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="per-request timeout, wall seconds"),
-        lag_threshold_ms: float = typer.Option(DEFAULT_LAG_THRESHOLD_S * 1e3, "--lag-threshold-ms", help="p99 schedule lag above which the run did not keep up"),
+        lag_threshold_ms: float = typer.Option(DEFAULT_LAG_THRESHOLD_S * 1e3, "--lag-threshold-ms",
+                                               help="p99 schedule lag (ms) above which the run did not keep up"),
         no_slo_header: bool = typer.Option(False, "--no-slo-header", help="do not send X-SLO-Class"),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
-        report_json: Optional[Path] = typer.Option(None, "--report-json", help="also write the report as JSON"),
+        report_json: Path | None = typer.Option(None, "--report-json", help="also write the report as JSON"),
     ) -> None:
         """Replay a trace open-loop against URL; journal every request; print the schedule-lag report."""
         from repro.workload.traces import Trace, make_trace
@@ -511,7 +519,7 @@ def _make_cli():
                               lag_threshold_s=lag_threshold_ms / 1e3)
         except KeyboardInterrupt:
             typer.echo(f"interrupted: requests in flight were journaled as failed (cancelled) in {journal}", err=True)
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
         for line in rep.lines():
             typer.echo(line)
         if report_json is not None:

@@ -55,6 +55,7 @@ def decode_body(body: dict[str, Any], kv_transfer_params: dict[str, Any] | None)
 
 
 def headers_for(request_id: str, api_key: str | None = None) -> dict[str, str]:
+    """Engine-call headers: ``X-Request-Id`` (shared by both steps), and the bearer token if any."""
     h = {REQUEST_ID_HEADER: request_id}
     if api_key:
         h["Authorization"] = f"Bearer {api_key}"
@@ -139,7 +140,8 @@ async def pd_request(
     kv = r.json().get("kv_transfer_params")
     plain = dict(body)
     plain["stream"] = False
-    r2 = await client.post(decode_url.rstrip("/") + path, json=decode_body(plain, kv), headers=headers, timeout=timeout_s)
+    r2 = await client.post(decode_url.rstrip("/") + path, json=decode_body(plain, kv), headers=headers,
+                           timeout=timeout_s)
     r2.raise_for_status()
     return r2.json()
 

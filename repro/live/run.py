@@ -2,7 +2,7 @@
 
 `run_live(spec, run_dir)` is what `repro.experiment.run` calls for a non-sim spec:
 
-1. bring the cluster up (emulated engines as local processes at ``spec.time_scale``, or the
+1. bring the cluster up (emulated engines as local processes at ``spec.live.time_scale``, or the
    ``spec.cluster`` file's launcher: real ``vllm serve`` processes or remote endpoints);
 2. start the router proxy as its own process (so the load generator never shares its event loop)
    with the spec's policy, cost model and predictor, and wait for its ``/health``;
@@ -26,9 +26,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
@@ -38,10 +39,18 @@ from repro.errors import ConfigError
 from repro.experiment.journal import FIELD_NAMES, frame, write_frame
 from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import AccountingError, check_accounting
-from repro.live.proxy.app import API_KEY_ENV, Endpoint, ProxyConfig
+from repro.live.proxy.config import API_KEY_ENV, Endpoint, ProxyConfig
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from repro.cluster.topology import Instance
+    from repro.experiment.spec import RunSpec
+    from repro.live.loadgen import ReplayReport
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the OS picks it; another process may take it before we bind)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -49,7 +58,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @contextmanager
 def proxy_process(cfg: ProxyConfig, run_dir: Path, timeout_s: float = 30.0) -> Iterator[str]:
-    """Run ``python -m repro.live.proxy.app`` with ``cfg``; yields its base URL; always stops it."""
+    """Run ``python -m repro.live.proxy`` with ``cfg`` (log in ``run_dir/proxy.log``); yields its base URL
+    once ``/health`` answers 200 (within ``timeout_s`` wall seconds, else RuntimeError); always stops it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     conf = run_dir / "proxy.json"
     # the bearer token never goes into a file in the run directory: it travels in the environment
@@ -89,15 +99,19 @@ def proxy_process(cfg: ProxyConfig, run_dir: Path, timeout_s: float = 30.0) -> I
         log.close()
 
 
-def _launch(spec: Any):
+def launch_cluster(spec: RunSpec) -> AbstractContextManager[list[Instance]]:
+    """The spec's cluster, as a context manager that yields its instances and always stops them:
+    backend ``emulated``: the spec's topology (or cluster file) as local emulated engines;
+    backend ``vllm``: the ``spec.cluster`` file's launcher (ConfigError without one)."""
     from repro.cluster.launchers import launch
 
     if spec.backend == "emulated":
         target = spec.cluster or spec.topology
-        return launch(target, launcher="emulated", time_scale=spec.time_scale, profile=spec.profile,
+        return launch(target, launcher="emulated", time_scale=spec.live.time_scale, profile=spec.profile,
                       kv_budget_tokens=spec.kv_budget_tokens)
     if not spec.cluster:
-        raise ConfigError("spec: field 'cluster' is required for backend 'vllm' (a cluster YAML: vllm launcher or remote URLs)")
+        raise ConfigError("spec: field 'cluster' is required for backend 'vllm' "
+                          "(a cluster YAML: vllm launcher or remote URLs)")
     return launch(spec.cluster)
 
 
@@ -111,7 +125,11 @@ def merge_journals(client: pd.DataFrame, proxy: pd.DataFrame, trace: pd.DataFram
     if len(proxy):
         p = proxy.drop_duplicates("request_id", keep="last").set_index("request_id")
         common = out.index.intersection(p.index)
-        offset = float(np.nanmedian(out.loc[common, "prefill_start_s"].to_numpy(float) - p.loc[common, "arrival_s"].to_numpy(float))) if len(common) else 0.0
+        offset = 0.0
+        if len(common):
+            sent = out.loc[common, "prefill_start_s"].to_numpy(float)
+            received = p.loc[common, "arrival_s"].to_numpy(float)
+            offset = float(np.nanmedian(sent - received))
         for col in ("prefill_instance", "decode_instance", "predicted_output_tokens"):
             have = out[col].notna()
             out.loc[~have, col] = p[col].reindex(out.index)[~have]
@@ -122,7 +140,7 @@ def merge_journals(client: pd.DataFrame, proxy: pd.DataFrame, trace: pd.DataFram
     return frame(out.reset_index()[list(FIELD_NAMES)].to_dict("records"))
 
 
-def run_live(spec: Any, run_dir: Path) -> pd.DataFrame:
+def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     """Run one spec on live engines; writes journal.jsonl (+ client, proxy, gates files)."""
     from repro.experiment.inputs import build_trace
     from repro.live.gates import run_gates
@@ -135,20 +153,20 @@ def run_live(spec: Any, run_dir: Path) -> pd.DataFrame:
     for p in (client_path, proxy_path):  # a half-written earlier attempt is redone from scratch
         if p.exists():
             p.unlink()
-    with _launch(spec) as instances:
+    with launch_cluster(spec) as instances:
         endpoints = [Endpoint(i.name, i.role, i.url) for i in instances]
         cfg = ProxyConfig(
             endpoints=endpoints, policy=spec.policy, policy_options=dict(spec.policy_options),
             cost_model=spec.cost_model, predictor=spec.predictor, predictor_noise=spec.predictor_noise,
-            predictor_seed=spec.predictor_seed, journal=str(proxy_path), time_scale=spec.time_scale,
+            predictor_seed=spec.predictor_seed, journal=str(proxy_path), time_scale=spec.live.time_scale,
             poll_interval_s=spec.kv_poll_interval_s, port=free_port(), kv_capacity_tokens=spec.kv_budget_tokens,
         )
         gates = run_gates(instances)
-        (run_dir / "gates.json").write_text(json.dumps(_jsonable(gates), indent=2, default=str))
+        (run_dir / "gates.json").write_text(json.dumps(jsonable(gates), indent=2, default=str))
         with proxy_process(cfg, run_dir) as url:
-            report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.time_scale,
+            report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.live.time_scale,
                                  progress=sys.stderr.isatty())
-        (run_dir / "loadgen.json").write_text(json.dumps(_jsonable(report), indent=2, default=str))
+        (run_dir / "loadgen.json").write_text(json.dumps(jsonable(report), indent=2, default=str))
     client = read_journal(client_path)
     proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])
     check_live_accounting(report, client, proxy)
@@ -158,7 +176,8 @@ def run_live(spec: Any, run_dir: Path) -> pd.DataFrame:
     return merged
 
 
-def check_live_accounting(report: Any, client: pd.DataFrame, proxy: pd.DataFrame | None = None) -> dict[str, int]:
+def check_live_accounting(report: ReplayReport, client: pd.DataFrame,
+                          proxy: pd.DataFrame | None = None) -> dict[str, int]:
     """A live run's books must balance, or the run is an error (`AccountingError`), not a warning:
 
     - every request the load generator sent has exactly one client journal row
@@ -181,7 +200,9 @@ def check_live_accounting(report: Any, client: pd.DataFrame, proxy: pd.DataFrame
     return counts
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """``obj`` as something `json.dumps` takes: a dataclass instance as a dict, an object with
+    ``to_dict()`` as its dict; anything else as is."""
     from dataclasses import asdict, is_dataclass
 
     if is_dataclass(obj) and not isinstance(obj, type):

@@ -11,18 +11,24 @@ from __future__ import annotations
 import math
 import os
 import textwrap
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
+import numpy as np
+import pandas as pd
+
+from repro.paths import resolve_dir
+from repro.routing.policies import PAPER_POLICIES
 
 matplotlib.use("Agg")  # before pyplot; headless and deterministic
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402  (pyplot only after the backend is set)
 
-from repro.paths import resolve_dir
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 DPI = 150
 FLOAT_FORMAT = "%.6g"
@@ -43,7 +49,7 @@ POLICY_LABELS = {
     "llmd_weighted": "llm-d weighted scorer",
     "sglang_least_load": "SGLang least-load",
 }
-POLICY_ORDER = ["round_robin", "least_loaded", "length_threshold", "marginal_cost"]
+POLICY_ORDER = list(PAPER_POLICIES)
 
 
 def set_style() -> None:
@@ -64,7 +70,7 @@ def set_style() -> None:
     })
 
 
-def save(fig: Any, name: str, out_dir: str | Path = "figures", close: bool = True) -> list[Path]:
+def save(fig: Figure, name: str, out_dir: str | Path = "figures", close: bool = True) -> list[Path]:
     """Write ``<out_dir>/<name>.png`` and ``.pdf`` deterministically; returns the two paths."""
     out = resolve_dir(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -82,6 +88,7 @@ def save(fig: Any, name: str, out_dir: str | Path = "figures", close: bool = Tru
 
 
 def policy_label(name: str) -> str:
+    """The display name of a policy (or variant) in figures; unknown names as they are."""
     return POLICY_LABELS.get(name, name)
 
 
@@ -89,18 +96,18 @@ def bar_with_paper(
     df: pd.DataFrame,
     x: str,
     y: str,
-    hue: Optional[str] = None,
-    paper: Optional[pd.DataFrame] = None,
+    hue: str | None = None,
+    paper: pd.DataFrame | None = None,
     *,
-    err: Optional[str] = None,
-    order: Optional[Sequence[Any]] = None,
-    hue_order: Optional[Sequence[Any]] = None,
+    err: str | None = None,
+    order: Sequence[Any] | None = None,
+    hue_order: Sequence[Any] | None = None,
     title: str = "",
-    xlabel: Optional[str] = None,
-    ylabel: Optional[str] = None,
-    ax: Any = None,
-    ylim: Optional[tuple[float, float]] = None,
-) -> tuple[Any, Any]:
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    ax: Axes | None = None,
+    ylim: tuple[float, float] | None = None,
+) -> tuple[Figure, Axes]:
     """Bars of our ``y`` per ``x`` (and ``hue``) with the paper's value as a black diamond beside each.
 
     ``df`` has one row per bar (already aggregated; ``err`` names a column of half-widths drawn as
@@ -135,7 +142,7 @@ def bar_with_paper(
                color=palette[j % len(palette)], edgecolor="white", linewidth=0.5)
         if paper is not None and len(paper):
             psub = paper if h is None else paper[paper[hue] == h]
-            for p_i, k in zip(pos, order):
+            for p_i, k in zip(pos, order, strict=True):
                 pv = psub.loc[psub[x] == k, "paper"]
                 if len(pv) and not math.isnan(float(pv.iloc[0])):
                     ax.scatter([p_i], [float(pv.iloc[0])], label=None if paper_drawn else "paper", **PAPER_MARKER)
@@ -163,7 +170,7 @@ def _fmt(v: Any) -> Any:
 
 
 def write_results(df: pd.DataFrame, name: str, out_dir: str | Path = "results",
-                  columns: Optional[Iterable[str]] = None) -> Path:
+                  columns: Iterable[str] | None = None) -> Path:
     """Write ``<out_dir>/<name>.csv``: floats as ``%.6g``, ``\\n`` line ends, no index; returns the path."""
     out = resolve_dir(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -176,7 +183,7 @@ def write_results(df: pd.DataFrame, name: str, out_dir: str | Path = "results",
     return path
 
 
-def plain_log_axis(ax: Any, which: str = "y") -> None:
+def plain_log_axis(ax: Axes, which: str = "y") -> None:
     """Label a log axis with plain numbers (0.2, 0.5, 1, 2, ...) instead of 2x10^-1."""
     from matplotlib import ticker
 

@@ -21,12 +21,14 @@ notebook parameter that is not empty (or not 0) overrides the plan.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from repro.errors import ConfigError
+from repro.vocab import BACKENDS, SCALES
 
-BACKENDS = ("sim", "emulated", "vllm")
-SCALES = ("quick", "full")
+if TYPE_CHECKING:
+    from repro.experiment.spec import RunSpec
 
 # The saturation rate (req/s) of each workload on 2p4d (round-robin mid-collapse, §IV-B), from the
 # simulator's search (`repro saturate`); notebooks 12 and 13 use them as reference rates, and live
@@ -39,6 +41,7 @@ LIVE_REQUESTS = (200, 1000)
 LIVE_QUICK_REQUESTS = LIVE_REQUESTS[0]
 FULL_SEEDS = (1, 2, 3)  # the paper's three arrival traces
 LIVE_QUICK_SEEDS = (1,)
+SEARCH_MAX_REQUESTS = 1000  # requests per probe of a notebook's operating-rate search (at most)
 
 # Live quick: each sweep cut to the rows that carry its section's claim (name -> values).
 LIVE_QUICK_GRIDS: dict[str, tuple[Any, ...]] = {
@@ -83,15 +86,16 @@ def emulated_time_scale(rate: float, time_scale: float, max_wall_rate: float = E
     return float(min(time_scale, max(1.0, max_wall_rate / rate)))
 
 
-def for_this_machine(spec: Any) -> Any:
+def for_this_machine(spec: RunSpec) -> RunSpec:
     """``spec`` with its emulated time scale capped by `emulated_time_scale` (other backends unchanged)."""
-    if getattr(spec, "backend", None) != "emulated":
+    if spec.backend != "emulated":
         return spec
-    ts = emulated_time_scale(float(spec.rate), float(spec.time_scale))
-    return spec if ts == spec.time_scale else spec.replace(time_scale=ts)
+    ts = emulated_time_scale(float(spec.rate), float(spec.live.time_scale))
+    return spec if ts == spec.live.time_scale else spec.replace(time_scale=ts)
 
 
 def check_backend_scale(backend: str, scale: str) -> None:
+    """A notebook's ``backend`` and ``scale`` parameters; an unknown value is a `ConfigError` listing the allowed."""
     if backend not in BACKENDS:
         raise ConfigError(f"parameter 'backend' = {backend!r}; allowed: {list(BACKENDS)}")
     if scale not in SCALES:
@@ -109,7 +113,7 @@ def searches_rates(backend: str, scale: str) -> bool:
     return not is_live_quick(backend, scale)
 
 
-def pick(name: str, given: Any, backend: str, scale: str, default: Sequence[Any]) -> list[Any]:
+def pick(name: str, given: Sequence[Any] | None, backend: str, scale: str, default: Sequence[Any]) -> list[Any]:
     """The values of grid ``name``: ``given`` when not empty, else the live-quick cut, else ``default``."""
     if given:
         return list(given)
@@ -129,7 +133,8 @@ def value(name: str, given: float, backend: str, scale: str, default: float) -> 
 
 def seeds_and_requests(backend: str, scale: str, seeds: Sequence[int] | None, n_requests: int, *,
                        quick_seeds: Sequence[int] = FULL_SEEDS, full_seeds: Sequence[int] = FULL_SEEDS,
-                       sim: tuple[int, int] = SIM_REQUESTS, live: tuple[int, int] = LIVE_REQUESTS) -> tuple[list[int], int]:
+                       sim: tuple[int, int] = SIM_REQUESTS,
+                       live: tuple[int, int] = LIVE_REQUESTS) -> tuple[list[int], int]:
     """``(seeds, n_requests)``: given values win; empty / 0 mean the plan's default.
 
     ``quick_seeds`` is the notebook's sim-quick choice; live quick always runs `LIVE_QUICK_SEEDS`.
@@ -148,6 +153,12 @@ def seeds_and_requests(backend: str, scale: str, seeds: Sequence[int] | None, n_
         raise ConfigError(f"parameter 'seeds' = {seeds!r} must be a list of integers >= 0 ([] = the scale default)")
     n = int(n_requests) or (sim if backend == "sim" else live)[1 if full else 0]
     return chosen, n
+
+
+def default_n(backend: str, scale: str, n_requests: int = 0, *, sim: tuple[int, int] = SIM_REQUESTS,
+              live: tuple[int, int] = LIVE_REQUESTS) -> int:
+    """Requests per run: ``n_requests`` if > 0, else the (quick, full) default of the backend."""
+    return seeds_and_requests(backend, scale, [1], n_requests, sim=sim, live=live)[1]
 
 
 def fixed_rates(workloads: Sequence[str]) -> dict[str, float]:

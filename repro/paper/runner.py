@@ -18,20 +18,29 @@ import subprocess
 import sys
 import time
 import tokenize
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from repro.errors import ConfigError, parse_assignments
-from repro.paths import CLUSTERS_DIR, NOTEBOOK_DIR
+from repro.paths import CLUSTERS_DIR, NOTEBOOK_DIR, resolve_dir
+from repro.vocab import BACKENDS, SCALES
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
+    from rich.console import Console
+    from rich.table import Table
 
 KERNEL = "python3"
 
 
 @dataclass(frozen=True)
 class Parameter:
+    """One line of a notebook's parameters cell: ``name: type = default  # help``."""
+
     name: str
     type: str
     default: Any
@@ -40,12 +49,14 @@ class Parameter:
 
 @dataclass
 class NotebookResult:
+    """One executed notebook: where it went, whether every cell ran, and its wall time (s)."""
+
     name: str
     output: Path
     ok: bool
     wall_s: float
     error: str = ""
-    headline: Optional[pd.DataFrame] = field(default=None, repr=False)
+    headline: pd.DataFrame | None = field(default=None, repr=False)
 
 
 # ---- discovery and the parameters cell ---------------------------------------------------------
@@ -71,12 +82,13 @@ def select(only: str | Sequence[str] | None, notebook_dir: Path = NOTEBOOK_DIR) 
     return sorted(chosen)
 
 
-def _cell_source(cell: Any) -> str:
+def _cell_source(cell: NotebookNode) -> str:
     src = cell.get("source", "")
     return "".join(src) if isinstance(src, list) else src
 
 
-def parameters_cell(nb: Any) -> str:
+def parameters_cell(nb: NotebookNode) -> str:
+    """The source of the notebook's cell tagged ``parameters`` (a `ConfigError` when it has none)."""
     for cell in nb.cells:
         if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
             return _cell_source(cell)
@@ -105,6 +117,7 @@ def parse_parameters(source: str) -> dict[str, Parameter]:
 
 
 def notebook_parameters(path: Path) -> dict[str, Parameter]:
+    """The parameters a notebook file declares, by name."""
     import nbformat
 
     return parse_parameters(parameters_cell(nbformat.read(str(path), as_version=4)))
@@ -154,8 +167,8 @@ def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = 
     t0 = time.perf_counter()
     try:
         # --log-level=ERROR: the kernel's start-up warning about TCP on 127.0.0.1 would print once per notebook
-        pm.execute_notebook(str(path), str(output), parameters=params, kernel_name=KERNEL, language="python", cwd=str(cwd),
-                            progress_bar=False, log_output=False, report_mode=False,
+        pm.execute_notebook(str(path), str(output), parameters=params, kernel_name=KERNEL, language="python",
+                            cwd=str(cwd), progress_bar=False, log_output=False, report_mode=False,
                             extra_arguments=["--log-level=ERROR"])
     except Exception as exc:  # papermill's PapermillExecutionError carries the cell traceback
         return NotebookResult(path.stem, output, False, time.perf_counter() - t0, _failure_text(exc))
@@ -163,6 +176,7 @@ def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = 
 
 
 def collect_headlines(names: Sequence[str], results_dir: Path) -> pd.DataFrame:
+    """The ``<NN>_headline.csv`` rows of the named notebooks, concatenated (`HEADLINE_COLUMNS`)."""
     frames = []
     for name in names:
         p = results_dir / f"{name.split('_', 1)[0]}_headline.csv"
@@ -175,21 +189,22 @@ def collect_headlines(names: Sequence[str], results_dir: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def run_paper(*, backend: str = "emulated", scale: str = "quick", only: Optional[str] = None,
-              cluster: Optional[str] = None, out: str | Path = "build/notebooks",
+def run_paper(*, backend: str = "emulated", scale: str = "quick", only: str | None = None,
+              cluster: str | None = None, out: str | Path = "build/notebooks",
               results_dir: str | Path = "results", figures_dir: str | Path = "figures",
-              extra: Optional[dict[str, Any]] = None, console: Any = None) -> tuple[list[NotebookResult], pd.DataFrame]:
+              extra: dict[str, Any] | None = None,
+              console: Console | None = None) -> tuple[list[NotebookResult], pd.DataFrame]:
     """Run the selected notebooks; returns their results and the summary table (also written)."""
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
 
-    from repro.paper.figures import resolve_dir, write_results
+    from repro.paper.figures import write_results
 
-    if backend not in ("sim", "emulated", "vllm"):
-        raise ConfigError(f"paper: --backend {backend!r}; allowed: ['sim', 'emulated', 'vllm']")
-    if scale not in ("quick", "full"):
-        raise ConfigError(f"paper: --scale {scale!r}; allowed: ['quick', 'full']")
+    if backend not in BACKENDS:
+        raise ConfigError(f"paper: --backend {backend!r}; allowed: {list(BACKENDS)}")
+    if scale not in SCALES:
+        raise ConfigError(f"paper: --scale {scale!r}; allowed: {list(SCALES)}")
     if backend == "vllm" and not cluster:
         raise ConfigError("paper: --backend vllm needs --cluster FILE (a cluster YAML; see data/clusters/)")
     if cluster and not Path(cluster).exists() and not (CLUSTERS_DIR / f"{cluster}.yaml").exists():
@@ -200,7 +215,8 @@ def run_paper(*, backend: str = "emulated", scale: str = "quick", only: Optional
     out_dir, res_dir, fig_dir = resolve_dir(out), resolve_dir(results_dir), resolve_dir(figures_dir)
     if out_dir.resolve() == NOTEBOOK_DIR.resolve():
         raise ConfigError("paper: --out must not be notebooks/ (executed notebooks go to a build folder)")
-    params = {"backend": backend, "scale": scale, "cluster": str(Path(cluster).resolve()) if cluster and Path(cluster).exists() else (cluster or ""),
+    cluster_param = str(Path(cluster).resolve()) if cluster and Path(cluster).exists() else (cluster or "")
+    params = {"backend": backend, "scale": scale, "cluster": cluster_param,
               "results_dir": str(res_dir), "figures_dir": str(fig_dir), **(extra or {})}
     for nb in nbs:  # check every notebook's parameters before running any
         check_parameters(nb, params)
@@ -238,16 +254,22 @@ def run_paper(*, backend: str = "emulated", scale: str = "quick", only: Optional
     return results, summary
 
 
-def summary_table(summary: pd.DataFrame) -> Any:
+def summary_table(summary: pd.DataFrame) -> Table:
+    """The headline numbers as a Rich table: ours beside the paper's (4 significant digits)."""
     from rich.table import Table
+
+    def text(v: Any) -> str:
+        return "" if pd.isna(v) else str(v)
+
+    def fmt(v: float) -> str:
+        return "" if pd.isna(v) else f"{v:.4g}"
 
     t = Table(title="headline numbers: ours vs the paper")
     for c in ("notebook", "key", "ours", "paper", "unit", "meaning"):
         t.add_column(c, justify="right" if c in ("ours", "paper") else "left", overflow="fold")
-    text = lambda v: "" if pd.isna(v) else str(v)  # noqa: E731
     for r in summary.itertuples():
-        fmt = lambda v: "" if pd.isna(v) else f"{v:.4g}"  # noqa: E731
-        t.add_row(str(r.notebook), str(r.key), fmt(r.ours), fmt(r.paper), text(r.unit), text(getattr(r, "meaning", "")))
+        t.add_row(str(r.notebook), str(r.key), fmt(r.ours), fmt(r.paper), text(r.unit),
+                  text(getattr(r, "meaning", "")))
     return t
 
 
@@ -256,17 +278,20 @@ def _parse_extra(pairs: Sequence[str]) -> dict[str, Any]:
     return parse_assignments(list(pairs), "paper: -p")
 
 
-def _make_cli():
+def _make_cli() -> Callable[..., None]:
     import typer
 
     def paper_cmd(
-        backend: str = typer.Option("emulated", "--backend", help="emulated (default: local emulated vLLM engines over real HTTP) | sim | vllm"),
+        backend: str = typer.Option("emulated", "--backend",
+                                    help="emulated (default: local emulated vLLM engines over real HTTP) | sim | vllm"),
         scale: str = typer.Option("quick", "--scale", help="quick | full"),
-        only: Optional[str] = typer.Option(None, "--only", help="notebooks to run, e.g. 01,04 (default: all)"),
-        cluster: Optional[str] = typer.Option(None, "--cluster", help="cluster YAML for emulated/vllm"),
+        only: str | None = typer.Option(None, "--only", help="notebooks to run, e.g. 01,04 (default: all)"),
+        cluster: str | None = typer.Option(None, "--cluster", help="cluster YAML for emulated/vllm"),
         out: Path = typer.Option(Path("build/notebooks"), "--out", help="folder for the executed notebooks"),
-        results_dir: Path = typer.Option(Path("results"), "--results-dir", help="tidy CSVs (relative: to the repo root)"),
-        figures_dir: Path = typer.Option(Path("figures"), "--figures-dir", help="PNG + PDF figures (relative: to the repo root)"),
+        results_dir: Path = typer.Option(Path("results"), "--results-dir",
+                                         help="tidy CSVs (relative: to the repo root)"),
+        figures_dir: Path = typer.Option(Path("figures"), "--figures-dir",
+                                         help="PNG + PDF figures (relative: to the repo root)"),
         param: list[str] = typer.Option([], "--param", "-p", help="extra notebook parameter NAME=VALUE (repeatable)"),
     ) -> None:
         """Rerun the paper: execute the section notebooks and print ours vs the paper's numbers.
@@ -292,7 +317,7 @@ EXPECTED_DIR = NOTEBOOK_DIR / "expected"
 CHECK_MARKER = "expected_output("
 
 
-def is_checked(cell: Any) -> bool:
+def is_checked(cell: NotebookNode) -> bool:
     """A code cell whose printed values are compared with a golden file (see `expected_output`)."""
     return cell.get("cell_type") == "code" and CHECK_MARKER in _cell_source(cell)
 

@@ -22,19 +22,20 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
 from repro.paths import CALIBRATION_DIR
+from repro.vocab import DEFAULT_PROFILE, SloClass
 
 TPOT_OVER_TAU_DEC = 3.0
 TTFT_OVER_PREFILL_BASE = 0.175 / 0.0667
-SLO_CLASSES = ("tight", "loose")
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,10 @@ class SLOTargets:
     tpot_tight_s: float
     loose_factor: float = 3.0
 
-    def ttft_s(self, slo_class: str) -> float:
+    def ttft_s(self, slo_class: SloClass) -> float:
         return self.ttft_tight_s * (1.0 if slo_class == "tight" else self.loose_factor)
 
-    def tpot_s(self, slo_class: str) -> float:
+    def tpot_s(self, slo_class: SloClass) -> float:
         return self.tpot_tight_s * (1.0 if slo_class == "tight" else self.loose_factor)
 
 
@@ -90,7 +91,7 @@ class CostModel:
 
     # ---- construction -----------------------------------------------------------------------
     @classmethod
-    def from_physics(cls, physics: Physics, name: str = "calibrated") -> "CostModel":
+    def from_physics(cls, physics: Physics, name: str = "calibrated") -> CostModel:
         """The cost model a perfect calibration of ``physics`` yields."""
         typical_ctx = 800  # the context at which the profile's per-token decode time is quoted
         tau_dec = physics.decode_step_s(1, typical_ctx)
@@ -112,14 +113,14 @@ class CostModel:
             max_num_batched_tokens=physics.max_num_batched_tokens,
         )
 
-    def with_overrides(self, **changes: Any) -> "CostModel":
+    def with_overrides(self, **changes: Any) -> CostModel:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], origin: str = "cost model") -> "CostModel":
+    def from_dict(cls, raw: dict[str, Any], origin: str = "cost model") -> CostModel:
         if not isinstance(raw, dict):
             raise ConfigError(f"{origin}: expected a JSON object")
         known = {f.name: f for f in fields(cls)}
@@ -137,7 +138,8 @@ class CostModel:
                 if not isinstance(value, str) or not value:
                     raise ConfigError(f"{origin}: field 'name' must be a non-empty string")
             else:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                if (isinstance(value, bool) or not isinstance(value, (int, float))
+                        or not math.isfinite(value) or value < 0):
                     raise ConfigError(f"{origin}: field '{name}' must be a finite number >= 0, got {value!r}")
                 if name in ("xfer_bandwidth_bytes_per_s", "tau_dec_s", "ttft_tight_s", "tpot_tight_s") and value <= 0:
                     raise ConfigError(f"{origin}: field '{name}' must be > 0, got {value!r}")
@@ -155,14 +157,15 @@ class CostModel:
         tmp.replace(path)
 
     @classmethod
-    def load(cls, name_or_path: str | Path) -> "CostModel":
+    def load(cls, name_or_path: str | Path) -> CostModel:
         """A shipped cost model by name (`calibrated`, `sim_derived`) or a calibration JSON file."""
         path = Path(name_or_path)
         if path.suffix != ".json" and not path.exists():
             path = CALIBRATION_DIR / f"{name_or_path}.json"
             if not path.exists():
                 raise ConfigError(
-                    f"cost model: unknown name {str(name_or_path)!r}; allowed: {available_cost_models()} or a path to a calibration .json"
+                    f"cost model: unknown name {str(name_or_path)!r}; allowed: {available_cost_models()}"
+                    " or a path to a calibration .json"
                 )
         if not path.exists():
             raise ConfigError(f"cost model: file {path} does not exist")
@@ -278,7 +281,7 @@ def _line(x: list[float], y: list[float]) -> tuple[float, float]:
     return float(intercept), float(slope)
 
 
-def write_shipped_cost_models(profile: str | Path = "a40-qwen2.5-3b") -> list[Path]:
+def write_shipped_cost_models(profile: str | Path = DEFAULT_PROFILE) -> list[Path]:
     """Regenerate ``data/calibration/{calibrated,sim_derived}.json`` from a hardware profile."""
     cal = CostModel.from_physics(Physics.load(profile))
     paths = []

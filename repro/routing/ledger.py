@@ -28,8 +28,13 @@ from repro.routing.cost_model import CostModel
 
 
 class SerialBook:
-    """Backlog of a FCFS server as a workload process (see module docstring)."""
+    """Backlog of a FCFS server as a workload process (see module docstring).
 
+    ``tail``: time (s) at which the priced work charged so far would end; ``in_flight``: requests
+    charged and not settled; ``tokens``: their tokens.
+    """
+
+    # __slots__: a speed shortcut (one book per instance, read at every routing decision)
     __slots__ = ("tail", "in_flight", "tokens")
 
     def __init__(self) -> None:
@@ -45,6 +50,7 @@ class SerialBook:
         return self.tail
 
     def settle(self, tokens: float, now: float) -> None:
+        """One charged request left this server (its ``tokens`` are released)."""
         self.in_flight -= 1
         self.tokens -= tokens
         if self.in_flight <= 0:
@@ -53,11 +59,18 @@ class SerialBook:
             self.tail = min(self.tail, now)
 
     def backlog(self, now: float) -> float:
+        """Seconds of priced work still outstanding at ``now``."""
         return self.tail - now if self.tail > now else 0.0
 
 
 class ParallelBook:
-    """Sum of remaining priced work over requests that progress concurrently."""
+    """Sum of remaining priced work over requests that progress concurrently.
+
+    Speed shortcut: instead of summing ``max(E_i - now, 0)`` over every entry at each read, it
+    keeps the sum and count of the end times still in the future and expires passed ones from a
+    heap (lazily: a moved or settled entry's heap item is skipped when it surfaces), so a read is
+    ``sum_end - active * now``.
+    """
 
     __slots__ = ("_heap", "_end", "_sum_end", "_active", "_seq", "in_flight", "tokens")
 
@@ -95,6 +108,7 @@ class ParallelBook:
             self._active -= 1
 
     def charge(self, key: str, end: float, tokens: float, now: float) -> None:
+        """Add request ``key`` expected to end at ``end`` (s), holding ``tokens``."""
         self._expire(now)
         self._insert(key, end, now)
         self.in_flight += 1
@@ -108,6 +122,7 @@ class ParallelBook:
             self._insert(key, end, now)
 
     def settle(self, key: str, tokens: float, now: float) -> None:
+        """Request ``key`` finished or failed: remove it and release its ``tokens``."""
         self._expire(now)
         if key in self._end:
             self._remove(key, now)
@@ -118,6 +133,7 @@ class ParallelBook:
             self.tokens = 0.0
 
     def backlog(self, now: float) -> float:
+        """Seconds of priced work still outstanding at ``now`` (summed over the entries)."""
         self._expire(now)
         value = self._sum_end - self._active * now
         return value if value > 0.0 else 0.0
@@ -142,7 +158,9 @@ class Ledger:
         self.decode = [ParallelBook() for _ in range(n_decode)]
         self._entries: dict[str, _Entry] = {}
 
-    def dispatch(self, key: str, prefill: int, decode: int, prompt_tokens: int, output_estimate: float, now: float) -> None:
+    def dispatch(
+        self, key: str, prefill: int, decode: int, prompt_tokens: int, output_estimate: float, now: float
+    ) -> None:
         """Charge a request placed on (prefill, decode) at time ``now``."""
         cm = self.cost_model
         pre_end = self.prefill[prefill].charge(cm.tau_pre(prompt_tokens), prompt_tokens, now)

@@ -51,8 +51,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -61,10 +62,17 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from repro.errors import ConfigError
 from repro.paths import PREDICTOR_DIR
+from repro.workload.sharegpt import HELDOUT_FRACTION, SPLIT_SEED, heldout_mask
+
+if TYPE_CHECKING:
+    from repro.workload.traces import Trace
+
+PredictorInput: TypeAlias = "pd.DataFrame | Trace | dict[str, Any]"
+"""A predictor's ``X``: a DataFrame (or dict of columns) with ``prompt_head`` and ``prompt_tokens``,
+a trace-shaped DataFrame, or a `repro.workload.traces.Trace`."""
 
 MODEL_FORMAT = 1
 MAX_TOKENS = 32_768
-from repro.workload.sharegpt import HELDOUT_FRACTION, SPLIT_SEED, heldout_mask  # noqa: E402,F401  (the split is the table's)
 
 REL_ERROR_MAX = 10.0
 
@@ -183,7 +191,7 @@ def length_features(prompt_tokens: np.ndarray) -> np.ndarray:
     return np.column_stack((lp, lp * lp / 10.0, hinges))
 
 
-def _as_frame(X: Any) -> pd.DataFrame:
+def _as_frame(X: PredictorInput) -> pd.DataFrame:
     """Accept a DataFrame with prompt_head/prompt_tokens, or a Trace."""
     if hasattr(X, "features") and hasattr(X, "df"):  # repro.workload.traces.Trace
         return X.features()
@@ -220,7 +228,7 @@ def _unique_heads(heads: pd.Series, head_chars: int) -> tuple[np.ndarray, list[s
         return codes.astype(np.int64), list(uniq)
 
 
-def _heads_and_tokens(X: Any) -> tuple[list[str], np.ndarray]:
+def _heads_and_tokens(X: PredictorInput) -> tuple[list[str], np.ndarray]:
     df = _as_frame(X)
     heads = ["" if not isinstance(h, str) else h for h in df["prompt_head"].tolist()]
     return heads, df["prompt_tokens"].to_numpy(dtype=np.float64)
@@ -250,6 +258,24 @@ def length_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
     }
 
 
+# ---- the interface ----------------------------------------------------------------------------
+class OutputLengthModel(Protocol):
+    """What the harness asks of an output-length predictor (`LengthPredictor`, `ConstantPredictor`,
+    `NoisyPredictor`, or a user's): predictions in tokens, per batch and per request."""
+
+    def fit(self, X: PredictorInput, y: Any) -> OutputLengthModel:
+        """Train on ``X`` and the true output lengths ``y`` (tokens)."""
+        ...
+
+    def predict(self, X: PredictorInput, keys: Iterable[Any] | None = None) -> np.ndarray:
+        """Predicted output tokens per row of ``X`` (``keys``: request ids, for keyed noise)."""
+        ...
+
+    def predict_one(self, prompt_head: str, prompt_tokens: int, key: Any = None) -> float:
+        """Predicted output tokens of one request; equal to `predict` on that row."""
+        ...
+
+
 # ---- the model ------------------------------------------------------------------------------
 class LengthPredictor(RegressorMixin, BaseEstimator):
     """Ridge on hashed prompt-head n-grams + prompt-length features, target log1p(output)."""
@@ -266,7 +292,7 @@ class LengthPredictor(RegressorMixin, BaseEstimator):
         text = hash_text_features(heads, self.head_chars, self.n_features_log2)
         return sp.hstack([text, sp.csr_matrix(length_features(tokens))], format="csr")
 
-    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "LengthPredictor":
+    def fit(self, X: PredictorInput, y: Any, sample_weight: Any = None) -> LengthPredictor:
         from sklearn.linear_model import Ridge
 
         if not (isinstance(self.alpha, (int, float)) and self.alpha > 0):
@@ -303,7 +329,7 @@ class LengthPredictor(RegressorMixin, BaseEstimator):
             raise NotFittedError("LengthPredictor is not fitted: call fit() or "
                                  "LengthPredictor.load()")
 
-    def predict_log(self, X: Any) -> np.ndarray:
+    def predict_log(self, X: PredictorInput) -> np.ndarray:
         """The raw score, log1p(predicted output tokens)."""
         self._check_fitted()
         df = _as_frame(X)
@@ -321,7 +347,7 @@ class LengthPredictor(RegressorMixin, BaseEstimator):
             score = score + feats[:, j] * c
         return score
 
-    def predict(self, X: Any, keys: Iterable[Any] | None = None) -> np.ndarray:
+    def predict(self, X: PredictorInput, keys: Iterable[Any] | None = None) -> np.ndarray:
         """Predicted output tokens (float, in [1, 32768]); ``keys`` is accepted and ignored
         (the interface shared with `NoisyPredictor`)."""
         return np.clip(np.expm1(self.predict_log(X)), 1.0, MAX_TOKENS)
@@ -363,7 +389,7 @@ class LengthPredictor(RegressorMixin, BaseEstimator):
         return path
 
     @classmethod
-    def load(cls, path: str | Path = PREDICTOR_DIR) -> "LengthPredictor":
+    def load(cls, path: str | Path = PREDICTOR_DIR) -> LengthPredictor:
         path = Path(path)
         meta_path = path / "model.json"
         if not meta_path.exists():
@@ -408,7 +434,7 @@ class ConstantPredictor(RegressorMixin, BaseEstimator):
     def __init__(self, value: float | None = None):
         self.value = value
 
-    def fit(self, X: Any = None, y: Any = None) -> "ConstantPredictor":
+    def fit(self, X: PredictorInput | None = None, y: Any = None) -> ConstantPredictor:
         if self.value is not None:
             self.constant_ = float(self.value)
         elif y is not None:
@@ -419,7 +445,7 @@ class ConstantPredictor(RegressorMixin, BaseEstimator):
             raise ConfigError(f"value must be a finite number >= 1, got {self.constant_!r}")
         return self
 
-    def predict(self, X: Any, keys: Iterable[Any] | None = None) -> np.ndarray:
+    def predict(self, X: PredictorInput, keys: Iterable[Any] | None = None) -> np.ndarray:
         if not hasattr(self, "constant_"):
             self.fit()
         return np.full(_n_rows(X), self.constant_, dtype=np.float64)
@@ -430,7 +456,7 @@ class ConstantPredictor(RegressorMixin, BaseEstimator):
         return float(self.constant_)
 
 
-def _n_rows(X: Any) -> int:
+def _n_rows(X: PredictorInput) -> int:
     if hasattr(X, "df") and hasattr(X, "meta"):
         return len(X.df)
     return len(X)
@@ -441,7 +467,9 @@ def noise_amplitude(rel_error: float) -> float:
     r = float(rel_error)
     if r == 0:
         return 0.0
-    f = lambda a: (math.cosh(a) - 1.0) / a - r  # noqa: E731 - increasing in a > 0
+    def f(a: float) -> float:  # increasing in a > 0
+        return (math.cosh(a) - 1.0) / a - r
+
     lo, hi = 0.0, 1.0
     while f(hi) < 0:
         hi *= 2.0
@@ -459,7 +487,7 @@ def noise_amplitude(rel_error: float) -> float:
 def keyed_uniform(keys: Iterable[Any], random_state: int | None) -> np.ndarray:
     """U in [0, 1) per key: BLAKE2b(f"{random_state}:{key}")[:8] / 2**64 (see module doc)."""
     seed = "" if random_state is None else str(int(random_state))
-    out = [int.from_bytes(hashlib.blake2b(f"{seed}:{k}".encode("utf-8"), digest_size=8).digest(),
+    out = [int.from_bytes(hashlib.blake2b(f"{seed}:{k}".encode(), digest_size=8).digest(),
                           "big") for k in keys]
     return np.asarray(out, dtype=np.float64) / 2.0 ** 64
 
@@ -467,7 +495,7 @@ def keyed_uniform(keys: Iterable[Any], random_state: int | None) -> np.ndarray:
 class NoisyPredictor(RegressorMixin, BaseEstimator):
     """``base``'s prediction times exp(u), u ~ U(-a, a) keyed per request (module docstring)."""
 
-    def __init__(self, base: Any = None, rel_error: float = 0.0, random_state: int | None = 0):
+    def __init__(self, base: OutputLengthModel | None = None, rel_error: float = 0.0, random_state: int | None = 0):
         self.base = base
         self.rel_error = rel_error
         self.random_state = random_state
@@ -484,15 +512,15 @@ class NoisyPredictor(RegressorMixin, BaseEstimator):
         self._validate()
         return noise_amplitude(self.rel_error)
 
-    def _base(self) -> Any:
+    def _base(self) -> OutputLengthModel:
         return self.base if self.base is not None else load_default()
 
-    def fit(self, X: Any, y: Any) -> "NoisyPredictor":
+    def fit(self, X: PredictorInput, y: Any) -> NoisyPredictor:
         self._validate()
         self._base().fit(X, y)
         return self
 
-    def predict(self, X: Any, keys: Iterable[Any] | None = None) -> np.ndarray:
+    def predict(self, X: PredictorInput, keys: Iterable[Any] | None = None) -> np.ndarray:
         """Noisy predictions keyed by ``keys`` (request ids). Without keys: the ``request_id``
         column of a Trace or DataFrame if it has one, else the row positions 0..n-1."""
         self._validate()
@@ -528,8 +556,9 @@ def build_datasets(seed: int = SPLIT_SEED, splits: Sequence[str] = ("train", "he
                    ) -> dict[str, dict[str, tuple[pd.DataFrame, np.ndarray]]]:
     """``{"train"|"heldout": {group: (X, y)}}`` with groups sharegpt, chat, reasoning,
     documents (see the module docstring)."""
+    from repro.vocab import FAMILIES
     from repro.workload.sharegpt import load_table
-    from repro.workload.traces import FAMILIES, family_pools, predictor_frame, synthesize
+    from repro.workload.traces import family_pools, predictor_frame, synthesize
 
     table = load_table()
     held = heldout_mask(len(table), seed)
@@ -555,7 +584,7 @@ def build_datasets(seed: int = SPLIT_SEED, splits: Sequence[str] = ("train", "he
     return out
 
 
-def evaluate(model: Any, datasets: dict[str, tuple[pd.DataFrame, np.ndarray]],
+def evaluate(model: OutputLengthModel, datasets: dict[str, tuple[pd.DataFrame, np.ndarray]],
              baseline: float) -> dict[str, Any]:
     """Held-out metrics per group (and pooled families) for ``model`` and the constant."""
     res: dict[str, Any] = {}

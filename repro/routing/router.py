@@ -12,13 +12,14 @@ simulator can hand a policy information no deployment has.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from repro.routing.cost_model import CostModel
 from repro.routing.ledger import Ledger
 from repro.routing.policies.base import ClusterView, Decision, InstanceSignals, Placement, Policy, RequestInfo
+from repro.vocab import Role
 
-OracleBacklog = Callable[[str, int, float], float]  # (role, index, now) -> seconds
+OracleBacklog = Callable[[Role, int, float], float]  # (role, index, now) -> seconds
 
 
 class Router:
@@ -36,6 +37,8 @@ class Router:
         self.cost_model = cost_model
         self.ledger = Ledger(len(prefill_names), len(decode_names), cost_model)
         self.oracle_backlog = oracle_backlog
+        # one InstanceSignals per instance, updated in place by view() (a speed shortcut: no
+        # allocation per decision; policies must not keep them, see repro.routing.policies.base)
         self._signals = {
             "prefill": [InstanceSignals(i, n, 0.0, 0, 0.0, 0.0, 0.0) for i, n in enumerate(prefill_names)],
             "decode": [InstanceSignals(i, n, 0.0, 0, 0.0, 0.0, 0.0) for i, n in enumerate(decode_names)],
@@ -43,15 +46,16 @@ class Router:
         self._kv_at = {"prefill": [0.0] * len(prefill_names), "decode": [0.0] * len(decode_names)}
 
     # ---- signals ----------------------------------------------------------------------------
-    def observe_kv(self, role: str, index: int, usage: float, at_s: float) -> None:
+    def observe_kv(self, role: Role, index: int, usage: float, at_s: float) -> None:
         """Record a KV-usage poll (fraction 0..1) taken at time ``at_s``."""
         self._signals[role][index].kv_usage = usage
         self._kv_at[role][index] = at_s
 
-    def set_health(self, role: str, index: int, healthy: bool) -> None:
+    def set_health(self, role: Role, index: int, healthy: bool) -> None:
+        """Mark an instance (un)healthy; policies skip unhealthy instances."""
         self._signals[role][index].healthy = healthy
 
-    def is_healthy(self, role: str, index: int) -> bool:
+    def is_healthy(self, role: Role, index: int) -> bool:
         return self._signals[role][index].healthy
 
     def view(self, now: float) -> ClusterView:
@@ -91,5 +95,6 @@ class Router:
         """The request completed or failed: settle it."""
         self.ledger.settle(request_id, now)
 
-    def names(self, role: str) -> list[str]:
+    def names(self, role: Role) -> list[str]:
+        """The instance names of a pool, in index order."""
         return [s.name for s in self._signals[role]]

@@ -13,13 +13,15 @@ Engine model (`repro.engine.physics.Physics` is the truth):
 - Decode engine (vLLM semantics): a request whose prefill is done waits FCFS for KV blocks
   (prompt tokens) and a sequence slot; a busy engine looks at its queue only at step boundaries
   (an idle one at once); once admitted its KV is pulled (``transfer_time_s``) and it joins the
-  running batch at the next step boundary after the pull, so a request meets up to two boundaries. Every running sequence gains one token per
-  step; a step over ``n`` sequences holding ``C`` context tokens takes
-  ``decode_step_s(n, C)``. Since C grows by n per step, the time of k steps has the closed form
+  running batch at the next step boundary after the pull, so a request meets up to two boundaries.
+  Every running sequence gains one token per step; a step over ``n`` sequences holding ``C``
+  context tokens takes ``decode_step_s(n, C) = a + b*n + c*C`` (seconds; ``a``, ``b``, ``c`` are
+  `_Decode`'s ``step_base_s``, ``step_per_seq_s``, ``step_per_context_token_s``). Since C grows by
+  n per step, the time of k steps from a segment origin with context ``C0`` has the closed form
   ``k*(a + b*n + c*C0) + c*n*k*(k-1)/2``, so the simulator jumps straight to the next completion,
-  join or KV-full boundary. When the next step cannot get KV for every sequence, the most
-  recently admitted sequence is preempted (recompute): it returns to the head of the queue and is
-  re-admitted later with a local recompute of its context (``prefill_time_s``).
+  join or KV-full boundary (`_Decode.time_after`). When the next step cannot get KV for every
+  sequence, the most recently admitted sequence is preempted (recompute): it returns to the head of
+  the queue and is re-admitted later with a local recompute of its context (``prefill_time_s``).
 - ``service="serial"`` is the paper's original simulator (§VI): one request per prefill step and
   one running sequence per decode engine.
 - ``backlog="oracle"`` hands the policy the engines' true remaining work instead of the ledger's
@@ -35,7 +37,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -45,91 +46,107 @@ from repro.errors import ConfigError
 from repro.experiment.journal import FIELD_NAMES
 from repro.routing.policies.base import Placement, RequestInfo
 from repro.routing.router import Router
+from repro.sim.config import SimConfig
+from repro.vocab import Role
 
-# Event kinds, in tie-break priority order at equal times (smaller first).
+# Event kinds, in tie-break priority order at equal times (smaller first). An event is the tuple
+# (time_s, kind, sequence number, x, y, z) on one heap (a plain tuple, not an object: a speed
+# shortcut; the sequence number makes equal (time, kind) pairs pop in push order), with
+#   _PRE_STEP_END:  x = prefill engine index
+#   _TRANSFER_DONE: x = request, y = decode engine index, z = the request's admission epoch
+#   _DEC_NEXT:      x = decode engine index, y = the engine's schedule version, z = steps into the segment
+# Arrivals are not pushed: they are read in order from the trace (another speed shortcut).
 _PRE_STEP_END = 0
 _TRANSFER_DONE = 1
 _DEC_NEXT = 2
 _ARRIVAL = 3
 
 
-@dataclass(frozen=True)
-class SimConfig:
-    """Simulator switches."""
-
-    service: str = "batching"  # "batching" | "serial"
-    backlog: str = "ledger"  # "ledger" | "oracle"
-    kv_poll_interval_s: float = 0.05
-
-    def __post_init__(self) -> None:
-        if self.service not in ("batching", "serial"):
-            raise ConfigError(f"sim: field 'service' must be 'batching' or 'serial', got {self.service!r}")
-        if self.backlog not in ("ledger", "oracle"):
-            raise ConfigError(f"sim: field 'backlog' must be 'ledger' or 'oracle', got {self.backlog!r}")
-        if not self.kv_poll_interval_s >= 0:
-            raise ConfigError(f"sim: field 'kv_poll_interval_s' must be >= 0, got {self.kv_poll_interval_s!r}")
-
-
 class _Prefill:
-    __slots__ = ("name", "phys", "queue", "rem", "kv_used", "busy", "batch", "step_end", "batch_cap", "queued_tokens")
+    """One prefill engine's mutable state (the simulator's own; never shown to the policy)."""
+
+    # __slots__ is a speed shortcut: attribute access on these per-engine objects is on the hot path
+    # (every event touches one), and slots make it cheaper than a __dict__ (and catch typos).
+    __slots__ = ("name", "phys", "queue", "kv_used_tokens", "busy", "batch", "step_end_s", "max_batch_requests",
+                 "queued_tokens")
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
         self.name = name
         self.phys = phys
-        self.queue: deque[int] = deque()
-        self.kv_used = 0
-        self.busy = False
-        self.batch: list[tuple[int, int]] = []
-        self.step_end = 0.0
-        self.batch_cap = 1 if serial else 1 << 30
+        self.queue: deque[int] = deque()  # requests placed here, FCFS, until their prefill completes
+        self.kv_used_tokens = 0  # KV held: prompts scheduled here and not yet pulled by their decode engine
+        self.busy = False  # a step is running (it ends at step_end_s)
+        self.batch: list[tuple[int, int]] = []  # the running step: (request, prompt tokens it prefills)
+        self.step_end_s = 0.0
+        self.max_batch_requests = 1 if serial else 1 << 30  # serial: one request per step (§VI)
         self.queued_tokens = 0  # prompt tokens still to prefill (queued or in the current step)
 
 
 class _Decode:
+    """One decode engine's mutable state, in *segments*: between two changes of its running batch
+    the engine runs ``n_running`` sequences step after step, so the state records only the
+    segment's origin (``origin_step``, ``origin_s``) and per-sequence constants, and step times come
+    in closed form (`time_after`). The step counter ``origin_step`` never resets: a sequence's
+    context is ``base + step`` where ``base`` (in ``running``) was fixed when it joined, so the
+    total context at step ``v`` is ``sum_base_context + n_running * v``.
+    """
+
+    # __slots__ is a speed shortcut: these fields are read on every decode event, and slots make
+    # attribute access cheaper than a __dict__ (and catch typos).
     __slots__ = (
-        "name", "phys", "a", "b", "c", "budget", "max_seqs", "waiting", "reserved", "running",
-        "heap", "n", "sum_base", "sum_finish", "V", "t", "pending", "version", "in_transfer",
-        "queued_out", "order", "admit_pending",
+        "name", "phys", "step_base_s", "step_per_seq_s", "step_per_context_token_s", "kv_budget_tokens",
+        "max_seqs", "waiting", "reserved_kv_tokens", "running", "finish_heap", "n_running", "sum_base_context",
+        "sum_finish_step", "origin_step", "origin_s", "joining", "version", "in_transfer", "queued_output_tokens",
+        "admission_order", "admit_pending",
     )
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
         self.name = name
         self.phys = phys
-        self.a = phys.decode_base_s
-        self.b = phys.decode_per_seq_s
-        self.c = phys.context_s_per_token
-        self.budget = phys.kv_budget_tokens
-        self.max_seqs = 1 if serial else phys.max_num_seqs
-        self.waiting: deque[int] = deque()
-        self.reserved = 0  # KV tokens held by admitted sequences not yet running
-        self.running: dict[int, int] = {}  # request -> base context (context = base + V)
-        self.heap: list[tuple[int, int]] = []  # (finish step index, request)
-        self.n = 0
-        self.sum_base = 0
-        self.sum_finish = 0
-        self.V = 0  # steps executed (segment origin)
-        self.t = 0.0  # time of the segment origin
-        self.pending: list[int] = []  # transferred, joining at the next boundary
-        self.version = 0
+        # the step time's coefficients, copied from the physics (local fields: read in the hot path)
+        self.step_base_s = phys.decode_base_s  # a: seconds per step
+        self.step_per_seq_s = phys.decode_per_seq_s  # b: seconds per step per running sequence
+        self.step_per_context_token_s = phys.context_s_per_token  # c: seconds per step per context token
+        self.kv_budget_tokens = phys.kv_budget_tokens
+        self.max_seqs = 1 if serial else phys.max_num_seqs  # serial: one running sequence (§VI)
+        self.waiting: deque[int] = deque()  # prefilled requests waiting for KV and a sequence slot, FCFS
+        self.reserved_kv_tokens = 0  # KV tokens held by admitted sequences not yet running
+        self.running: dict[int, int] = {}  # request -> base context (its context = base + step index)
+        self.finish_heap: list[tuple[int, int]] = []  # (step index at which it finishes, request); lazy deletes
+        self.n_running = 0  # len(running), kept as a field for the closed forms
+        self.sum_base_context = 0  # sum of the running sequences' base contexts (tokens)
+        self.sum_finish_step = 0  # sum of the running sequences' finish step indices (oracle backlog)
+        self.origin_step = 0  # steps executed up to the segment origin
+        self.origin_s = 0.0  # time of the segment origin (seconds)
+        self.joining: list[int] = []  # transferred, joining the batch at the next step boundary
+        self.version = 0  # bumped at every reschedule: a _DEC_NEXT event of an older version is stale
         self.in_transfer: dict[int, int] = {}  # request -> KV tokens reserved while pulling
-        self.queued_out = 0  # output tokens of waiting + transferring + pending requests
-        self.order: dict[int, None] = {}  # every KV-holding request, in admission order
+        self.queued_output_tokens = 0  # output tokens of waiting + transferring + joining requests
+        self.admission_order: dict[int, None] = {}  # every KV-holding request, in admission order
         self.admit_pending = False  # a request waits for the next step boundary to be scheduled
 
-    # closed-form step timing of the current segment
+    # closed-form step timing of the current segment: step j (0-based) of the segment runs
+    # n = n_running sequences over a context of sum_base_context + n * (origin_step + j) tokens, so
+    #   time_after(k) = origin_s + k * A + c * n * k * (k - 1) / 2,
+    #   A = a + b * n + c * (sum_base_context + n * origin_step)   (the segment's first step, seconds)
     def time_after(self, k: int) -> float:
-        n = self.n
-        A = self.a + self.b * n + self.c * (self.sum_base + n * self.V)
-        return self.t + k * A + self.c * n * k * (k - 1) * 0.5
+        """Time (seconds) at which the segment's ``k``-th step ends (``k = 0``: its origin)."""
+        n = self.n_running
+        c = self.step_per_context_token_s
+        A = self.step_base_s + self.step_per_seq_s * n + c * (self.sum_base_context + n * self.origin_step)
+        return self.origin_s + k * A + c * n * k * (k - 1) * 0.5
 
     def steps_done_by(self, when: float) -> int:
-        if self.n == 0 or when <= self.t:
+        """Steps of the current segment completed by time ``when`` (seconds): the largest ``k`` with
+        ``time_after(k) <= when``. Solves the quadratic, then corrects the float rounding by stepping."""
+        if self.n_running == 0 or when <= self.origin_s:
             return 0
-        n = self.n
-        A = self.a + self.b * n + self.c * (self.sum_base + n * self.V)
-        alpha = self.c * n * 0.5
+        n = self.n_running
+        c = self.step_per_context_token_s
+        A = self.step_base_s + self.step_per_seq_s * n + c * (self.sum_base_context + n * self.origin_step)
+        alpha = c * n * 0.5
         beta = A - alpha
-        x = when - self.t
+        x = when - self.origin_s
         k = int(2.0 * x / (beta + math.sqrt(beta * beta + 4.0 * alpha * x)))
         while self.time_after(k + 1) <= when:
             k += 1
@@ -138,7 +155,10 @@ class _Decode:
         return k
 
     def step_s_now(self) -> float:
-        return self.a + self.b * self.n + self.c * (self.sum_base + self.n * self.V)
+        """Duration (seconds) of the segment's first step (the one starting at its origin)."""
+        n = self.n_running
+        return (self.step_base_s + self.step_per_seq_s * n
+                + self.step_per_context_token_s * (self.sum_base_context + n * self.origin_step))
 
 
 class Simulator:
@@ -151,6 +171,9 @@ class Simulator:
     predicted_output_tokens : the router's output estimate per request (tokens), aligned with trace.
     router : the `Router` (policy + cost model + ledger). Its instance names must match the pools.
     prefill, decode : the true `Physics` of each prefill / decode instance.
+    config : the service model and the backlog source (`SimConfig`).
+    kv_poll_interval_s : seconds between the router's KV-usage polls (0: every decision sees the
+        current usage).
     """
 
     def __init__(
@@ -161,17 +184,21 @@ class Simulator:
         prefill: list[Physics],
         decode: list[Physics],
         config: SimConfig = SimConfig(),
+        kv_poll_interval_s: float = 0.05,
     ) -> None:
+        if not kv_poll_interval_s >= 0:
+            raise ConfigError(f"sim: kv_poll_interval_s must be >= 0 seconds, got {kv_poll_interval_s!r}")
         self.cfg = config
+        self.kv_poll_interval_s = kv_poll_interval_s
         serial = config.service == "serial"
         pnames = router.names("prefill")
         dnames = router.names("decode")
         if len(pnames) != len(prefill) or len(dnames) != len(decode):
             raise ConfigError("sim: the router's pools do not match the simulated pools")
         self.router = router
-        self.pre = [_Prefill(n, ph, serial) for n, ph in zip(pnames, prefill)]
-        self.dec = [_Decode(n, ph, serial) for n, ph in zip(dnames, decode)]
-        self.n = len(trace)
+        self.pre = [_Prefill(n, ph, serial) for n, ph in zip(pnames, prefill, strict=True)]
+        self.dec = [_Decode(n, ph, serial) for n, ph in zip(dnames, decode, strict=True)]
+        self.n_requests = len(trace)
         self.ids = trace["request_id"].astype(str).tolist()
         self.family = trace["family"].astype(str).tolist()
         self.slo = trace["slo_class"].astype(str).tolist()
@@ -179,30 +206,32 @@ class Simulator:
         self.prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64).tolist()
         self.out = trace["output_tokens"].to_numpy(dtype=np.int64).tolist()
         self.pred = np.asarray(predicted_output_tokens, dtype=float).tolist()
-        if len(self.pred) != self.n:
+        if len(self.pred) != self.n_requests:
             raise ConfigError("sim: predicted_output_tokens must have one value per request")
-        if any(b < a for a, b in zip(self.arrival, self.arrival[1:])):
+        if any(b < a for a, b in zip(self.arrival, self.arrival[1:], strict=False)):
             raise ConfigError("sim: trace field 'arrival_s' must be sorted ascending")
-        n = self.n
-        self.p_of = [-1] * n
-        self.d_of = [-1] * n
-        self.rem_pre = [0] * n
+        # Per-request state as parallel plain lists indexed by the request's row (a speed shortcut:
+        # list indexing by int is the cheapest per-request access in the event loop).
+        n = self.n_requests
+        self.p_of = [-1] * n  # prefill engine index (-1: not placed)
+        self.d_of = [-1] * n  # decode engine index (-1: not placed)
+        self.prefill_left = [0] * n  # prompt tokens still to prefill
         self.gen_before = [0] * n  # tokens generated before a preemption
         self.pulled = [False] * n  # KV pulled from the prefill engine (its blocks released)
         self.epoch = [0] * n  # invalidates the transfer event of a cancelled admission
-        self.finish_V = [-1] * n
-        self.preempt = [0] * n
+        self.finish_step = [-1] * n  # decode step index at which it finishes (-1: not running)
+        self.preemptions = [0] * n
         self.t_pre_end = [math.nan] * n
         self.t_first = [math.nan] * n
         self.t_finish = [math.nan] * n
         self.status = [""] * n
         self.reason: list[str | None] = [None] * n
-        self._events: list[tuple] = []
+        self._events: list[tuple[float, int, int, int, int, int]] = []  # see the event kinds above
         self._seq = 0
         self.now = 0.0
         self._last_poll = -math.inf
-        self.kv_peak = [0] * len(self.dec)
-        self.pre_kv_peak = [0] * len(self.pre)
+        self.kv_peak = [0] * len(self.dec)  # most KV tokens each decode engine held
+        self.pre_kv_peak = [0] * len(self.pre)  # most KV tokens each prefill engine held
         if config.backlog == "oracle":
             router.oracle_backlog = self._oracle_backlog
 
@@ -213,13 +242,16 @@ class Simulator:
 
     def run(self) -> pd.DataFrame:
         """Run to completion; returns the journal DataFrame (rows in trace order)."""
+        # locals for attributes read every iteration (a speed shortcut)
         events = self._events
         arrivals = self.arrival
         i = 0
-        n = self.n
+        n = self.n_requests
         pop = heapq.heappop
         while i < n or events:
-            if i < n and (not events or arrivals[i] < events[0][0] or (arrivals[i] == events[0][0] and events[0][1] > _ARRIVAL)):
+            # the next trace arrival goes first unless an event is earlier (or equal and of a kind before it)
+            if i < n and (not events or arrivals[i] < events[0][0]
+                          or (arrivals[i] == events[0][0] and events[0][1] > _ARRIVAL)):
                 when = arrivals[i]
                 if when < self.now:
                     raise AssertionError("sim: clock went backwards")
@@ -243,15 +275,15 @@ class Simulator:
 
     # ---- arrivals and routing ------------------------------------------------------------
     def _poll(self, now: float) -> None:
-        interval = self.cfg.kv_poll_interval_s
+        interval = self.kv_poll_interval_s
         if now - self._last_poll < interval:
             return
         self._last_poll = now
         r = self.router
         for i, e in enumerate(self.pre):
-            r.observe_kv("prefill", i, e.kv_used / e.phys.kv_budget_tokens, now)
+            r.observe_kv("prefill", i, e.kv_used_tokens / e.phys.kv_budget_tokens, now)
         for i, d in enumerate(self.dec):
-            r.observe_kv("decode", i, self._decode_kv_used(d, now) / d.budget, now)
+            r.observe_kv("decode", i, self._decode_kv_used(d, now) / d.kv_budget_tokens, now)
 
     def _arrive(self, r: int) -> None:
         now = self.now
@@ -259,7 +291,7 @@ class Simulator:
         out = self.out[r]
         self._poll(now)
         req = RequestInfo(self.ids[r], prompt, self.pred[r], self.slo[r], now)
-        limit = min(self.pre[0].phys.max_model_len, self.dec[0].budget, self.pre[0].phys.kv_budget_tokens)
+        limit = min(self.pre[0].phys.max_model_len, self.dec[0].kv_budget_tokens, self.pre[0].phys.kv_budget_tokens)
         if prompt + out > limit:
             self.status[r] = "failed"
             self.reason[r] = f"prompt + output ({prompt + out} tokens) exceeds the engines' limit ({limit})"
@@ -272,7 +304,7 @@ class Simulator:
         p, d = decision.prefill, decision.decode
         self.p_of[r] = p
         self.d_of[r] = d
-        self.rem_pre[r] = prompt
+        self.prefill_left[r] = prompt
         e = self.pre[p]
         e.queue.append(r)
         e.queued_tokens += prompt
@@ -289,15 +321,15 @@ class Simulator:
         batch = []
         tokens = 0
         for r in e.queue:
-            if len(batch) >= e.batch_cap:
+            if len(batch) >= e.max_batch_requests:
                 break
-            if self.rem_pre[r] == self.prompt[r]:  # first chunk: allocate the prompt's KV
-                if e.kv_used + self.prompt[r] > kv_budget:
+            if self.prefill_left[r] == self.prompt[r]:  # first chunk: allocate the prompt's KV
+                if e.kv_used_tokens + self.prompt[r] > kv_budget:
                     break
-                e.kv_used += self.prompt[r]
-                if e.kv_used > self.pre_kv_peak[p]:
-                    self.pre_kv_peak[p] = e.kv_used
-            take = min(self.rem_pre[r], budget - tokens)
+                e.kv_used_tokens += self.prompt[r]
+                if e.kv_used_tokens > self.pre_kv_peak[p]:
+                    self.pre_kv_peak[p] = e.kv_used_tokens
+            take = min(self.prefill_left[r], budget - tokens)
             batch.append((r, take))
             tokens += take
             if tokens >= budget:
@@ -306,8 +338,8 @@ class Simulator:
             return
         e.batch = batch
         e.busy = True
-        e.step_end = self.now + e.phys.prefill_time_s(tokens)
-        self._push(e.step_end, _PRE_STEP_END, p)
+        e.step_end_s = self.now + e.phys.prefill_time_s(tokens)
+        self._push(e.step_end_s, _PRE_STEP_END, p)
 
     def _prefill_step_end(self, p: int) -> None:
         e = self.pre[p]
@@ -315,9 +347,9 @@ class Simulator:
         e.busy = False
         done = []
         for r, take in e.batch:
-            self.rem_pre[r] -= take
+            self.prefill_left[r] -= take
             e.queued_tokens -= take
-            if self.rem_pre[r] == 0:
+            if self.prefill_left[r] == 0:
                 done.append(r)
         e.batch = []
         for r in done:
@@ -327,8 +359,8 @@ class Simulator:
             d = self.d_of[r]
             dd = self.dec[d]
             dd.waiting.append(r)
-            dd.queued_out += self.out[r]
-            if dd.n:  # a busy engine schedules new requests at its next step boundary (vLLM)
+            dd.queued_output_tokens += self.out[r]
+            if dd.n_running:  # a busy engine schedules new requests at its next step boundary (vLLM)
                 if not dd.admit_pending:
                     dd.admit_pending = True
                     self._decode_schedule(dd, d)
@@ -338,30 +370,34 @@ class Simulator:
 
     # ---- decode ----------------------------------------------------------------------------
     def _decode_kv_used(self, d: _Decode, now: float) -> int:
-        if d.n == 0:
-            return d.reserved
+        """KV tokens decode engine ``d`` holds at ``now`` (running contexts + the next step's token
+        per sequence + reservations)."""
+        if d.n_running == 0:
+            return d.reserved_kv_tokens
         k = d.steps_done_by(now)
-        return d.sum_base + d.n * (d.V + k + 1) + d.reserved
+        return d.sum_base_context + d.n_running * (d.origin_step + k + 1) + d.reserved_kv_tokens
 
     def _decode_admit(self, d: _Decode, di: int) -> None:
         now = self.now
         changed = False
-        while d.waiting and d.n + len(d.in_transfer) + len(d.pending) < d.max_seqs:
+        while d.waiting and d.n_running + len(d.in_transfer) + len(d.joining) < d.max_seqs:
             r = d.waiting[0]
             need = self.prompt[r] + self.gen_before[r]
-            if need > d.budget - self._decode_kv_used(d, now):
+            if need > d.kv_budget_tokens - self._decode_kv_used(d, now):
                 break
             d.waiting.popleft()
-            d.reserved += need
+            d.reserved_kv_tokens += need
             d.in_transfer[r] = need
-            d.order[r] = None
+            d.admission_order[r] = None
             changed = True
             if self.pulled[r]:  # preempted after its pull: recompute its context locally
                 delay = d.phys.prefill_request_time_s(need)
             else:  # pull the prompt's KV from the prefill engine, which still holds it
                 delay = self.pre[self.p_of[r]].phys.transfer_time_s(self.prompt[r])
             self._push(now + delay, _TRANSFER_DONE, r, di, self.epoch[r])
-            used = d.reserved + (d.sum_base + d.n * (d.V + d.steps_done_by(now) + 1) if d.n else 0)
+            used = d.reserved_kv_tokens + (
+                d.sum_base_context + d.n_running * (d.origin_step + d.steps_done_by(now) + 1) if d.n_running else 0
+            )
             if used > self.kv_peak[di]:
                 self.kv_peak[di] = used
         if changed:
@@ -376,29 +412,33 @@ class Simulator:
             self.pulled[r] = True
             p = self.p_of[r]
             e = self.pre[p]
-            e.kv_used -= self.prompt[r]
+            e.kv_used_tokens -= self.prompt[r]
             if not e.busy:
                 self._prefill_start(p)
-        d.pending.append(r)
+        d.joining.append(r)
         self._decode_schedule(d, di)
 
     def _decode_schedule(self, d: _Decode, di: int) -> None:
-        """(Re)compute the next boundary at which this engine's batch changes."""
+        """(Re)compute the next boundary at which this engine's batch changes.
+
+        Speed shortcut: one event per batch change, never one per step; the steps in between are
+        the segment's closed form (`_Decode.time_after`). Bumping ``version`` invalidates any event
+        pushed earlier for this engine (it is skipped when popped) instead of removing it."""
         now = self.now
         d.version += 1
-        if d.n == 0:
-            if d.pending:
-                d.t = now
+        if d.n_running == 0:
+            if d.joining:
+                d.origin_s = now
                 self._push(now, _DEC_NEXT, di, d.version, 0)
             return
         # next completion
-        k = d.heap[0][0] - d.V
+        k = d.finish_heap[0][0] - d.origin_step
         # KV full: first boundary whose next step cannot allocate a token per sequence
-        avail = d.budget - d.reserved - (d.sum_base + d.n * d.V)
-        k_full = avail // d.n
+        avail = d.kv_budget_tokens - d.reserved_kv_tokens - (d.sum_base_context + d.n_running * d.origin_step)
+        k_full = avail // d.n_running
         if k_full < k:
             k = k_full
-        if d.pending or d.admit_pending:
+        if d.joining or d.admit_pending:
             k_join = d.steps_done_by(now) + 1
             if k_join < k:
                 k = k_join
@@ -407,68 +447,72 @@ class Simulator:
         self._push(d.time_after(k), _DEC_NEXT, di, d.version, k)
 
     def _decode_boundary(self, d: _Decode, di: int, k: int) -> None:
+        """The engine reached the boundary ``k`` steps into its segment: settle completions, let the
+        transferred requests join, preempt until the next step fits in KV, start a new segment."""
         now = self.now
-        if d.n:
-            d.t = d.time_after(k)
-            d.V += k
+        if d.n_running:
+            d.origin_s = d.time_after(k)
+            d.origin_step += k
         else:
-            d.t = now
-        V = d.V
+            d.origin_s = now
+        step = d.origin_step
         router = self.router
         d.admit_pending = False
-        # 1. completions
-        heap = d.heap
-        while heap and heap[0][0] <= V:
-            fv, r = heapq.heappop(heap)
-            if self.finish_V[r] != fv or r not in d.running:
+        # 1. completions. Speed shortcut: a preempted sequence's heap entry is not removed; it is
+        #    skipped here when its finish step no longer matches (lazy deletion)
+        heap = d.finish_heap
+        while heap and heap[0][0] <= step:
+            fv, r = heapq.heappop(heap)  # fv: the finish step index recorded when it joined
+            if self.finish_step[r] != fv or r not in d.running:
                 continue
             base = d.running.pop(r)
-            del d.order[r]
-            d.n -= 1
-            d.sum_base -= base
-            d.sum_finish -= fv
+            del d.admission_order[r]
+            d.n_running -= 1
+            d.sum_base_context -= base
+            d.sum_finish_step -= fv
             self.t_finish[r] = now
             self.status[r] = "ok"
             router.finish(self.ids[r], now)
         # 2. joins
-        joined = d.pending
+        joined = d.joining
         if joined:
-            d.pending = []
+            d.joining = []
             for r in joined:
                 ctx = self.prompt[r] + self.gen_before[r]
-                d.reserved -= ctx
-                base = ctx - V
+                d.reserved_kv_tokens -= ctx
+                base = ctx - step
                 d.running[r] = base
-                d.n += 1
-                d.sum_base += base
-                fv = V + self.out[r] - self.gen_before[r]
-                self.finish_V[r] = fv
-                d.sum_finish += fv
-                d.queued_out -= self.out[r]
+                d.n_running += 1
+                d.sum_base_context += base
+                fv = step + self.out[r] - self.gen_before[r]
+                self.finish_step[r] = fv
+                d.sum_finish_step += fv
+                d.queued_output_tokens -= self.out[r]
                 heapq.heappush(heap, (fv, r))
         # 3. KV for the next step: preempt the most recently admitted until it fits (a request
         #    still pulling its KV is cancelled; the oldest running one always progresses)
-        while d.n and d.sum_base + d.n * (V + 1) + d.reserved > d.budget:
-            r = next(reversed(d.order))
-            del d.order[r]
-            self.preempt[r] += 1
+        while (d.n_running
+               and d.sum_base_context + d.n_running * (step + 1) + d.reserved_kv_tokens > d.kv_budget_tokens):
+            r = next(reversed(d.admission_order))
+            del d.admission_order[r]
+            self.preemptions[r] += 1
             d.waiting.appendleft(r)
             if r in d.in_transfer:
-                d.reserved -= d.in_transfer.pop(r)
+                d.reserved_kv_tokens -= d.in_transfer.pop(r)
                 self.epoch[r] += 1
                 continue
             base = d.running.pop(r)
-            d.n -= 1
-            d.sum_base -= base
-            d.sum_finish -= self.finish_V[r]
-            self.gen_before[r] = base + V - self.prompt[r]
-            self.finish_V[r] = -1
-            d.queued_out += self.out[r]
-        used = d.sum_base + d.n * (V + 1) + d.reserved
+            d.n_running -= 1
+            d.sum_base_context -= base
+            d.sum_finish_step -= self.finish_step[r]
+            self.gen_before[r] = base + step - self.prompt[r]
+            self.finish_step[r] = -1
+            d.queued_output_tokens += self.out[r]
+        used = d.sum_base_context + d.n_running * (step + 1) + d.reserved_kv_tokens
         if used > self.kv_peak[di]:
             self.kv_peak[di] = used
         # first tokens of sequences that joined now come at the end of this step
-        if joined and d.n:
+        if joined and d.n_running:
             first = now + d.step_s_now()
             for r in joined:
                 if r in d.running and math.isnan(self.t_first[r]):
@@ -477,11 +521,13 @@ class Simulator:
         self._decode_schedule(d, di)
 
     # ---- oracle ------------------------------------------------------------------------------
-    def _oracle_backlog(self, role: str, i: int, now: float) -> float:
+    def _oracle_backlog(self, role: Role, i: int, now: float) -> float:
+        """The true remaining work (seconds) on instance ``i`` of ``role`` at ``now``: what
+        ``backlog="oracle"`` hands the policy instead of the ledger's estimate."""
         if role == "prefill":
             e = self.pre[i]
             ph = e.phys
-            rest = max(e.step_end - now, 0.0) if e.busy else 0.0
+            rest = max(e.step_end_s - now, 0.0) if e.busy else 0.0
             in_step = sum(t for _, t in e.batch) if e.busy else 0
             queued = e.queued_tokens - in_step
             if queued <= 0:
@@ -489,9 +535,9 @@ class Simulator:
             steps = math.ceil(queued / ph.max_num_batched_tokens)
             return rest + steps * ph.prefill_base_s + ph.prefill_per_token_s * queued
         d = self.dec[i]
-        v_now = d.V + d.steps_done_by(now)
-        remaining = d.sum_finish - d.n * v_now + d.queued_out
-        return remaining * d.step_s_now() if d.n else remaining * d.a
+        v_now = d.origin_step + d.steps_done_by(now)
+        remaining = d.sum_finish_step - d.n_running * v_now + d.queued_output_tokens
+        return remaining * d.step_s_now() if d.n_running else remaining * d.step_base_s
 
     # ---- output ------------------------------------------------------------------------------
     def _journal(self) -> pd.DataFrame:
@@ -503,7 +549,7 @@ class Simulator:
         ok = status == "ok"
         reason = [
             (rs if rs is not None else ("simulation ended before completion" if st != "ok" else None))
-            for rs, st in zip(self.reason, status)
+            for rs, st in zip(self.reason, status, strict=True)
         ]
         ttft = np.where(ok, first - arrival, np.nan)
         e2e = np.where(ok, finish - arrival, np.nan)
@@ -533,7 +579,7 @@ class Simulator:
             "tpot_s": tpot,
             "e2e_s": e2e,
             "generated_tokens": np.where(ok, out, 0),
-            "preemptions": np.asarray(self.preempt, dtype=np.int64),
+            "preemptions": np.asarray(self.preemptions, dtype=np.int64),
         }
         df = pd.DataFrame(cols, columns=list(FIELD_NAMES))
         return df
@@ -546,6 +592,7 @@ def simulate(
     prefill: list[Physics],
     decode: list[Physics],
     config: SimConfig = SimConfig(),
+    kv_poll_interval_s: float = 0.05,
 ) -> pd.DataFrame:
     """Convenience wrapper: run a `Simulator` and return its journal."""
-    return Simulator(trace, predicted_output_tokens, router, prefill, decode, config).run()
+    return Simulator(trace, predicted_output_tokens, router, prefill, decode, config, kv_poll_interval_s).run()

@@ -24,8 +24,9 @@ field and the allowed range) and samples.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -147,7 +148,7 @@ class ArrivalSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ArrivalSpec":
+    def from_dict(cls, d: Mapping[str, Any]) -> ArrivalSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

@@ -41,8 +41,9 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd

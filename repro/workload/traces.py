@@ -58,23 +58,23 @@ import functools
 import json
 import math
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from repro.errors import ConfigError
+from repro.errors import ConfigError, check_choice
+from repro.vocab import FAMILIES, SLO_CLASSES, WORKLOADS
 from repro.workload.arrivals import ArrivalSpec
 from repro.workload.sharegpt import HEAD_CHARS, heldout_mask, load_table
 from repro.workload.tokenizer import DEFAULT_TOKENIZER, ApproxTokenizer, Tokenizer
 
-FAMILIES = ("chat", "reasoning", "documents")
-WORKLOADS = FAMILIES + ("mixed",)
-SLO_CLASSES = ("tight", "loose")
+# FAMILIES, WORKLOADS and SLO_CLASSES come from repro.vocab (re-exported here)
 COLUMNS = ("request_id", "arrival_s", "family", "source_index", "prompt_tokens",
            "output_tokens", "slo_class")
 TRACE_FORMAT = 1
@@ -207,7 +207,7 @@ class Trace:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Trace":
+    def load(cls, path: str | Path) -> Trace:
         table = pq.read_table(Path(path))
         raw = (table.schema.metadata or {}).get(METADATA_KEY)
         meta = json.loads(raw) if raw else {}
@@ -217,9 +217,13 @@ class Trace:
 
 
 # ---- validation -----------------------------------------------------------------------------
-def _check_workload(workload: Any) -> None:
-    if workload not in WORKLOADS:
-        raise ConfigError(f"workload must be one of {', '.join(WORKLOADS)}; got {workload!r}")
+TraceRow: TypeAlias = "Trace | pd.DataFrame | pd.Series | Mapping[str, Any] | tuple[Any, ...]"
+"""What `prompt_text` accepts: a trace or its frame (with a row index), or one row (a Series, a
+mapping, or a namedtuple from ``itertuples``)."""
+
+
+def _check_workload(workload: object) -> None:
+    check_choice("trace", "workload", workload, WORKLOADS)
 
 
 def _check_args(workload: Any, seed: Any, rate: Any, n_requests: Any) -> None:
@@ -264,7 +268,7 @@ def family_pools(all_rows: bool = False) -> dict[str, np.ndarray]:
     return pools
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def prefix_tokens(family: str) -> int:
     """Tokens a family's template adds in front of the ShareGPT prompt."""
     return DEFAULT_TOKENIZER.count(_PREFIX[family])
@@ -294,7 +298,7 @@ def family_lengths(family_code: np.ndarray, source_index: np.ndarray, reasoning_
 
 def _draw(workload: str, seed: int, n: int) -> dict[str, Any]:
     """Everything but arrivals and ids, from the per-quantity streams."""
-    streams = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS))))
+    streams = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS)), strict=True))
     if workload == "mixed":
         u = streams["family"].random(n)
         code = np.searchsorted(np.cumsum(MIXED_PROBS)[:-1], u, side="right").astype(np.int8)
@@ -363,11 +367,10 @@ def synthesize(family: str, source_index: Sequence[int] | np.ndarray, seed: int 
 
     Used to build the predictor's training set; `prompt_heads` accepts the result.
     """
-    if family not in FAMILIES:
-        raise ConfigError(f"family must be one of {', '.join(FAMILIES)}; got {family!r}")
+    check_choice("trace", "family", family, FAMILIES)
     src = np.asarray(source_index, dtype=np.int64)
     n = len(src)
-    streams = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS))))
+    streams = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS)), strict=True))
     mult = streams["reasoning_mult"].lognormal(math.log(REASONING_MULT_MEDIAN),
                                                REASONING_MULT_SIGMA, n)
     doc = streams["document_len"].lognormal(math.log(DOCUMENTS_MEDIAN), DOCUMENTS_SIGMA, n)
@@ -454,7 +457,7 @@ def _filler_start(request_id: str) -> int:
     return int(starts[zlib.crc32(str(request_id).encode("utf-8")) % len(starts)])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _family_bases(family: str) -> tuple[list[str], np.ndarray]:
     """Per ShareGPT row: the prompt's fixed part P and its `ApproxTokenizer` count."""
     pre, suf = _PREFIX[family], _SUFFIX[family]
@@ -465,7 +468,8 @@ def _family_bases(family: str) -> tuple[list[str], np.ndarray]:
     return bases, counts
 
 
-def _row_fields(obj: Any, i: int | None) -> tuple[str, int, int, str]:
+def _row_fields(obj: TraceRow, i: int | None) -> tuple[str, int, int, str]:
+    """(family, source_index, prompt_tokens, request_id) of row ``i`` of a trace, or of one row."""
     if isinstance(obj, Trace):
         obj = obj.df
     if isinstance(obj, pd.DataFrame):
@@ -480,8 +484,7 @@ def _row_fields(obj: Any, i: int | None) -> tuple[str, int, int, str]:
 
 def _compose(family: str, source: int, n: int, request_id: str, limit: int | None,
              tokenizer: Tokenizer) -> str:
-    if family not in FAMILIES:
-        raise ConfigError(f"family must be one of {', '.join(FAMILIES)}; got {family!r}")
+    check_choice("trace", "family", family, FAMILIES)
     bases, counts = _family_bases(family)
     base = bases[source]
     text, offs, _ = _filler()
@@ -508,7 +511,7 @@ def _compose(family: str, source: int, n: int, request_id: str, limit: int | Non
     return out if limit is None else out[:limit]
 
 
-def prompt_text(trace_row_or_trace: Any, i: int | None = None,
+def prompt_text(trace_row_or_trace: TraceRow, i: int | None = None,
                 tokenizer: Tokenizer = DEFAULT_TOKENIZER) -> str:
     """The exact prompt sent for a request: ``tokenizer.count(text) == prompt_tokens``.
 
@@ -526,7 +529,7 @@ def prompt_heads(trace: Trace | pd.DataFrame, n_chars: int = HEAD_CHARS) -> list
     n = df["prompt_tokens"].to_numpy(np.int64)
     rid = df["request_id"].to_numpy(dtype=object)
     return [_compose(f, s, k, r, n_chars, DEFAULT_TOKENIZER)
-            for f, s, k, r in zip(fam, src.tolist(), n.tolist(), rid)]
+            for f, s, k, r in zip(fam, src.tolist(), n.tolist(), rid, strict=True)]
 
 
 def predictor_frame(trace: Trace | pd.DataFrame) -> pd.DataFrame:

@@ -1,5 +1,9 @@
-"""Routing policies: pick a (prefill, decode) pair for each request, or reject it.
+"""The routing-policy interface: what a policy is handed, what it must return, and how its options are
+declared. No policy lives here (the paper's are in `repro.routing.policies.paper`, the production
+routers' in `repro.routing.policies.production`; `repro.routing.policies` is the registry).
 
+Contract
+--------
 A policy sees only what a deployed router can see (`ClusterView`): per instance, the router's own
 in-flight ledger (seconds of backlog, in-flight count and tokens), the polled KV-cache usage and
 its age, and health; plus the request's admission-time facts (`RequestInfo`: prompt length, the
@@ -7,47 +11,80 @@ predictor's output-length estimate, SLO class). Never the simulator's ground tru
 request's ``max_tokens`` (the harness sets it to the true output length to enforce the token-count
 contract, so reading it would be an oracle).
 
-The same policy objects run in the simulator and in the proxy. Policies are registered by name;
-a user's own policy is given as an import path ``package.module:ClassName`` (or
+The same policy objects run in the simulator (virtual time) and in the proxy (physics time); all
+times are seconds on the caller's clock, all lengths tokens.
+
+- `Policy.place` is called once per admitted request, in arrival order, and returns a `Placement`
+  (indices into ``view.prefill`` / ``view.decode``, which must name healthy instances) or a
+  `Rejection` (the request is not served; it counts as not good). It must not keep or mutate
+  ``view``: the router reuses the same `InstanceSignals` objects for every decision.
+- `Policy.output_estimate` is the number of output tokens the router charges to its ledger for the
+  placed request (by default the predictor's estimate).
+- A policy may keep state between calls (round-robin counters, a seeded RNG); given the same
+  requests and views in the same order it must make the same decisions (journals are compared
+  byte for byte).
+
+Options
+-------
+A policy's options are its constructor's keyword arguments after ``cost_model``, each with a
+default, stored unchanged-in-meaning on an attribute of the same name (as scikit-learn estimators
+do). `Policy.get_params` and `Policy.describe` read them from the signature, and
+`repro.routing.policies.make_policy` rejects any other name with a `ConfigError` listing these.
+A user's own policy is given as an import path ``package.module:ClassName`` (or
 ``package.module.ClassName``) and must subclass `Policy` or provide ``place``.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import math
-import random
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
-from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
+from repro.vocab import SloClass
 
 
 @dataclass(slots=True, frozen=True)
 class RequestInfo:
-    """What the router knows about a request at admission."""
+    """What the router knows about a request at admission (never its true output length)."""
 
     request_id: str
+    """The request's id, unique within a run (the ledger's key)."""
     prompt_tokens: int
+    """Prompt length (tokens)."""
     predicted_output_tokens: float
-    slo_class: str  # "tight" | "loose"
+    """The predictor's estimate of the output length (tokens)."""
+    slo_class: SloClass
+    """``tight`` or ``loose``: selects the TTFT/TPOT targets of the cost model."""
     arrival_s: float
+    """Arrival time (seconds, on the router's clock)."""
 
 
 @dataclass(slots=True)
 class InstanceSignals:
-    """One instance as the router sees it (never the engine's internal truth)."""
+    """One instance as the router sees it (never the engine's internal truth).
 
-    index: int  # position in its pool
+    Mutable on purpose: the `Router` updates one object per instance in place before every decision
+    (a speed shortcut), so a policy must read it during `Policy.place` and not keep it.
+    """
+
+    index: int
+    """Position in its pool (what a `Placement` names)."""
     name: str
-    backlog_s: float  # ledger: priced seconds of work still outstanding (router's cost model)
-    in_flight: int  # ledger: requests dispatched and not yet settled
-    in_flight_tokens: float  # ledger: prompt + estimated output tokens of those requests
-    kv_usage: float  # polled vllm:kv_cache_usage_perc, 0..1
-    kv_age_s: float  # age of that poll (s)
+    """The instance's name (from the topology)."""
+    backlog_s: float
+    """Ledger: priced seconds of work still outstanding on it (the router's cost model)."""
+    in_flight: int
+    """Ledger: requests dispatched to it and not yet settled."""
+    in_flight_tokens: float
+    """Ledger: tokens of those requests (prefill pool: prompt tokens still to prefill; decode pool:
+    prompt + estimated output)."""
+    kv_usage: float
+    """Last polled ``vllm:kv_cache_usage_perc`` (fraction, 0..1)."""
+    kv_age_s: float
+    """Age of that poll (seconds)."""
     healthy: bool = True
+    """False while the instance does not answer; a policy must not place on it."""
 
 
 @dataclass(slots=True)
@@ -55,395 +92,97 @@ class ClusterView:
     """Snapshot handed to a policy for one decision."""
 
     now_s: float
+    """Decision time (seconds, on the router's clock)."""
     prefill: list[InstanceSignals]
+    """The prefill pool, ``prefill[i].index == i``."""
     decode: list[InstanceSignals]
+    """The decode pool, ``decode[i].index == i``."""
 
 
 @dataclass(slots=True, frozen=True)
 class Placement:
-    prefill: int  # index into view.prefill
-    decode: int  # index into view.decode
+    """Serve the request on this (prefill, decode) pair."""
+
+    prefill: int
+    """Index into ``view.prefill``."""
+    decode: int
+    """Index into ``view.decode``."""
 
 
 @dataclass(slots=True, frozen=True)
 class Rejection:
+    """Do not serve the request."""
+
     reason: str
+    """One line for the journal's ``reason`` column."""
     retry_after_s: float | None = None
+    """Seconds after which a retry might be admitted (the proxy's ``Retry-After``), if known."""
 
 
 Decision = Placement | Rejection
 
 
 class Policy:
-    """Base class. Subclasses implement `place`; options are the constructor's keyword arguments.
+    """Base class of routing policies. Subclasses set `name` and implement `place`.
 
-    ``cost_model`` is the router's belief (possibly miscalibrated), given to every policy.
+    Options are the constructor's keyword arguments after ``cost_model`` (see the module
+    docstring); each is stored on an attribute of the same name so that `get_params` can read it.
+
+    Parameters
+    ----------
+    cost_model : the router's belief (possibly miscalibrated), given to every policy; the shipped
+        ``calibrated`` model when None.
     """
 
     name: ClassVar[str] = "policy"
+    """The registry name (`repro.routing.policies.POLICIES`) and the journal's policy label."""
 
     def __init__(self, cost_model: CostModel | None = None) -> None:
         self.cost_model = cost_model or CostModel.load("calibrated")
 
     def place(self, request: RequestInfo, view: ClusterView) -> Decision:  # pragma: no cover - abstract
+        """The decision for ``request`` given the cluster as the router sees it now."""
         raise NotImplementedError
 
     def output_estimate(self, request: RequestInfo) -> float:
         """Output tokens the router charges to its ledger for this request."""
         return request.predicted_output_tokens
 
+    @classmethod
+    def param_names(cls) -> tuple[str, ...]:
+        """The option names, in signature order: the constructor's named parameters after
+        ``cost_model``. A constructor that forwards ``**kwargs`` to its base class also accepts the
+        base class's options (the nearest base constructor in the MRO)."""
+        return constructor_params(cls)
+
+    def get_params(self) -> dict[str, Any]:
+        """Each option's current value, read from the attribute of the same name."""
+        return {key: getattr(self, key) for key in self.param_names()}
+
     def describe(self) -> dict[str, Any]:
-        return {"policy": self.name}
+        """``{"policy": name, **options}``: what a manifest records about this policy."""
+        return {"policy": self.name, **self.get_params()}
 
 
-class RoundRobin(Policy):
-    """Cyclic assignment over each pool independently, skipping unhealthy instances."""
-
-    name = "round_robin"
-
-    def __init__(self, cost_model: CostModel | None = None) -> None:
-        super().__init__(cost_model)
-        self._next_p = 0
-        self._next_d = 0
-
-    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
-        p = self._pick(view.prefill, "_next_p")
-        d = self._pick(view.decode, "_next_d")
-        if p is None or d is None:
-            return Rejection("no healthy instance")
-        return Placement(p, d)
-
-    def _pick(self, pool: list[InstanceSignals], attr: str) -> int | None:
-        n = len(pool)
-        start = getattr(self, attr)
-        for k in range(n):
-            i = (start + k) % n
-            if pool[i].healthy:
-                setattr(self, attr, (i + 1) % n)
-                return i
-        return None
-
-
-def _argmin(pool: list[InstanceSignals], key: Callable[[InstanceSignals], Any], offset: int) -> int | None:
-    """Index of the healthy instance minimising ``key``; ties go round-robin from ``offset``."""
-    best = None
-    best_key = None
-    n = len(pool)
-    for k in range(n):
-        s = pool[(offset + k) % n]
-        if not s.healthy:
+def constructor_params(cls: type) -> tuple[str, ...]:
+    """The option names a class's constructor takes: its named parameters other than ``self`` and
+    ``cost_model``; through a ``**kwargs`` that forwards to a base class, that base's as well
+    (`Policy.param_names`). Works for any class (a user's policy need not subclass `Policy`)."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:  # inherits its constructor
             continue
-        kv = key(s)
-        if best_key is None or kv < best_key:
-            best, best_key = s.index, kv
-    return best
-
-
-class LeastLoaded(Policy):
-    """Join-the-shortest-queue on the router's in-flight request counts, in each pool."""
-
-    name = "least_loaded"
-
-    def __init__(self, cost_model: CostModel | None = None) -> None:
-        super().__init__(cost_model)
-        self._tick = 0
-
-    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
-        self._tick += 1
-        p = _argmin(view.prefill, lambda s: s.in_flight, self._tick)
-        d = _argmin(view.decode, lambda s: s.in_flight, self._tick)
-        if p is None or d is None:
-            return Rejection("no healthy instance")
-        return Placement(p, d)
-
-
-class LengthThreshold(Policy):
-    """The paper's predicted-length threshold heuristic.
-
-    Prefill: fewest in-flight requests. Decode: a request predicted long
-    (``predicted_output_tokens >= threshold_tokens``) goes to the instance with the fewest in-flight
-    tokens (so long requests spread by size); a short one to the fewest in-flight requests (JSQ).
-    """
-
-    name = "length_threshold"
-
-    def __init__(self, cost_model: CostModel | None = None, threshold_tokens: float = 512.0) -> None:
-        super().__init__(cost_model)
-        if not threshold_tokens > 0:
-            raise ConfigError(f"length_threshold: option 'threshold_tokens' must be > 0, got {threshold_tokens!r}")
-        self.threshold_tokens = float(threshold_tokens)
-        self._tick = 0
-
-    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
-        self._tick += 1
-        p = _argmin(view.prefill, lambda s: s.in_flight, self._tick)
-        if request.predicted_output_tokens >= self.threshold_tokens:
-            d = _argmin(view.decode, lambda s: (s.in_flight_tokens, s.in_flight), self._tick)
-        else:
-            d = _argmin(view.decode, lambda s: s.in_flight, self._tick)
-        if p is None or d is None:
-            return Rejection("no healthy instance")
-        return Placement(p, d)
-
-    def describe(self) -> dict[str, Any]:
-        return {"policy": self.name, "threshold_tokens": self.threshold_tokens}
-
-
-class MarginalCost(Policy):
-    r"""The paper's router: score every (prefill p, decode d) pair by the completion time the
-    request would see there, and take the argmin (ties: fewer in-flight requests, then round-robin).
-
-    With ``L`` = prompt tokens, ``o`` = output estimate (tokens), ``n_d`` = in-flight on d, the
-    cost model's prices ``tau_pre(L)``, ``tau_xfer(L)``, ``tau_dec(n)`` (s, ``tau_dec_s`` at n=0,
-    growing by ``slope`` per co-running sequence), and per-class targets ``T_ttft``, ``T_tpot`` (s)::
-
-        score(p, d) = [backlog]  B_p + slope * min(R_d, n_d * o * tau_dec_s)      seconds
-                    + own work   tau_pre(L) + tau_xfer(L) + o * tau_dec(n_d)        seconds
-                    + [cache]    W_d = T_ttft * max(0, u_d - u_safe) / (1 - u_safe)  seconds
-                    + [slo]      w_slo * (T_ttft,loose / T_ttft) * max(0, ttft_hat - T_ttft)
-                                 + w_slo * o * max(0, tau_dec(n_d) - T_tpot)        seconds
-
-        B_p      = seconds of priced prefill work queued on p (ledger): a FCFS prefill engine
-                   makes the request wait for all of it
-        R_d      = seconds of priced decode work outstanding on d (ledger). A continuously
-                   batching decode engine does not queue a newcomer behind R_d; instead every
-                   step it shares with the d's in-flight sequences is ``slope`` slower, for it and
-                   for them, for min(its length, theirs): the marginal cost of joining d
-        u_d      = post-admission KV fraction of d: (kv_usage_d * C + L + o) / C, from the
-                   polled usage (measured, not the ledger's predicted tokens: with a noisy
-                   predictor those would inflate the pressure), C = KV capacity (tokens)
-        ttft_hat = B_p + tau_pre(L) + tau_xfer(L) + W_d + tau_dec(n_d)
-
-    The cache term prices the expected KV-admission wait; the SLO hinge weighs a tight request's
-    predicted TTFT overrun by the loose/tight ratio (3x). Each bracketed term is a switch (the
-    ablation of §V-G); ``use_length=False`` replaces the predicted output by
-    ``default_output_tokens`` everywhere, including the ledger's charges. With a miscalibrated cost
-    model the ledger's backlog decays as if work finished ``tau_dec`` x faster than it does, so the
-    size-aware terms fade and the score falls back to the in-flight tie-break: queue counting (§V-B).
-
-    Beyond the paper (both off by default, so the default is the paper's router):
-
-    - ``sample_d = d > 0`` prices only d randomly chosen instances per pool (power-of-d), and
-      ``temperature_s = T > 0`` picks a pair with probability proportional to
-      ``exp(-(score - min score) / T)`` instead of the argmin: either way load cannot pile onto the
-      single momentarily cheapest instance (§V-E's scarcity inversion). Seeded by ``random_state``.
-    - ``admission_guard`` rejects a request whose predicted TTFT exceeds ``guard_margin`` x its
-      class's TTFT target on every candidate, with a retry-after of the excess: hopeless work is
-      not queued in front of requests that can still make their SLO. A rejected request counts as
-      not good. The guard predicts TTFT for a batching prefill engine, from the prompt tokens
-      queued on p (ledger) plus its own, ``Q``: ``ceil(Q / max_num_batched_tokens) * tau_pre_base
-      + Q * tau_pre_per_token + tau_xfer(L) + W_d + tau_dec(n_d)`` (the score's B_p, a serial
-      workload process, overstates a batching engine's wait at high rates of short prompts).
-    """
-
-    name = "marginal_cost"
-
-    def __init__(
-        self,
-        cost_model: CostModel | None = None,
-        use_backlog: bool = True,
-        use_length: bool = True,
-        use_cache_pressure: bool = True,
-        use_slo: bool = True,
-        cache_safe_fraction: float = 0.8,
-        slo_weight: float = 1.0,
-        default_output_tokens: float = 256.0,
-        sample_d: int = 0,
-        temperature_s: float = 0.0,
-        admission_guard: bool = False,
-        guard_margin: float = 3.0,
-        random_state: int = 0,
-    ) -> None:
-        super().__init__(cost_model)
-        if isinstance(sample_d, bool) or not isinstance(sample_d, int) or sample_d < 0:
-            raise ConfigError(f"marginal_cost: option 'sample_d' must be an integer >= 0 (0 = price every instance), got {sample_d!r}")
-        if not temperature_s >= 0:
-            raise ConfigError(f"marginal_cost: option 'temperature_s' must be >= 0, got {temperature_s!r}")
-        if not guard_margin >= 1.0:
-            raise ConfigError(f"marginal_cost: option 'guard_margin' must be >= 1, got {guard_margin!r}")
-        self.sample_d = sample_d
-        self.temperature_s = float(temperature_s)
-        self.admission_guard = bool(admission_guard)
-        self.guard_margin = float(guard_margin)
-        self.random_state = random_state
-        self._rng = random.Random(random_state)
-        if not 0.0 <= cache_safe_fraction < 1.0:
-            raise ConfigError(f"marginal_cost: option 'cache_safe_fraction' must be in [0, 1), got {cache_safe_fraction!r}")
-        if not slo_weight >= 0:
-            raise ConfigError(f"marginal_cost: option 'slo_weight' must be >= 0, got {slo_weight!r}")
-        if not default_output_tokens >= 1:
-            raise ConfigError(f"marginal_cost: option 'default_output_tokens' must be >= 1, got {default_output_tokens!r}")
-        self.use_backlog = bool(use_backlog)
-        self.use_length = bool(use_length)
-        self.use_cache_pressure = bool(use_cache_pressure)
-        self.use_slo = bool(use_slo)
-        self.cache_safe_fraction = float(cache_safe_fraction)
-        self.slo_weight = float(slo_weight)
-        self.default_output_tokens = float(default_output_tokens)
-        self._tick = 0
-
-    def output_estimate(self, request: RequestInfo) -> float:
-        return request.predicted_output_tokens if self.use_length else self.default_output_tokens
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "policy": self.name,
-            "use_backlog": self.use_backlog,
-            "use_length": self.use_length,
-            "use_cache_pressure": self.use_cache_pressure,
-            "use_slo": self.use_slo,
-            "cache_safe_fraction": self.cache_safe_fraction,
-            "slo_weight": self.slo_weight,
-            "default_output_tokens": self.default_output_tokens,
-            "sample_d": self.sample_d,
-            "temperature_s": self.temperature_s,
-            "admission_guard": self.admission_guard,
-            "guard_margin": self.guard_margin,
-            "random_state": self.random_state,
-        }
-
-    def scores(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int]]:
-        """All priced healthy pairs as (score, in-flight tiebreak, p, d), in tie-rotation order."""
-        return [c[:4] for c in self._priced(request, view)]
-
-    def _candidates(self, pool: list[InstanceSignals]) -> list[InstanceSignals]:
-        """The healthy instances to price: all, or ``sample_d`` drawn at random (power-of-d)."""
-        n = len(pool)
-        ordered = [pool[(self._tick + k) % n] for k in range(n)]
-        alive = [s for s in ordered if s.healthy]
-        if self.sample_d and self.sample_d < len(alive):
-            alive = self._rng.sample(alive, self.sample_d)
-        return alive
-
-    def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
-        """(score, in-flight tiebreak, p, d, predicted TTFT in s) for every candidate pair."""
-        cm = self.cost_model
-        L = request.prompt_tokens
-        o = self.output_estimate(request)
-        cls = request.slo_class
-        ttft_target = cm.ttft_tight_s * (1.0 if cls == "tight" else cm.loose_factor)
-        tpot_target = cm.tpot_tight_s * (1.0 if cls == "tight" else cm.loose_factor)
-        slo_scale = self.slo_weight * (cm.ttft_tight_s * cm.loose_factor) / ttft_target
-        own_pre = cm.tau_pre(L) + cm.tau_xfer(L)
-        cap = float(cm.kv_capacity_tokens)
-        safe = self.cache_safe_fraction
-
-        pre_parts = []
-        budget = max(1, int(cm.max_num_batched_tokens))
-        for s in self._candidates(view.prefill):
-            b = s.backlog_s if self.use_backlog else 0.0
-            # the guard's TTFT: a batching engine pays the base once per step of queued tokens
-            q = s.in_flight_tokens + L
-            pre_wait = math.ceil(q / budget) * cm.tau_pre_base_s + q * cm.tau_pre_per_token_s + cm.tau_xfer(L)
-            pre_parts.append((s.index, b, s.in_flight, pre_wait))
-        dec_parts = []
-        slope = cm.dec_concurrency_slope
-        for s in self._candidates(view.decode):
-            tau = cm.tau_dec(s.in_flight)
-            cost = o * tau
-            if self.use_backlog:
-                cost += slope * min(s.backlog_s, s.in_flight * o * cm.tau_dec_s)
-            wait = 0.0
-            if self.use_cache_pressure:
-                u = (s.kv_usage * cap + L + o) / cap
-                if u > safe:
-                    wait = ttft_target * (u - safe) / (1.0 - safe)
-                    cost += wait
-            if self.use_slo and tau > tpot_target:
-                cost += self.slo_weight * o * (tau - tpot_target)
-            dec_parts.append((s.index, cost, s.in_flight, tau + wait))
-        out = []
-        for p, pb, pn, pre_wait in pre_parts:
-            for d, dc, dn, first in dec_parts:
-                score = pb + own_pre + dc
-                if self.use_slo:
-                    ttft_hat = pb + own_pre + first
-                    if ttft_hat > ttft_target:
-                        score += slo_scale * (ttft_hat - ttft_target)
-                out.append((score, pn + dn, p, d, pre_wait + first))
-        return out
-
-    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
-        self._tick += 1
-        priced = self._priced(request, view)
-        if not priced:
-            return Rejection("no healthy instance")
-        if self.admission_guard:
-            cm = self.cost_model
-            target = cm.ttft_tight_s * (1.0 if request.slo_class == "tight" else cm.loose_factor)
-            fastest = min(c[4] for c in priced)
-            if fastest > self.guard_margin * target:
-                return Rejection(
-                    f"admission guard: predicted TTFT {fastest:.3f} s exceeds {self.guard_margin:g} x the "
-                    f"{request.slo_class} target ({target:.3f} s) on every instance",
-                    retry_after_s=fastest - target,
-                )
-        if self.temperature_s > 0:
-            low = min(c[0] for c in priced)
-            weights = [math.exp(-(c[0] - low) / self.temperature_s) for c in priced]
-            pick = self._rng.choices(priced, weights=weights)[0]
-            return Placement(pick[2], pick[3])
-        best = None
-        for cand in priced:
-            if best is None or cand[0] < best[0] - 1e-12 or (abs(cand[0] - best[0]) <= 1e-12 and cand[1] < best[1]):
-                best = cand
-        return Placement(best[2], best[3])
-
-
-class MarginalCostPlus(MarginalCost):
-    """The paper's router with both of our additions on: power-of-2 sampled candidates and the
-    admission guard at 1.5 x the TTFT target (`MarginalCost` documents both; every option can
-    still be overridden). Chosen on the simulator over the four workloads at 2p4d and 1p2d."""
-
-    name = "marginal_cost_plus"
-
-    def __init__(self, cost_model: CostModel | None = None, sample_d: int = 2, admission_guard: bool = True,
-                 guard_margin: float = 1.5, **options: Any) -> None:
-        super().__init__(cost_model, sample_d=sample_d, admission_guard=admission_guard, guard_margin=guard_margin, **options)
-
-
-POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (RoundRobin, LeastLoaded, LengthThreshold, MarginalCost, MarginalCostPlus)
-}
-PAPER_POLICIES = ("round_robin", "least_loaded", "length_threshold", "marginal_cost")
-
-
-def policy_class(name: str) -> type:
-    """A registered policy by name, or a user's class by import path ``pkg.mod:Cls``."""
-    if name in POLICIES:
-        return POLICIES[name]
-    if ":" in name or "." in name:
-        if ":" in name:
-            module_name, attr = name.split(":", 1)
-        else:
-            module_name, _, attr = name.rpartition(".")
         try:
-            module = importlib.import_module(module_name)
-            cls = getattr(module, attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigError(f"policy: cannot import {name!r} ({exc})") from None
-        if not callable(getattr(cls, "place", None)):
-            raise ConfigError(f"policy: {name!r} has no place(request, view) method")
-        return cls
-    raise ConfigError(f"policy: unknown policy {name!r}; allowed: {sorted(POLICIES)} or an import path 'pkg.module:Class'")
-
-
-def make_policy(name: str, cost_model: CostModel | None = None, **options: Any) -> Policy:
-    """Instantiate a policy by name with options; unknown options are a ConfigError naming them."""
-    cls = policy_class(name)
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        params = {}
-    allowed = [p for p in params if p not in ("self", "cost_model", "options")]
-    if "options" in params and issubclass(cls, MarginalCost):  # a subclass forwarding **options
-        allowed += [p for p in inspect.signature(MarginalCost).parameters if p not in ("self", "cost_model") and p not in allowed]
-    for key in options:
-        if key not in allowed:
-            raise ConfigError(f"policy {name}: unknown option {key!r}; allowed: {allowed}")
-    if "cost_model" in params:
-        return cls(cost_model=cost_model, **options)
-    return cls(**options)
-
-
-import repro.routing.policies.production  # noqa: E402,F401  (registers the production-router baselines)
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):  # a builtin's constructor: no introspectable options
+            break
+        forwards = False
+        for p in params:
+            if p.kind is p.VAR_KEYWORD:
+                forwards = True
+            elif p.kind is not p.VAR_POSITIONAL and p.name not in ("self", "cost_model") and p.name not in names:
+                names.append(p.name)
+        if not forwards:
+            break
+    return tuple(names)

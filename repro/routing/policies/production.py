@@ -10,9 +10,8 @@ Prefix caches are reset before every run of this harness (the correctness gate),
 paper's workloads share no prefixes, so every prefix/overlap term of these routers is zero here;
 each docstring says where that term would enter.
 
-Registration: importing this module adds its classes to `repro.routing.policies.base.POLICIES` (`register`),
-so ``RunSpec(policy="power_of_two")`` works once it has been imported. A process that has not
-imported it can name a class by import path (``repro.routing.policies.production:PowerOfTwo``).
+This module only defines the classes; the registry (`repro.routing.policies.POLICIES`) names
+them. Options are keyword arguments of each constructor, units in each class's docstring.
 
 All randomness comes from a per-policy ``random.Random(random_state)``: same seed, same inputs,
 same placements.
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
 
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
@@ -38,10 +36,12 @@ from repro.routing.policies.base import (
 
 
 def _healthy(pool: list[InstanceSignals]) -> list[InstanceSignals]:
+    """The healthy instances of ``pool``, in pool order."""
     return [s for s in pool if s.healthy]
 
 
-def _check_seed(name: str, random_state: Any) -> int:
+def _check_seed(name: str, random_state: object) -> int:
+    """``random_state`` as a seed, or a `ConfigError` naming policy ``name``'s option."""
     if isinstance(random_state, bool) or not isinstance(random_state, int) or random_state < 0:
         raise ConfigError(f"{name}: option 'random_state' must be a non-negative integer, got {random_state!r}")
     return int(random_state)
@@ -78,11 +78,15 @@ class PowerOfTwo(PerPoolPolicy):
     Mapping: load = ``InstanceSignals.in_flight`` (the ledger's in-flight count: dispatched and not
     yet settled), per pool. In P/D mode vllm-router runs one policy per pool, so the prefill and
     the decode instance are drawn independently. No prefix term exists in this policy.
+
+    Parameters
+    ----------
+    random_state : seed (integer >= 0) of the two draws.
     """
 
     name = "power_of_two"
 
-    def __init__(self, cost_model: CostModel | None = None, random_state: int = 0) -> None:
+    def __init__(self, cost_model: CostModel | None = None, *, random_state: int = 0) -> None:
         super().__init__(cost_model)
         self.random_state = _check_seed(self.name, random_state)
         self._rng = random.Random(self.random_state)
@@ -100,9 +104,6 @@ class PowerOfTwo(PerPoolPolicy):
             j = self._rng.randrange(n)
         a, b = healthy[i], healthy[j]
         return a.index if a.in_flight <= b.in_flight else b.index
-
-    def describe(self) -> dict[str, Any]:
-        return {"policy": self.name, "random_state": self.random_state}
 
 
 def softmax_sample_min(logits: list[float], temperature: float, rng: random.Random) -> int:
@@ -166,6 +167,14 @@ class DynamoKV(PerPoolPolicy):
       ``in_flight_tokens`` is the ledger's prompt + estimated output of its in-flight requests
       (Dynamo's own active-sequence tracker counts prompt blocks plus output blocks as they are
       generated; the ledger charges the output estimate up front).
+
+    Parameters
+    ----------
+    overlap_score_weight : weight (>= 0) of the prefill blocks in the logit (Dynamo's default 1).
+    temperature : softmax temperature (>= 0, dimensionless: logits are range-normalised); 0 takes
+        the minimum.
+    block_size : KV block size (tokens, >= 1).
+    random_state : seed (integer >= 0) of the tie and softmax draws.
     """
 
     name = "dynamo_kv"
@@ -173,14 +182,16 @@ class DynamoKV(PerPoolPolicy):
     def __init__(
         self,
         cost_model: CostModel | None = None,
+        *,
         overlap_score_weight: float = 1.0,
         temperature: float = 0.0,
         block_size: int = 16,
         random_state: int = 0,
     ) -> None:
         super().__init__(cost_model)
-        if not (isinstance(overlap_score_weight, (int, float)) and overlap_score_weight >= 0 and math.isfinite(overlap_score_weight)):
-            raise ConfigError(f"dynamo_kv: option 'overlap_score_weight' must be >= 0, got {overlap_score_weight!r}")
+        w = overlap_score_weight
+        if not (isinstance(w, (int, float)) and w >= 0 and math.isfinite(w)):
+            raise ConfigError(f"dynamo_kv: option 'overlap_score_weight' must be >= 0, got {w!r}")
         if not (isinstance(temperature, (int, float)) and temperature >= 0 and math.isfinite(temperature)):
             raise ConfigError(f"dynamo_kv: option 'temperature' must be >= 0, got {temperature!r}")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
@@ -212,11 +223,6 @@ class DynamoKV(PerPoolPolicy):
         k = softmax_sample_min([v for _, v in cand], self.temperature, self._rng)
         return cand[k][0]
 
-    def describe(self) -> dict[str, Any]:
-        return {"policy": self.name, "overlap_score_weight": self.overlap_score_weight,
-                "temperature": self.temperature, "block_size": self.block_size,
-                "random_state": self.random_state}
-
 
 class LlmdWeighted(PerPoolPolicy):
     r"""llm-d inference scheduler: queue and KV-utilization scorers, weighted sum, max-score picker.
@@ -244,11 +250,17 @@ class LlmdWeighted(PerPoolPolicy):
     plus running, since `ClusterView` carries no separate waiting count); ``kv_usage_e`` = the
     polled ``kv_usage`` (vllm:kv_cache_usage_perc, as llm-d scrapes it). Defaults: ``w_queue = 1``
     (pd-epp-config.yaml) and ``w_kv = 1`` (the scorer README's example weight).
+
+    Parameters
+    ----------
+    queue_weight : w_queue (>= 0), weight of the queue scorer (scores are in [0, 1]).
+    kv_weight : w_kv (>= 0), weight of the KV-utilization scorer.
+    random_state : seed (integer >= 0) of the picker's shuffle.
     """
 
     name = "llmd_weighted"
 
-    def __init__(self, cost_model: CostModel | None = None, queue_weight: float = 1.0,
+    def __init__(self, cost_model: CostModel | None = None, *, queue_weight: float = 1.0,
                  kv_weight: float = 1.0, random_state: int = 0) -> None:
         super().__init__(cost_model)
         for key, v in (("queue_weight", queue_weight), ("kv_weight", kv_weight)):
@@ -281,10 +293,6 @@ class LlmdWeighted(PerPoolPolicy):
         cand.sort(key=lambda c: -c[1])  # stable: the shuffle decides among equal scores
         return cand[0][0]
 
-    def describe(self) -> dict[str, Any]:
-        return {"policy": self.name, "queue_weight": self.queue_weight, "kv_weight": self.kv_weight,
-                "random_state": self.random_state}
-
 
 class SglangLeastLoad(PerPoolPolicy):
     """SGLang model gateway's ``least_load``: the worker with the least outstanding request size.
@@ -304,7 +312,7 @@ class SglangLeastLoad(PerPoolPolicy):
     until the whole request completes, the ledger releases it when the prefill answers). Decode
     pool: load = ``in_flight_tokens`` (prompt + the predictor's output estimate of its in-flight
     requests; the source charges the prompt alone: the ledger has no prompt-only count per decode
-    instance). No prefix term exists in this policy.
+    instance). No prefix term exists in this policy. No options.
     """
 
     name = "sglang_least_load"
@@ -316,21 +324,3 @@ class SglangLeastLoad(PerPoolPolicy):
                 best, best_load = s.index, s.in_flight_tokens
         return best
 
-
-PRODUCTION_POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (PowerOfTwo, DynamoKV, LlmdWeighted, SglangLeastLoad)
-}
-
-
-def register() -> None:
-    """Add the production baselines to `repro.routing.policies.base.POLICIES` (idempotent)."""
-    from repro.routing.policies import base as policies
-
-    for name, cls in PRODUCTION_POLICIES.items():
-        existing = policies.POLICIES.get(name)
-        if existing is not None and existing is not cls:
-            raise ConfigError(f"policy name {name!r} is already registered to {existing.__qualname__}")
-        policies.POLICIES[name] = cls
-
-
-register()

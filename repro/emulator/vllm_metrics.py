@@ -14,7 +14,8 @@ Gauges (running, waiting, KV usage) are read from the engine at scrape time.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -22,6 +23,9 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
 )
+
+if TYPE_CHECKING:
+    from repro.emulator.core import Seq
 
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
@@ -64,7 +68,7 @@ class Hist:
     def cumulative(self) -> list[tuple[str, float]]:
         out = []
         acc = 0
-        for b, c in zip(self.buckets, self.counts):
+        for b, c in zip(self.buckets, self.counts, strict=False):  # counts[-1] is the +Inf bucket
             acc += c
             out.append((_fmt(b), acc))
         acc += self.counts[-1]
@@ -81,7 +85,8 @@ def _fmt(v: float) -> str:
 
 
 class EngineMetrics:
-    """Recorder called by `EngineCore` (see ``NullMetrics`` for the interface)."""
+    """Recorder called by `EngineCore` (its ``on_*`` methods; `repro.emulator.core.NullMetrics` is the silent
+    stand-in of virtual replays) and Prometheus collector of ``/metrics``."""
 
     def __init__(self, model_name: str, max_model_len: int, engine_index: str = "0"):
         self.labels = [model_name, engine_index]
@@ -90,16 +95,23 @@ class EngineMetrics:
         self.h = {
             "vllm:time_to_first_token_seconds": (Hist(TTFT_BUCKETS), "Histogram of time to first token in seconds."),
             "vllm:inter_token_latency_seconds": (Hist(ITL_BUCKETS), "Histogram of inter-token latency in seconds."),
-            "vllm:request_time_per_output_token_seconds": (Hist(ITL_BUCKETS), "Histogram of time_per_output_token_seconds per request."),
-            "vllm:e2e_request_latency_seconds": (Hist(REQUEST_LATENCY_BUCKETS), "Histogram of e2e request latency in seconds."),
-            "vllm:request_queue_time_seconds": (Hist(REQUEST_LATENCY_BUCKETS), "Histogram of time spent in WAITING phase for request."),
-            "vllm:request_inference_time_seconds": (Hist(REQUEST_LATENCY_BUCKETS), "Histogram of time spent in RUNNING phase for request."),
-            "vllm:request_prefill_time_seconds": (Hist(REQUEST_LATENCY_BUCKETS), "Histogram of time spent in PREFILL phase for request."),
-            "vllm:request_decode_time_seconds": (Hist(REQUEST_LATENCY_BUCKETS), "Histogram of time spent in DECODE phase for request."),
+            "vllm:request_time_per_output_token_seconds": (
+                Hist(ITL_BUCKETS), "Histogram of time_per_output_token_seconds per request."),
+            "vllm:e2e_request_latency_seconds": (
+                Hist(REQUEST_LATENCY_BUCKETS), "Histogram of e2e request latency in seconds."),
+            "vllm:request_queue_time_seconds": (
+                Hist(REQUEST_LATENCY_BUCKETS), "Histogram of time spent in WAITING phase for request."),
+            "vllm:request_inference_time_seconds": (
+                Hist(REQUEST_LATENCY_BUCKETS), "Histogram of time spent in RUNNING phase for request."),
+            "vllm:request_prefill_time_seconds": (
+                Hist(REQUEST_LATENCY_BUCKETS), "Histogram of time spent in PREFILL phase for request."),
+            "vllm:request_decode_time_seconds": (
+                Hist(REQUEST_LATENCY_BUCKETS), "Histogram of time spent in DECODE phase for request."),
             "vllm:request_prompt_tokens": (Hist(tok), "Number of prefill tokens processed."),
             "vllm:request_generation_tokens": (Hist(tok), "Number of generation tokens processed."),
             "vllm:request_params_max_tokens": (Hist(tok), "Histogram of the max_tokens request parameter."),
-            "vllm:iteration_tokens_total": (Hist(ITERATION_TOKEN_BUCKETS), "Histogram of number of tokens per engine_step."),
+            "vllm:iteration_tokens_total": (
+                Hist(ITERATION_TOKEN_BUCKETS), "Histogram of number of tokens per engine_step."),
         }
         self.c = {
             "vllm:prefix_cache_queries": [0, "Prefix cache queries, in terms of number of queried tokens."],
@@ -114,15 +126,15 @@ class EngineMetrics:
         self.info: dict[str, str] = {}
         self._hists = {k: v[0] for k, v in self.h.items()}
 
-    # ---- recorder interface (called by the core) ---------------------------------------------
+    # ---- recorder interface (called by the core; times are physics seconds) -------------------
     def on_prefix(self, queries: int, hits: int) -> None:
         self.c["vllm:prefix_cache_queries"][0] += queries
         self.c["vllm:prefix_cache_hits"][0] += hits
 
-    def on_scheduled(self, seq: Any, now: float) -> None:
+    def on_scheduled(self, seq: Seq, now: float) -> None:
         self._hists["vllm:request_queue_time_seconds"].observe(max(0.0, now - seq.arrival))
 
-    def on_first_token(self, seq: Any, t: float) -> None:
+    def on_first_token(self, seq: Seq, t: float) -> None:
         self._hists["vllm:time_to_first_token_seconds"].observe(max(0.0, t - seq.arrival))
         self.c["vllm:prompt_tokens"][0] += seq.P
 
@@ -133,10 +145,10 @@ class EngineMetrics:
         self.c["vllm:generation_tokens"][0] += new_tokens
         self._hists["vllm:iteration_tokens_total"].observe(prompt_tokens + new_tokens)
 
-    def on_preempt(self, seq: Any) -> None:
+    def on_preempt(self, seq: Seq) -> None:
         self.c["vllm:num_preemptions"][0] += 1
 
-    def on_finish(self, seq: Any, t: float) -> None:
+    def on_finish(self, seq: Seq, t: float) -> None:
         h = self._hists
         self.success[seq.finish_reason if seq.finish_reason in self.success else "length"] += 1
         h["vllm:e2e_request_latency_seconds"].observe(max(0.0, t - seq.arrival))
@@ -151,7 +163,7 @@ class EngineMetrics:
         if seq.g > 1:
             h["vllm:request_time_per_output_token_seconds"].observe((t - first) / (seq.g - 1))
 
-    def on_abort(self, seq: Any) -> None:
+    def on_abort(self, seq: Seq) -> None:
         self.success["abort"] += 1
 
     def on_lag(self, lag_s: float) -> None:

@@ -37,7 +37,8 @@ def test_notebooks_declare_common_parameters_and_are_stripped(nb):
     assert nb.with_suffix(".py").exists(), "jupytext py:percent twin missing"
     # papermill's own parser warns ("Unable to parse line") on a line with two '=': keep them out of the help
     src = paper.parameters_cell(book)
-    assert all(line.count("=") <= 1 for line in src.splitlines()), [l for l in src.splitlines() if l.count("=") > 1]
+    two = [line for line in src.splitlines() if line.count("=") > 1]
+    assert all(line.count("=") <= 1 for line in src.splitlines()), two
     import jupytext
 
     twin = jupytext.read(nb.with_suffix(".py"))

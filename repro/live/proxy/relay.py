@@ -1,0 +1,261 @@
+"""One placed request's trip through its two engines, and the end of its journal row.
+
+`Exchange.run` runs vLLM's two-step P/D flow (`repro.live.pd_protocol`) for a request the policy
+placed on a (prefill, decode) pair:
+
+1. the prefill call (``prefill_timeout_s`` wall seconds at most); a 4xx answer is the client's
+   fault and goes back verbatim, any other failure is a 502;
+2. the decode call with the prefill's ``kv_transfer_params`` and the same ``X-Request-Id``; its
+   answer goes back byte for byte: the JSON, or the SSE stream relayed chunk by chunk
+   (`RelayResponse`); a stream cut midway ends with an SSE error event.
+
+Exactly once per request, whatever happens (engine failure, client disconnect, cancellation, a
+bug), the ledger is settled (``router.finish``), the row is journaled (`Proxy.record`) and the
+in-flight count drops. Row times are `Proxy.now` (physics seconds); token counts are the
+engine's ``usage.completion_tokens``, else the streamed text counted with the tokenizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from repro.experiment.journal import tpot
+from repro.live.pd_protocol import SSEParser, decode_body, headers_for, prefill_body
+from repro.workload.tokenizer import DEFAULT_TOKENIZER
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
+    from repro.live.proxy.core import Proxy
+    from repro.routing.policies.base import Placement
+
+
+def error_response(status: int, message: str, kind: str = "BadRequestError",
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """An OpenAI-style error answer: ``{"error": {"message", "type", "param", "code"}}``."""
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def describe(exc: BaseException) -> str:
+    """``"ExceptionType: message"`` for a journal reason (a bare timeout reads "timed out")."""
+    text = str(exc) or ("timed out" if isinstance(exc, TimeoutError) else "")
+    return f"{type(exc).__name__}: {text}"
+
+
+class RelayResponse(StreamingResponse):
+    """A streamed answer whose row is journaled even if its body is never iterated (a client
+    that disconnects before the first byte): ``on_end`` runs when the response ends, however."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_end: Callable[[], None], **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self._on_end = on_end
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_end()
+
+
+class Exchange:
+    """The P/D exchange of one placed request (see the module docstring).
+
+    ``row`` is the request's journal row so far (id, arrival, token counts, prediction); the
+    exchange adds the placement, the proxy-side timestamps of each step and the outcome.
+    """
+
+    def __init__(self, proxy: Proxy, path: str, body: dict[str, Any], row: dict[str, Any],
+                 placement: Placement) -> None:
+        self.proxy = proxy
+        self.cfg = proxy.cfg
+        self.path = path
+        self.body = body
+        self.row = row
+        self.rid: str = row["request_id"]
+        self.pe = proxy.prefill[placement.prefill]
+        self.de = proxy.decode[placement.decode]
+        row.update(prefill_instance=self.pe.name, decode_instance=self.de.name)
+        self.out_headers = {"X-Request-Id": self.rid, "X-Prefill-Instance": self.pe.name,
+                            "X-Decode-Instance": self.de.name}
+        self.engine_headers = headers_for(self.rid, self.cfg.api_key)
+        self.upstream: aiohttp.ClientResponse | None = None  # the decode answer, once it started
+        self.parser = SSEParser()  # of the relayed stream
+        self.first_token_s: float | None = None  # physics s: the first streamed chunk with content
+        self.outcome: str | None = None  # of the stream: None until the relay journaled the row
+
+    async def run(self) -> Response:
+        """Serve the request; the row is journaled exactly once (see the module docstring)."""
+        assert self.proxy.client is not None
+        self.proxy.in_flight += 1
+        try:
+            return await self._serve()
+        except BaseException as exc:  # never lose a request: journal it, settle the ledger
+            if self.row.get("status") is None:
+                if isinstance(exc, asyncio.CancelledError):
+                    self.fail("cancelled (client went away or proxy stopping)", 499)
+                else:
+                    return self.fail(f"proxy error: {describe(exc)}", 500)
+            raise
+
+    async def _serve(self) -> Response:
+        kv = await self._prefill()
+        if isinstance(kv, Response):
+            return kv
+        return await self._decode(decode_body(self.body, kv))
+
+    # ---- 1. prefill -----------------------------------------------------------------------------
+    async def _prefill(self) -> dict[str, Any] | None | Response:
+        """The prefill's ``kv_transfer_params`` (None: the decode engine prefills locally), or the
+        answer to the client when the request ends here."""
+        proxy, pe, row = self.proxy, self.pe, self.row
+        assert proxy.client is not None
+        row["prefill_start_s"] = proxy.now()
+        timeout = aiohttp.ClientTimeout(total=self.cfg.prefill_timeout_s, connect=self.cfg.connect_timeout_s)
+        try:
+            async with proxy.client.post(pe.url.rstrip("/") + self.path, json=prefill_body(self.body),
+                                         headers=self.engine_headers, timeout=timeout) as r:
+                status, content = r.status, await r.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            proxy.mark_failed(pe)
+            return self.fail(f"prefill {pe.name}: {describe(exc)}", 502)
+        if status != 200:
+            detail = content[:500].decode("utf-8", "replace")
+            if 400 <= status < 500:  # the client's request is bad: pass vLLM's answer through
+                now = proxy.now()
+                proxy.router.finish(self.rid, now)
+                row.update(status="failed", reason=f"prefill {pe.name}: HTTP {status}: {detail}", finish_s=now,
+                           generated_tokens=0)
+                proxy.record(row)
+                proxy.in_flight -= 1
+                return Response(content, status_code=status, media_type="application/json", headers=self.out_headers)
+            return self.fail(f"prefill {pe.name}: HTTP {status}: {detail}", 502)
+        try:
+            kv = json.loads(content).get("kv_transfer_params")
+        except (ValueError, AttributeError):
+            return self.fail(f"prefill {pe.name}: answer is not a JSON object", 502)
+        now = proxy.now()
+        proxy.router.prefill_done(self.rid, now)
+        row["prefill_end_s"] = now
+        return kv
+
+    # ---- 2. decode ------------------------------------------------------------------------------
+    async def _decode(self, dbody: dict[str, Any]) -> Response:
+        proxy, de = self.proxy, self.de
+        assert proxy.client is not None
+        self.row["decode_start_s"] = proxy.now()
+        try:
+            upstream = await proxy.client.post(de.url.rstrip("/") + self.path, json=dbody,
+                                               headers=self.engine_headers)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            proxy.mark_failed(de)
+            return self.fail(f"decode {de.name}: {describe(exc)}", 502)
+        self.upstream = upstream
+        if upstream.status != 200 or not self.body.get("stream"):
+            return await self._whole_answer(upstream)
+        return RelayResponse(self._relay(upstream), self._abandon, status_code=200, media_type="text/event-stream",
+                             headers=self.out_headers)
+
+    async def _whole_answer(self, upstream: aiohttp.ClientResponse) -> Response:
+        """A non-streamed decode answer (or an error answer): read it whole and pass it on."""
+        proxy, de = self.proxy, self.de
+        try:
+            content = await upstream.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            proxy.mark_failed(de)
+            return self.fail(f"decode {de.name}: {describe(exc)}", 502)
+        finally:
+            upstream.release()
+        if upstream.status != 200:
+            detail = content[:500].decode("utf-8", "replace")
+            return self.fail(f"decode {de.name}: HTTP {upstream.status}: {detail}",
+                             502 if upstream.status >= 500 else upstream.status)
+        now = proxy.now()
+        try:
+            usage = json.loads(content).get("usage") or {}
+        except (ValueError, AttributeError):
+            usage = {}
+        self.finish_ok(now, now, int(usage.get("completion_tokens") or 0))
+        return Response(content, status_code=200, media_type="application/json", headers=self.out_headers)
+
+    async def _relay(self, upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        """The decode stream, chunk by chunk; journals the row when the stream ends or is cut."""
+        proxy, parser = self.proxy, self.parser
+        first = None
+        try:
+            async for chunk in upstream.content.iter_any():
+                if parser.feed(chunk) and first is None:
+                    first = self.first_token_s = proxy.now()
+                yield chunk
+            if not parser.usage.done:
+                raise aiohttp.ClientPayloadError("stream ended without [DONE]")
+            now = proxy.now()
+            tokens = parser.usage.completion_tokens
+            if tokens is None:
+                tokens = DEFAULT_TOKENIZER.count(parser.usage.text)
+            self.outcome = "ok"
+            self.finish_ok(first if first is not None else now, now, tokens)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            proxy.mark_failed(self.de)
+            reason = f"decode {self.de.name}: stream cut: {describe(exc)}"
+            self.outcome = reason
+            self.finish_failed(first, reason)
+            err = {"error": {"message": reason, "type": "BadGatewayError", "code": 502}}
+            yield f"data: {json.dumps(err)}\n\n".encode()
+        finally:
+            upstream.release()
+            self._abandon()  # the client went away (generator closed or cancelled)
+
+    def _abandon(self) -> None:
+        """The response ended without the relay journaling the row: the client went away."""
+        if self.outcome is None:
+            self.outcome = "client disconnected"
+            assert self.upstream is not None
+            self.upstream.release()
+            self.finish_failed(self.first_token_s, "client disconnected")
+
+    # ---- the end of the row -----------------------------------------------------------------------
+    def fail(self, reason: str, status: int, message: str | None = None) -> Response:
+        """Journal the request as failed with ``reason``; the error answer (``status``) for the client."""
+        proxy = self.proxy
+        now = proxy.now()
+        proxy.router.finish(self.rid, now)
+        self.row.update(status="failed", reason=reason, finish_s=now,
+                        generated_tokens=self.row.get("generated_tokens", 0))
+        proxy.record(self.row)
+        proxy.in_flight -= 1
+        return error_response(status, message or reason, "BadGatewayError" if status >= 500 else "BadRequestError",
+                              self.out_headers)
+
+    def finish_ok(self, first: float, now: float, tokens: int) -> None:
+        """Journal a served request: first token at ``first``, last at ``now`` (physics s), ``tokens`` generated."""
+        proxy, row = self.proxy, self.row
+        proxy.router.finish(self.rid, now)
+        arrival = row["arrival_s"]
+        ttft = first - arrival
+        e2e = now - arrival
+        row.update(
+            status="ok", first_token_s=first, finish_s=now, ttft_s=ttft, e2e_s=e2e,
+            tpot_s=tpot(e2e, ttft, tokens), generated_tokens=tokens,
+        )
+        proxy.record(row)
+        proxy.in_flight -= 1
+
+    def finish_failed(self, first: float | None, reason: str) -> None:
+        """Journal a stream that did not complete, with the tokens it carried so far."""
+        proxy, usage = self.proxy, self.parser.usage
+        now = proxy.now()
+        proxy.router.finish(self.rid, now)
+        tokens = usage.completion_tokens or DEFAULT_TOKENIZER.count(usage.text)
+        self.row.update(status="failed", reason=reason, first_token_s=first, finish_s=now, generated_tokens=tokens)
+        proxy.record(self.row)
+        proxy.in_flight -= 1

@@ -1,0 +1,144 @@
+"""§V-G, notebook 10 (Fig. 8): which feature does the work.
+
+The marginal-cost router with one term switched off, at a steady-load and a saturation operating
+point, as the change in goodput against the full router on the same trace (paired by seed), in
+goodput *points* (1 point = 0.01). The paper: removing predicted length costs 3.2 points at steady
+load and 4.7 under saturation (the largest loss in both); cache pressure changes nothing
+measurable; removing the SLO term costs 1.7 points at moderate load, gains 3.7 under deep
+saturation, and cost 12 points with simulator-derived constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from repro.errors import ConfigError
+from repro.experiment.spec import RunSpec
+from repro.paper import reference as paper_reference
+
+if TYPE_CHECKING:
+    from repro.paper.section import Labelled, Section
+
+ABLATION_FEATURES = (
+    ("backlog", "use_backlog"),
+    ("length", "use_length"),
+    ("cache_pressure", "use_cache_pressure"),
+    ("slo", "use_slo"),
+)
+"""(term, the marginal-cost router's switch that turns it off)."""
+FEATURE_LABELS = {"backlog": "seconds of backlog", "length": "predicted output length",
+                  "cache_pressure": "cache pressure", "slo": "SLO tightness"}
+OPERATING_POINTS = ("steady", "saturation")
+# (operating point, cost model, feature) -> (paper key, sign): our "change" = without - full (points);
+# the paper states the length losses as positive losses, hence the sign.
+ABLATION_PAPER = {
+    ("steady", "calibrated", "length"): ("fig8_no_length_steady", -1.0),
+    ("saturation", "calibrated", "length"): ("fig8_no_length_sat", -1.0),
+    ("steady", "calibrated", "cache_pressure"): ("fig8_cache_pressure", 1.0),
+    ("saturation", "calibrated", "cache_pressure"): ("fig8_cache_pressure", 1.0),
+    ("steady", "calibrated", "slo"): ("fig8_slo_moderate", 1.0),
+    ("saturation", "calibrated", "slo"): ("fig8_slo_sat", 1.0),
+    ("steady", "sim_derived", "slo"): ("fig8_slo_uncalibrated", 1.0),
+}
+
+
+def ablation_rates(saturation_rate: float, steady_fraction: float = 0.75) -> dict[str, float]:
+    """The two operating points of §V-G (req/s): steady load (``steady_fraction`` of the saturation rate)
+    and saturation."""
+    if not saturation_rate > 0:
+        raise ConfigError(f"saturation rate must be > 0 req/s, got {saturation_rate!r}")
+    if not 0 < steady_fraction < 1:
+        raise ConfigError(f"parameter 'steady_fraction' = {steady_fraction!r} must be in (0, 1)")
+    return {"steady": float(saturation_rate) * steady_fraction, "saturation": float(saturation_rate)}
+
+
+def ablation_specs(ctx: Section, rates: Mapping[str, float] | None = None, *, topology: str = "2p4d",
+                   workload: str = "mixed", uncalibrated_features: Sequence[str] = ("slo",),
+                   features: Sequence[str] | None = None) -> list[Labelled]:
+    """``(labels, spec)`` for Fig. 8: the full router and each term off, per operating point and trace.
+
+    ``rates``: operating point -> req/s (default `ablation_rates` of 16 req/s). With the calibrated
+    cost model every term of ``features`` is ablated (default: every term of `ABLATION_FEATURES`);
+    with the simulator-derived constants (``sim_derived``) the terms in ``uncalibrated_features``
+    are (the paper's -12-point SLO case). Labels: operating_point, variant ('full' or the term).
+    """
+    rates = rates or ablation_rates(16.0)
+    known = {f for f, _ in ABLATION_FEATURES}
+    features = list(features) if features else [f for f, _ in ABLATION_FEATURES]
+    bad = [f for f in [*uncalibrated_features, *features] if f not in known]
+    if bad:
+        raise ConfigError(f"ablation: unknown feature(s) {bad}; allowed: {sorted(known)}")
+    out = []
+    for op, rate in rates.items():
+        for cm, feats in (("calibrated", features), ("sim_derived", list(uncalibrated_features))):
+            if not feats:
+                continue
+            for variant in ["full", *feats]:
+                opts = {} if variant == "full" else {dict(ABLATION_FEATURES)[variant]: False}
+                for s in ctx.seeds:
+                    spec = RunSpec.from_flat(backend=ctx.backend, workload=workload, topology=topology, seed=int(s),
+                                             rate=float(rate), n_requests=int(ctx.n_requests), policy="marginal_cost",
+                                             policy_options=opts, cost_model=cm, cluster=ctx.cluster,
+                                             time_scale=ctx.time_scale)
+                    out.append(({"operating_point": op, "variant": variant}, spec))
+    return out
+
+
+def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (operating point, cost model, feature): goodput with and without, the paired change (points).
+
+    ``change_points`` = mean over seeds of (goodput without the term - goodput of the full router on
+    the same trace) x 100; ``change_sd`` its standard deviation over seeds; ``paper_change_points``
+    the paper's value in the same sign convention (negative = the term helps).
+    """
+    rows = []
+    for (op, cm), g in runs.groupby(["operating_point", "cost_model"], sort=False):
+        full = g[g.variant == "full"].set_index("seed")
+        for feat, _ in ABLATION_FEATURES:
+            w = g[g.variant == feat].set_index("seed")
+            if w.empty:
+                continue
+            seeds = sorted(set(full.index) & set(w.index))
+            d = (w.loc[seeds, "goodput"].to_numpy(float) - full.loc[seeds, "goodput"].to_numpy(float)) * 100.0
+            key, sign = ABLATION_PAPER.get((op, cm, feat), (None, 1.0))
+            rows.append({"operating_point": op, "cost_model": cm, "feature": feat, "rate": float(full.rate.iloc[0]),
+                         "full_goodput": float(full.loc[seeds, "goodput"].mean()),
+                         "without_goodput": float(w.loc[seeds, "goodput"].mean()),
+                         "change_points": float(d.mean()), "change_sd": float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+                         "seeds": len(seeds), "paper_key": key or "",
+                         "paper_change_points": sign * paper_reference.lookup(key) if key else np.nan})
+    return pd.DataFrame(rows)
+
+
+def ablation_headline(tab: pd.DataFrame) -> list[dict[str, Any]]:
+    """Headline rows in the reference's own conventions (the length rows are *losses*, positive)."""
+    t = tab.set_index(["operating_point", "cost_model", "feature"])
+    out = []
+
+    def get(op: str, cm: str, feat: str) -> float | None:
+        return float(t.loc[(op, cm, feat), "change_points"]) if (op, cm, feat) in t.index else None
+
+    for op, key in (("steady", "fig8_no_length_steady"), ("saturation", "fig8_no_length_sat")):
+        v = get(op, "calibrated", "length")
+        if v is not None:
+            out.append({"key": key, "ours": -v})
+    cp = [v for v in (get(op, "calibrated", "cache_pressure") for op in OPERATING_POINTS) if v is not None]
+    if cp:  # "nothing measurable": the larger-magnitude change of the two regimes
+        out.append({"key": "fig8_cache_pressure", "ours": max(cp, key=abs)})
+    for op, key in (("steady", "fig8_slo_moderate"), ("saturation", "fig8_slo_sat")):
+        v = get(op, "calibrated", "slo")
+        if v is not None:
+            out.append({"key": key, "ours": v})
+    v = get("steady", "sim_derived", "slo")
+    if v is not None:
+        out.append({"key": "fig8_slo_uncalibrated", "ours": v})
+    cal = tab[tab.cost_model == "calibrated"]
+    if len(cal):
+        largest = all(g.sort_values("change_points").iloc[0].feature == "length"
+                      for _, g in cal.groupby("operating_point"))
+        out.append({"key": "fig8_length_largest_loss", "ours": float(largest)})
+    return out

@@ -1,0 +1,152 @@
+"""§V-F, notebook 09 (Figs. 5-7): load and tails.
+
+Fig. 5: a rate sweep up to the operating point (mixed, 2p4d); Fig. 6: P99 TTFT at the operating
+point; Fig. 7: a burst train (`RunSpec.arrival`, a `repro.workload.arrivals` burst process,
+mean rate = the operating point) with rolling P95 TTFT and goodput over arrival-time windows.
+Rates in requests per second, times in seconds, goodput a fraction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from repro.errors import ConfigError
+from repro.experiment.spec import RunSpec
+from repro.paper.grids import PAPER_POLICY_RANK, paper_value, policy_summary, specs_grid
+from repro.routing.policies import PAPER_POLICIES
+
+if TYPE_CHECKING:
+    from repro.paper.section import Section
+
+RATE_FRACTIONS = (0.25, 0.4, 0.55, 0.7, 0.85, 1.0)
+"""Fig. 5's rates as fractions of the operating point."""
+BURST = {"process": "burst", "burst_factor": 3.0, "period_s": 30.0, "duty": 0.2}
+"""Fig. 7's default burst train: 3x the mean rate for 20% of every 30 s."""
+BURST_PERIODS = 3
+"""A burst-train run spans at least this many burst periods."""
+FIG6_KEYS = {"marginal_cost": "fig6_mc_ttft_p99", "round_robin": "fig6_rr_ttft_p99",
+             "least_loaded": "fig6_ll_ttft_p99"}
+
+
+def load_sweep_specs(ctx: Section, rate: float, rate_fractions: Sequence[float],
+                     policies: Sequence[str] = PAPER_POLICIES) -> list[RunSpec]:
+    """Fig. 5's runs: ``policies`` x traces at each fraction of the operating ``rate`` (req/s), lowest first.
+
+    ``rate_fractions`` must be a non-empty list of fractions in (0, 4] (a `ValueError` otherwise).
+    """
+    if not rate_fractions or any(not 0 < f <= 4 for f in rate_fractions):
+        raise ValueError(f"parameter 'rate_fractions' = {rate_fractions!r}: a non-empty list of fractions in (0, 4]")
+    return [s for f in sorted(rate_fractions) for s in specs_grid(ctx, rates=rate * f, policies=policies)]
+
+
+def load_sweep_table(runs: pd.DataFrame, operating_rate: float) -> pd.DataFrame:
+    """Per (rate, policy): goodput and P99 TTFT over seeds; ``load`` = rate / operating rate; the paper's
+    round-robin values at the lowest rate and at the operating point (Fig. 5)."""
+    tab = policy_summary(runs, ("rate", "policy")).sort_values(["rate", "policy"]).reset_index(drop=True)
+    tab.insert(1, "load", tab.rate / operating_rate)
+    lo, hi = tab.rate.min(), tab.rate.max()
+    pg, pt = [], []
+    for r, p in zip(tab.rate, tab.policy, strict=True):
+        key = "light" if r == lo else ("sat" if r == hi else None)
+        pg.append(paper_value(f"fig5_rr_goodput_{key}") if key and p == "round_robin" else np.nan)
+        pt.append(paper_value(f"fig5_rr_ttft_p99_{key}") if key and p == "round_robin" else np.nan)
+    tab["paper_goodput"], tab["paper_ttft_p99_s"] = pg, pt
+    return tab
+
+
+def operating_point_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 6: P99 TTFT per policy at the operating point (the highest rate of the sweep)."""
+    at = runs[runs.rate == runs.rate.max()]
+    tab = policy_summary(at, ("policy",))
+    tab["paper_ttft_p99_s"] = [paper_value(FIG6_KEYS[p]) if p in FIG6_KEYS else np.nan for p in tab.policy]
+    return tab
+
+
+def burst_requests(rate: float, period_s: float, n_requests: int, periods: int = BURST_PERIODS) -> int:
+    """Requests of a burst-train run: ``n_requests``, or more when that would not span ``periods``
+    burst periods at the mean ``rate`` (a train of one burst shows nothing)."""
+    if not rate > 0 or not period_s > 0:
+        raise ConfigError(f"burst: rate ({rate!r} req/s) and period ({period_s!r} s) must be > 0")
+    return max(int(n_requests), int(np.ceil(rate * period_s * periods)))
+
+
+def burst_specs(ctx: Section, rate: float, *, n_requests: int | None = None,
+                policies: Sequence[str] = PAPER_POLICIES, burst: dict[str, Any] | None = None) -> list[RunSpec]:
+    """The burst-train runs of Fig. 7: mixed, 2p4d, mean rate ``rate`` (req/s), arrivals the burst
+    process ``burst`` (`BURST` by default); ``n_requests`` per run (default ``ctx.n_requests``)."""
+    return specs_grid(ctx, rates=rate, policies=policies, n_requests=n_requests, arrival=dict(burst or BURST))
+
+
+def burst_timeline(ctx: Section, specs: Sequence[RunSpec], window_s: float = 10.0, q: float = 95) -> pd.DataFrame:
+    """Rolling goodput and P``q`` TTFT per arrival window of ``window_s`` seconds, per run (columns: policy,
+    seed, window_s, goodput, ttft_p95_s, requests). Windows after the last full arrival window are dropped."""
+    from repro.experiment.inputs import truth_cost_model
+    from repro.experiment.metrics import rolling
+
+    frames = []
+    for spec in specs:
+        journal = ctx.run_journal(spec)
+        r = rolling(journal, truth_cost_model(spec).slo, window_s=window_s, q=q)
+        last_full = float(np.floor(journal["arrival_s"].max() / window_s) * window_s)
+        r = r[r.window < last_full].rename(columns={"window": "window_s"})
+        r.insert(0, "seed", int(spec.seed))
+        r.insert(0, "policy", spec.policy)
+        frames.append(r)
+    return pd.concat(frames, ignore_index=True)
+
+
+def burst_table(timeline: pd.DataFrame, q: float = 95) -> pd.DataFrame:
+    """Per policy: mean and max of the rolling P``q`` TTFT, mean rolling goodput, and the share of windows
+    in which it holds goodput at or above round-robin (same seed and window)."""
+    col = f"ttft_p{int(q)}_s"
+    g = timeline.groupby("policy", sort=False)
+    tab = pd.DataFrame({f"rolling_{col}_mean": g[col].mean(), f"rolling_{col}_max": g[col].max(),
+                        "rolling_goodput_mean": g["goodput"].mean(), "windows": g.size()}).reset_index()
+    if "round_robin" in set(timeline.policy):
+        rr = timeline[timeline.policy == "round_robin"].set_index(["seed", "window_s"])["goodput"]
+        share = {}
+        for pol, grp in timeline.groupby("policy"):
+            mine = grp.set_index(["seed", "window_s"])["goodput"]
+            both = mine.index.intersection(rr.index)
+            share[pol] = float((mine.loc[both] >= rr.loc[both]).mean()) if len(both) else np.nan
+        tab["windows_at_or_above_rr"] = tab.policy.map(share)
+    tab = tab.sort_values("policy", key=lambda s: s.map(lambda p: PAPER_POLICY_RANK.get(p, 99))).reset_index(drop=True)
+    tab["paper_rolling_ttft_p95_s"] = [paper_value("fig7_mc_ttft_p95_rolling") if p == "marginal_cost" else np.nan
+                                       for p in tab.policy]
+    return tab
+
+
+def load_and_tails_headline(sweep: pd.DataFrame, op: pd.DataFrame, burst: pd.DataFrame) -> list[dict[str, Any]]:
+    """Headline rows of Figs. 5-7: round-robin at light load and at the operating point, P99 TTFT per
+    policy there, and the burst train's rolling P95 TTFT (ours vs the others) and windows held."""
+    out = []
+    rr = sweep[sweep.policy == "round_robin"].sort_values("rate")
+    if len(rr):
+        out += [{"key": "fig5_rr_goodput_light", "ours": rr.goodput.iloc[0]},
+                {"key": "fig5_rr_goodput_sat", "ours": rr.goodput.iloc[-1]},
+                {"key": "fig5_rr_ttft_p99_light", "ours": rr.ttft_p99_s.iloc[0]},
+                {"key": "fig5_rr_ttft_p99_sat", "ours": rr.ttft_p99_s.iloc[-1]}]
+    o = op.set_index("policy")
+    out += [{"key": k, "ours": o.loc[p, "ttft_p99_s"]} for p, k in FIG6_KEYS.items() if p in o.index]
+    if {"marginal_cost", "round_robin", "least_loaded"} <= set(o.index):
+        best = o.loc[["marginal_cost", "round_robin", "least_loaded"], "ttft_p99_s"].idxmin()
+        out.append({"key": "fig6_mc_lowest_ttft_p99", "ours": float(best == "marginal_cost"), "paper": 1.0,
+                    "unit": "bool"})
+    b = burst.set_index("policy")
+    col = "rolling_ttft_p95_s_mean"
+    if "marginal_cost" in b.index:
+        mc = b.loc["marginal_cost", col]
+        others = b.drop(index="marginal_cost")[col]
+        out.append({"key": "fig7_mc_ttft_p95_rolling", "ours": mc})
+        if len(others):
+            out += [{"key": "fig7_other_ttft_p95_rolling_lo", "ours": others.min()},
+                    {"key": "fig7_other_ttft_p95_rolling_hi", "ours": others.max()},
+                    {"key": "fig7_tail_reduction", "ours": 100.0 * (1.0 - mc / others.mean())}]
+        if "windows_at_or_above_rr" in b.columns:
+            out.append({"key": "fig7_mc_windows_at_or_above_rr",
+                        "ours": b.loc["marginal_cost", "windows_at_or_above_rr"], "paper": 1.0, "unit": "fraction"})
+    return out

@@ -1,0 +1,23 @@
+"""Notebook 05 (§V-B): repro.paper.sections.calibration_value."""
+
+import pytest
+
+from repro.paper.sections import calibration_value as nb
+
+
+def test_calibration_small_grid(section):
+    ctx = section(seeds=(1, 2), n_requests=200)
+    runs = ctx.run(nb.calibration_specs(ctx, 16.0))
+    assert len(runs) == 8 and set(runs.cost_model) == {"calibrated", "sim_derived"}
+    tab = nb.calibration_table(runs)
+    assert list(tab.condition) == [c for _, _, c in nb.CALIBRATION_CONDITIONS]
+    t = tab.set_index("condition")
+    assert t.loc["learned, calibrated", "paper_goodput"] == pytest.approx(0.864)
+    assert t.loc["learned, simulator-derived", "paper_ttft_p99_hi_s"] == pytest.approx(0.52)
+    assert t.loc["round-robin", "request_skew"] == pytest.approx(1.0, abs=0.02)
+    head = {r["key"]: r for r in nb.calibration_headline(tab)}
+    assert head["calib_goodput_gain"]["ours"] == pytest.approx(
+        100 * (t.loc["learned, calibrated", "goodput"] - t.loc["learned, simulator-derived", "goodput"]))
+    assert {"calib_tail_share", "calib_simderived_token_skew_worse_than_jsq"} <= set(head)
+    load = nb.calibration_load(runs)
+    assert set(load.kind) == {"request count", "token load"} and len(load) == 16

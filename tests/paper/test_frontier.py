@@ -1,0 +1,23 @@
+"""Notebook 08 (§V-E, Fig. 4): repro.paper.sections.frontier."""
+
+import pytest
+
+from repro.paper.sections import frontier as nb
+
+
+def test_frontier_best_shape_and_gpu_saving(fake_runs):
+    runs = fake_runs(topology=["1p2d", "2p2d", "1p3d", "2p4d", "3p4d"], policy=["marginal_cost", "round_robin"],
+                     seed=[1])
+    g = {("1p2d", "marginal_cost"): 0.2, ("1p2d", "round_robin"): 0.6, ("2p2d", "marginal_cost"): 0.5,
+         ("1p3d", "marginal_cost"): 0.6, ("2p2d", "round_robin"): 0.4, ("1p3d", "round_robin"): 0.45,
+         ("2p4d", "marginal_cost"): 0.85, ("2p4d", "round_robin"): 0.8, ("3p4d", "marginal_cost"): 0.9,
+         ("3p4d", "round_robin"): 0.86}
+    runs["goodput"] = [g[(t, p)] for t, p in zip(runs.topology, runs.policy, strict=True)]
+    shapes, front = nb.frontier_table(runs)
+    f = front.set_index(["gpus", "policy"])
+    assert f.loc[(4, "marginal_cost"), "best_shape"] == "1p3d" and f.loc[(4, "marginal_cost"), "goodput"] == 0.6
+    assert f.loc[(6, "marginal_cost"), "paper_goodput"] == pytest.approx(0.870)
+    sv = nb.gpu_saving(front, 6)
+    assert sv["baseline_gpus"] == 7 and sv["saving_pct"] == pytest.approx(100 / 7)
+    head = {r["key"]: r["ours"] for r in nb.frontier_headline(shapes, front)}
+    assert head["fig4_inversion_at_1p2d"] == 1.0 and head["fig4_rr_1p2d"] == 0.6

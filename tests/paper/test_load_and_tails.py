@@ -1,0 +1,60 @@
+"""Notebook 09 (§V-F, Figs. 5-7): repro.paper.sections.load_and_tails, and RunSpec's arrival field."""
+
+import pytest
+
+from repro.errors import ConfigError
+from repro.experiment.inputs import build_trace
+from repro.experiment.spec import RunSpec, spec_from_dict
+from repro.paper.grids import specs_grid
+from repro.paper.sections import load_and_tails as nb
+
+
+def test_runspec_arrival_is_validated_and_drives_the_trace():
+    base = RunSpec(n_requests=300)
+    assert "arrival" not in base.to_dict()  # run ids made before the field stay valid
+    burst = base.replace(arrival={"process": "burst", "burst_factor": 3, "period_s": 10.0, "duty": 0.2})
+    assert burst.arrival["burst_factor"] == 3.0 and burst.run_id != base.run_id
+    assert build_trace(burst).meta["arrival"]["process"] == "burst"
+    assert build_trace(base).meta["arrival"]["process"] == "gamma"  # the workload's own
+    a = build_trace(burst).df.arrival_s.to_numpy()
+    in_burst = (a % 10.0) < 2.0
+    assert in_burst.mean() > 0.5  # 3x the rate for 20% of the time: 60% of arrivals expected
+    assert spec_from_dict(burst.to_dict()) == burst
+    with pytest.raises(ConfigError, match="arrival"):
+        RunSpec(arrival={"process": "burst", "burst_factor": 9.0, "duty": 0.5})
+    with pytest.raises(ConfigError, match="arrival"):
+        RunSpec(arrival={"proces": "poisson"})
+    with pytest.raises(ConfigError, match="arrival"):
+        RunSpec(arrival="burst")
+
+
+def test_burst_requests():
+    assert nb.burst_requests(16.0, 10.0, 200) == 480  # three periods at the mean rate
+    assert nb.burst_requests(16.0, 30.0, 2000) == 2000  # sim quick: the run is already long enough
+    with pytest.raises(ConfigError, match="period"):
+        nb.burst_requests(16.0, 0.0, 200)
+
+
+def test_load_and_tails_small(section):
+    ctx = section(seeds=(1,), n_requests=300)
+    specs = [s for f in (0.25, 1.0) for s in specs_grid(ctx, rates=16.0 * f)]
+    assert nb.load_sweep_specs(ctx, 16.0, [1.0, 0.25]) == specs  # the sweep's specs, lowest rate first
+    with pytest.raises(ValueError, match="rate_fractions"):
+        nb.load_sweep_specs(ctx, 16.0, [5.0])
+    runs = ctx.run(specs)
+    sweep = nb.load_sweep_table(runs, 16.0)
+    assert sorted(set(sweep.load)) == [0.25, 1.0]
+    rr = sweep[sweep.policy == "round_robin"].set_index("load")
+    assert rr.loc[0.25, "paper_goodput"] == pytest.approx(0.880)
+    assert rr.loc[1.0, "paper_ttft_p99_s"] == pytest.approx(0.56)
+    op = nb.operating_point_table(runs)
+    assert len(op) == 4 and (op.set_index("policy").loc["marginal_cost", "paper_ttft_p99_s"]) == pytest.approx(0.321)
+    bspecs = nb.burst_specs(section(seeds=(1,), n_requests=600), 16.0,
+                            burst={"process": "burst", "burst_factor": 3.0, "period_s": 10.0, "duty": 0.2})
+    assert all(s.arrival["process"] == "burst" for s in bspecs)
+    tl = nb.burst_timeline(ctx, bspecs, window_s=5.0)
+    assert {"policy", "seed", "window_s", "goodput", "ttft_p95_s"} <= set(tl.columns)
+    bt = nb.burst_table(tl)
+    assert bt.set_index("policy").loc["round_robin", "windows_at_or_above_rr"] == 1.0
+    keys = {r["key"] for r in nb.load_and_tails_headline(sweep, op, bt)}
+    assert {"fig5_rr_goodput_light", "fig6_mc_ttft_p99", "fig7_tail_reduction", "fig7_mc_ttft_p95_rolling"} <= keys

@@ -1,0 +1,21 @@
+"""Notebook 11 (§V-H, Fig. 9): repro.paper.sections.predictor_noise."""
+
+import pytest
+
+from repro.errors import ConfigError
+from repro.paper.sections import predictor_noise as nb
+
+
+def test_noise_grid_and_headline(section):
+    ctx = section(seeds=(1,), n_requests=200)
+    items = nb.noise_specs(ctx, 16.0, noise_levels=(0.0, 1.5))
+    assert [s.predictor_noise for _, s in items] == [0.0, 1.5, 0.0, 1.5, 0.0]
+    assert items[-1][1].policy == "round_robin"
+    tab = nb.noise_table(ctx.run(items))
+    assert set(tab.policy) == {"marginal_cost", "length_threshold", "round_robin"}
+    head = {r["key"]: r for r in nb.noise_headline(tab)}
+    assert head["fig9_goodput_lo"]["ours"] <= head["fig9_goodput_hi"]["ours"]
+    assert head["fig9_max_noise"]["ours"] == pytest.approx(150.0)
+    assert head["fig9_range_points"]["paper"] == pytest.approx(4.2)
+    with pytest.raises(ConfigError, match="noise_levels"):
+        nb.noise_specs(ctx, 16.0, noise_levels=(-1.0,))

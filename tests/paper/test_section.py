@@ -1,0 +1,133 @@
+"""The notebook context: Section.setup's checks, plan and time-scale rule; the grid runner; operating rates."""
+
+import json
+
+import matplotlib
+import pandas as pd
+import pytest
+
+from repro.errors import ConfigError
+from repro.experiment.inputs import truth_cost_model
+from repro.experiment.metrics import summarize
+from repro.experiment.runner import simulate_spec
+from repro.experiment.spec import RunSpec
+from repro.paper import plans as scale
+from repro.paper.section import Section, check_cluster
+
+
+def setup(**kw):
+    base = dict(notebook="00_test", backend="sim", scale="quick", seeds=[])
+    return Section.setup(**{**base, **kw})
+
+
+def test_setup_rejects_bad_values():
+    with pytest.raises(ConfigError, match="backend"):
+        setup(backend="gpu", seeds=[1])
+    with pytest.raises(ConfigError, match="scale"):
+        setup(scale="huge", seeds=[1])
+    with pytest.raises(ConfigError, match="seeds"):
+        setup(seeds=[])  # without a scale plan for the seeds, they are used as given
+    with pytest.raises(ConfigError, match="cluster"):
+        check_cluster("vllm", "")
+    with pytest.raises(ConfigError, match="cluster"):
+        setup(backend="vllm", seeds=[1])
+    assert setup(backend="vllm", seeds=[1], uses_cluster=False).cluster is None  # notebook 02 needs none
+
+
+def test_setup_scale_plan_defaults_and_overrides():
+    def plan(backend, scale_, seeds, n):
+        ctx = setup(backend=backend, scale=scale_, seeds=seeds, n_requests=n, quick_seeds=(1, 2))
+        return list(ctx.seeds), ctx.n_requests
+
+    assert plan("sim", "quick", [], 0) == ([1, 2], 2000)
+    assert plan("sim", "full", [], 0) == ([1, 2, 3], 10000)
+    assert plan("emulated", "quick", [5], 0) == ([5], 200)
+    assert plan("emulated", "quick", [], 0) == ([1], 200)
+    assert plan("sim", "quick", [], 123) == ([1, 2], 123)
+    with pytest.raises(ConfigError, match="n_requests"):
+        plan("sim", "quick", [], -1)
+    assert setup(seeds=[1], sim_requests=(1000, 4000)).n_requests == 1000  # notebook 03's probes
+
+
+def test_setup_time_scale_rule_folders_and_style(tmp_path):
+    emu = setup(backend="emulated", seeds=[1], time_scale=2.0, results_dir=tmp_path / "r", figures_dir="figs")
+    assert emu.time_scale == 2.0 and emu.results_dir == tmp_path / "r" and emu.figures_dir.is_absolute()
+    assert setup(seeds=[1], time_scale=2.0).time_scale == 1.0  # sim runs in its own time
+    frame = pd.DataFrame({"a": [1.0]})
+    assert emu.write_results(frame, "x") is frame  # written and handed back, to show
+    assert (tmp_path / "r" / "x.csv").read_text() == "a\n1\n"
+    assert matplotlib.rcParams["savefig.dpi"] == 150  # the house style is set
+
+
+def test_setup_shape_sweep_keeps_the_template():
+    ctx = setup(backend="emulated", seeds=[1], cluster="clusters/a40-{topology}.yaml", shape_sweep=True)
+    assert ctx.cluster is None and ctx.pool_cluster == "clusters/a40-{topology}.yaml"
+    with pytest.raises(ConfigError):  # one notebook's fixed pool: the template is not a file
+        setup(backend="emulated", seeds=[1], cluster="clusters/a40-{topology}.yaml")
+
+
+def test_live_quick_takes_the_simulator_rates_without_searching(monkeypatch):
+    def no_search(*a, **k):
+        raise AssertionError("live quick must not run a saturation search")
+
+    monkeypatch.setattr(Section, "saturation", no_search)
+    ctx = setup(backend="emulated", seeds=[1])
+    got = ctx.operating_rates(["mixed", "chat"])
+    assert got == {"mixed": scale.SIM_SATURATION_RATES["mixed"], "chat": scale.SIM_SATURATION_RATES["chat"]}
+    assert setup(backend="emulated", seeds=[1], rate=0.0).rate == scale.SIM_SATURATION_RATES["mixed"]
+    assert ctx.operating_rates(["mixed", "chat"], 5.0) == {"mixed": 5.0, "chat": 5.0}
+    with pytest.raises(AssertionError, match="must not"):
+        setup(backend="emulated", scale="full", seeds=[1]).operating_rates(["mixed"])
+    with pytest.raises(ConfigError, match="no operating point"):
+        scale.fixed_rates(["poetry"])
+    with pytest.raises(ConfigError, match="operating rate"):
+        _ = ctx.rate
+
+
+def test_saturation_fixed_rate_is_one_round_robin_probe(section):
+    ctx = section(seeds=(3,))
+    rates, probes = ctx.saturation(["chat"], n_requests=150, fixed={"chat": 40.0})
+    assert rates.saturation_rate.tolist() == [40.0] and rates.light_goodput.isna().all()
+    assert rates.probes.tolist() == [1]
+    spec = RunSpec(backend="sim", workload="chat", seed=3, n_requests=150, rate=40.0, policy="round_robin")
+    want = summarize(simulate_spec(spec), truth_cost_model(spec).slo)["goodput"]
+    assert probes.round_robin_goodput.tolist() == [pytest.approx(want)]
+    with pytest.raises(ConfigError, match="no fixed rate"):
+        ctx.saturation(["mixed"], n_requests=50, fixed={"chat": 40.0})
+
+
+def test_workload_rates_are_checked(section):
+    ctx = section()
+    assert ctx.workload_rates({**scale.SIM_SATURATION_RATES}) == scale.SIM_SATURATION_RATES
+    with pytest.raises(ConfigError, match="rates"):
+        ctx.workload_rates({"chat": 1.0})
+
+
+def test_run_plain_and_labelled_rows(section, tmp_path):
+    ctx = section(results_dir=tmp_path)
+    specs = [RunSpec(n_requests=100, policy=p) for p in ("round_robin", "marginal_cost")]
+    runs = ctx.run(specs, save_as="runs")
+    assert list(runs.columns[:9]) == ["workload", "topology", "policy", "cost_model", "seed", "rate", "n_requests",
+                                      "backend", "time_scale"]
+    assert (tmp_path / "runs.csv").exists() and len(runs) == 2
+    assert runs.goodput.tolist() == [ctx.run_summary(s)["goodput"] for s in specs]
+    labelled = ctx.run([({"variant": "rr"}, specs[0]),
+                        ({"variant": "guard"}, specs[1].replace(policy_options={"admission_guard": True}))])
+    assert list(labelled.columns[:5]) == ["variant", "policy_options", "predictor_noise", "service", "backlog"]
+    assert json.loads(labelled.policy_options.iloc[1]) == {"admission_guard": True}
+    assert ctx.run([]).empty
+    assert len(ctx.run_journal(specs[0])) == 100
+
+
+def test_emulated_rows_report_the_capped_time_scale(section, monkeypatch):
+    ctx = section(backend="emulated", time_scale=2.0)
+    seen = []
+
+    def fake_summary(spec):
+        seen.append(spec.live.time_scale)
+        return {"goodput": 1.0}
+
+    monkeypatch.setattr(ctx.__class__, "summary_of", lambda self, spec: fake_summary(spec))
+    chat = RunSpec.from_flat(backend="emulated", workload="chat", rate=64.0, time_scale=2.0, n_requests=10)
+    row = ctx.grid_row(chat)
+    assert seen == [1.0] and row["time_scale"] == 1.0  # 64 req/s x 2 would be the CPU's measurement

@@ -1,0 +1,141 @@
+"""The package layout's rules (docs/ARCHITECTURE.md): no import circles, no private names imported
+across modules, and a simulator run that loads no HTTP, CLI or process-launching code."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "repro"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PKG.rglob("*.py")) if p.name != "__main__.py"}
+
+
+def _resolve(name: str) -> str | None:
+    """The repro module an import names (a package's name stands for its __init__)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _in_type_checking(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def _imports(mod: str, *, lazy: bool) -> list[tuple[str, list[str], int]]:
+    """(imported repro module, names, line) of ``mod``; ``lazy``: also imports inside functions.
+    Imports under ``if TYPE_CHECKING:`` never run and are left out."""
+    tree = ast.parse(MODULES[mod].read_text())
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _in_type_checking(node, parents):
+            continue
+        inside_def = False
+        p = node
+        while p in parents:
+            p = parents[p]
+            if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inside_def = True
+        if inside_def and not lazy:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("repro"):
+                    out.append((_resolve(alias.name), [], node.lineno))
+        elif node.module and node.module.startswith("repro") and node.level == 0:
+            target = _resolve(node.module)
+            names = [a.name for a in node.names]
+            # `from repro.pkg import module` imports that module
+            subs = [f"{node.module}.{n}" for n in names if f"{node.module}.{n}" in MODULES]
+            out.extend((s, [], node.lineno) for s in subs)
+            out.append((target, [n for n in names if f"{node.module}.{n}" not in MODULES], node.lineno))
+    return [(t, n, line) for t, n, line in out if t and t != mod]
+
+
+def _cycles(lazy: bool) -> list[list[str]]:
+    graph = {m: sorted({t for t, _, _ in _imports(m, lazy=lazy)}) for m in MODULES}
+    found, state, stack = [], {}, []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in graph.get(m, []):
+            if state.get(t) == 1:
+                found.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m)
+    return found
+
+
+def test_the_layout_is_scanned():
+    # the rules below would pass vacuously on an empty scan
+    assert {"repro.sim.simulator", "repro.routing.policies", "repro.experiment.runner",
+            "repro.live.run"} <= set(MODULES)
+    assert any(t == "repro.sim.simulator" for t, _, _ in _imports("repro.experiment.runner", lazy=False))
+
+
+def test_no_import_circles_at_import_time():
+    assert _cycles(lazy=False) == []
+
+
+def test_no_import_circles_even_counting_imports_inside_functions():
+    assert _cycles(lazy=True) == []
+
+
+def test_no_module_imports_a_private_name_of_another():
+    bad = [f"{m}:{line} imports {n} from {t}" for m in MODULES for t, names, line in _imports(m, lazy=True)
+           for n in names if n.startswith("_") and n != "__version__"]
+    assert bad == []
+
+
+SIM_RUN = """
+import json, sys, tempfile
+from repro.experiment.runner import run
+from repro.experiment.spec import RunSpec
+run(RunSpec(n_requests=40, workload="chat", rate=20.0), tempfile.mkdtemp())
+print(json.dumps(sorted(sys.modules)))
+"""
+FORBIDDEN_IN_SIM = ("typer", "click", "httpx", "aiohttp", "fastapi", "uvicorn", "matplotlib", "repro.live",
+                    "repro.cli", "repro.emulator", "repro.cluster.launchers", "repro.cluster.processes", "repro.paper")
+
+
+def test_a_sim_run_loads_no_http_cli_or_process_launching_code():
+    out = subprocess.run([sys.executable, "-c", SIM_RUN], capture_output=True, text=True, check=True, cwd=ROOT)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "repro.sim.simulator" in loaded  # it did simulate
+    bad = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_IN_SIM)]
+    assert bad == []
+
+
+@pytest.mark.parametrize("mod", ["repro.cluster.topology", "repro.experiment.spec", "repro.routing.policies"])
+def test_light_modules_stay_light(mod):
+    code = f"import json, sys; import {mod}; print(json.dumps(sorted(sys.modules)))"
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                       cwd=ROOT).stdout)
+    assert not [m for m in loaded if m.split(".")[0] in ("httpx", "typer", "aiohttp", "fastapi", "subprocess_tee")]
+    assert not [m for m in loaded if m.startswith(("repro.cluster.launchers", "repro.live", "repro.cli"))]
