@@ -1,9 +1,10 @@
-"""Running specs: one run (`run`), many (`sweep`, resumable), or a simulation without files
-(`simulate_spec`)."""
+"""Running specs: one run (`run`), many (`sweep`: the one grid runner, resumable), or a simulation
+without files (`simulate_spec`, or `run_or_simulate` with ``sim_in_memory``)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from repro.cluster.topology import pools
+from repro.errors import ConfigError
 from repro.experiment.inputs import build_predictions, build_trace, make_router, truth_cost_model
 from repro.experiment.journal import read as read_journal
 from repro.experiment.journal import write_frame
@@ -23,13 +25,18 @@ from repro.sim.simulator import Simulator
 # ---- running --------------------------------------------------------------------------------
 @dataclass
 class RunResult:
+    """One finished run: its spec, its folder (None for an in-memory simulation), its summary
+    (`repro.experiment.metrics.summarize`), and whether it was found finished and skipped."""
+
     spec: RunSpec
-    run_dir: Path
+    run_dir: Path | None
     summary: dict[str, Any]
     skipped: bool = False
 
     @property
     def journal_path(self) -> Path:
+        if self.run_dir is None:
+            raise ConfigError(f"run {self.spec.run_id} was simulated in memory: it has no journal file")
         return self.run_dir / "journal.jsonl"
 
     def journal(self) -> pd.DataFrame:
@@ -79,8 +86,29 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> Run
     return RunResult(spec, run_dir, summary)
 
 
-def sweep(specs: list[RunSpec], out_dir: str | Path = "runs", progress: bool = True) -> pd.DataFrame:
-    """Run many specs (resumable: finished ones are skipped); one row per run with its summary."""
+def run_or_simulate(spec: RunSpec, out_dir: str | Path, *, sim_in_memory: bool = False) -> RunResult:
+    """`run` into ``out_dir``; with ``sim_in_memory`` a ``sim`` spec is simulated in memory instead
+    (no files, the same summary; `RunResult.run_dir` is None). Live runs always go to ``out_dir``
+    (they are resumed from it)."""
+    if not (sim_in_memory and spec.backend == "sim"):
+        return run(spec, out_dir)
+    journal = simulate_spec(spec)
+    return RunResult(spec, None, summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests))
+
+
+RowMaker = Callable[[RunResult], dict[str, Any]]
+"""Turns one finished run into its row of a sweep's table."""
+
+
+def sweep(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progress: bool = True,
+          row: RowMaker | None = None, *, sim_in_memory: bool = False) -> pd.DataFrame:
+    """Run many specs in order (resumable: finished ones are skipped); one row per run.
+
+    This is the one grid runner: the CLI and the notebooks (`repro.paper.section.Section.run`) both
+    use it. ``sim_in_memory`` simulates ``sim`` specs without files (`run_or_simulate`). ``row`` makes
+    each row (default `run_row`: run id, the spec's grid fields and the summary).
+    """
+    make_row = row or run_row
     rows = []
     if progress:
         from rich.progress import Progress
@@ -88,16 +116,16 @@ def sweep(specs: list[RunSpec], out_dir: str | Path = "runs", progress: bool = T
         with Progress(transient=True) as bar:
             task = bar.add_task("runs", total=len(specs))
             for spec in specs:
-                res = run(spec, out_dir)
-                rows.append(_row(res))
+                rows.append(make_row(run_or_simulate(spec, out_dir, sim_in_memory=sim_in_memory)))
                 bar.advance(task)
     else:
         for spec in specs:
-            rows.append(_row(run(spec, out_dir)))
+            rows.append(make_row(run_or_simulate(spec, out_dir, sim_in_memory=sim_in_memory)))
     return pd.DataFrame(rows)
 
 
-def _row(res: RunResult) -> dict[str, Any]:
+def run_row(res: RunResult) -> dict[str, Any]:
+    """The default row of `sweep`: run id, backend, grid fields, skipped, and the summary."""
     s = res.spec
     return {
         "run_id": s.run_id,

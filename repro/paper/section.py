@@ -236,9 +236,11 @@ class Section:
         items = list(specs)
         if not items:
             return pd.DataFrame()
-        if not isinstance(items[0], tuple):
-            return pd.DataFrame([self.grid_row(s) for s in items])
-        runs = pd.DataFrame([self.grid_row(s) for _, s in items])
+        labelled = isinstance(items[0], tuple)
+        plain = [for_this_machine(s) for _, s in items] if labelled else [for_this_machine(s) for s in items]
+        runs = runner.sweep(plain, self.runs_dir, progress=False, row=self.row_of, sim_in_memory=True)
+        if not labelled:
+            return runs
         extra = pd.DataFrame([{**lab, "policy_options": json.dumps(s.policy_options, sort_keys=True),
                                "predictor_noise": float(s.predictor_noise), "service": s.sim.service,
                                "backlog": s.sim.backlog} for lab, s in items])
@@ -246,9 +248,14 @@ class Section:
         return pd.concat([extra, runs.drop(columns=dup)], axis=1)
 
     def grid_row(self, spec: RunSpec) -> dict[str, Any]:
-        """One run of `run`: the spec's grid fields and its summary."""
+        """Run one spec (time scale capped for this machine) and return its row of `run`."""
         spec = for_this_machine(spec)
-        summary = self.summary_of(spec)
+        return self.row_of(runner.RunResult(spec, None, self.summary_of(spec)))
+
+    @staticmethod
+    def row_of(res: runner.RunResult) -> dict[str, Any]:
+        """One row of `run`: the spec's grid fields (time scale as run) and its summary (`SUMMARY_COLUMNS`)."""
+        spec, summary = res.spec, res.summary
         return {"workload": spec.workload, "topology": spec.topology, "policy": spec.policy,
                 "cost_model": spec.cost_model, "seed": spec.seed, "rate": spec.rate,
                 "n_requests": spec.n_requests, "backend": spec.backend, "time_scale": spec.live.time_scale,
@@ -260,12 +267,7 @@ class Section:
 
     def summary_of(self, spec: RunSpec) -> dict[str, Any]:
         """The summary of ``spec`` run as it is: simulated in-process, or a live run (resumed if finished)."""
-        if spec.backend == "sim":
-            from repro.experiment.inputs import truth_cost_model
-            from repro.experiment.metrics import summarize
-
-            return summarize(runner.simulate_spec(spec), truth_cost_model(spec).slo, sent=spec.n_requests)
-        return runner.run(spec, self.runs_dir).summary
+        return runner.run_or_simulate(spec, self.runs_dir, sim_in_memory=True).summary
 
     def run_journal(self, spec: RunSpec) -> pd.DataFrame:
         """Run one spec and return its journal (one row per request, `repro.experiment.journal`)."""
