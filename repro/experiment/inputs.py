@@ -19,10 +19,52 @@ if TYPE_CHECKING:
 
 # ---- inputs ---------------------------------------------------------------------------------
 def build_trace(spec: RunSpec) -> Trace:
-    """The spec's arrival trace (deterministic in workload, seed, rate, n_requests, arrival)."""
+    """The spec's arrival trace (deterministic in workload, seed, rate, n_requests, arrival), with
+    request lengths capped to the engines' context where the cluster sets one (`length_cap`; the
+    cap and how many requests it touched are in ``trace.meta["length_cap"]``)."""
     from repro.workload.traces import make_trace
 
-    return make_trace(spec.workload, spec.seed, spec.rate, spec.n_requests, arrival=spec.arrival_spec())
+    trace = make_trace(spec.workload, spec.seed, spec.rate, spec.n_requests, arrival=spec.arrival_spec())
+    cap = length_cap(spec)
+    return trace if cap is None else cap_lengths(trace, cap)
+
+
+def length_cap(spec: RunSpec) -> int | None:
+    """The context length (tokens) that bounds every request of this spec, or None.
+
+    Only CPU vLLM engines (a cluster file with ``vllm: {device: cpu}``) serve a model whose context
+    (``vllm.max_model_len``, default 4096) is shorter than the workloads' longest requests; GPU
+    engines and the simulated and emulated ones take every request of Table I whole.
+    """
+    if spec.backend != "vllm" or not spec.cluster:
+        return None
+    opts = spec.topology_parsed().options.get("vllm") or {}
+    if opts.get("device") != "cpu":
+        return None
+    return int(opts.get("max_model_len", 4096))
+
+
+def cap_lengths(trace: Trace, cap: int) -> Trace:
+    """``trace`` with each request fitted into ``cap`` tokens of context: the output is cut to at
+    most ``cap // 2`` tokens, then the prompt to ``cap - output`` tokens (never silently: the
+    returned trace's ``meta["length_cap"]`` says how many requests were cut and by how much)."""
+    from repro.workload.traces import Trace
+
+    df = trace.df.copy()
+    out = np.minimum(df["output_tokens"].to_numpy(), cap // 2)
+    prompt = np.minimum(df["prompt_tokens"].to_numpy(), cap - out)
+    cut = (out < df["output_tokens"].to_numpy()) | (prompt < df["prompt_tokens"].to_numpy())
+    report = {
+        "max_model_len": int(cap),
+        "rule": "output_tokens <= max_model_len // 2; prompt_tokens <= max_model_len - output_tokens",
+        "requests_capped": int(cut.sum()),
+        "requests": int(len(df)),
+        "prompt_tokens_removed": int((df["prompt_tokens"].to_numpy() - prompt).sum()),
+        "output_tokens_removed": int((df["output_tokens"].to_numpy() - out).sum()),
+    }
+    df["output_tokens"] = out.astype(df["output_tokens"].dtype)
+    df["prompt_tokens"] = prompt.astype(df["prompt_tokens"].dtype)
+    return Trace(df, {**trace.meta, "length_cap": report})
 
 
 def build_predictions(spec: RunSpec, trace: Trace) -> np.ndarray:

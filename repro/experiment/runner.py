@@ -13,7 +13,7 @@ import pandas as pd
 
 from repro.cluster.topology import pools
 from repro.errors import ConfigError
-from repro.experiment.inputs import build_predictions, build_trace, make_router, truth_cost_model
+from repro.experiment.inputs import build_predictions, build_trace, length_cap, make_router, truth_cost_model
 from repro.experiment.journal import read as read_journal
 from repro.experiment.journal import write_frame
 from repro.experiment.manifest import read_manifest, sha256, versions, write_json_atomic
@@ -82,6 +82,8 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> Run
         "journal_sha256": sha256(run_dir / "journal.jsonl"),
         "summary": summary,
     }
+    if length_cap(spec) is not None:  # requests were cut to the engines' context: say so beside the numbers
+        manifest["length_cap"] = build_trace(spec).meta["length_cap"]
     write_json_atomic(manifest_path, manifest)
     return RunResult(spec, run_dir, summary)
 

@@ -338,10 +338,18 @@ async def calibrate_async(
     budget = _Budget(budget_s, K)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits, trust_env=False) as client:
-        if model is None:
-            r = await client.get(D.url.rstrip("/") + "/v1/models")
-            _raise_for(r, D)
-            model = r.json()["data"][0]["id"]
+        r = await client.get(D.url.rstrip("/") + "/v1/models")
+        _raise_for(r, D)
+        card = r.json()["data"][0]
+        model = model or card["id"]
+        context = card.get("max_model_len")  # vLLM's model card says the engine's context (tokens)
+        if isinstance(context, int) and context > 0:
+            # a request must leave room for its output inside the context: never ask for more
+            lengths = sorted({min(L, context - 2) for L in lengths})
+            xlens = sorted({min(L, context - 2) for L in xlens})
+            if decode_prompt_tokens + decode_tokens > context:
+                decode_prompt_tokens = max(16, context - decode_tokens)
+            log(f"engine context {context} tokens: prefill lengths {lengths}")
         for inst in (P, D):  # start from empty prefix caches where the engine allows it
             try:
                 await client.post(inst.url.rstrip("/") + "/reset_prefix_cache")

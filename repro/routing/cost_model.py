@@ -251,6 +251,13 @@ def fit(
         raise ConfigError("calibration: decode samples need at least 2 distinct concurrencies")
     base = base or CostModel.load("calibrated")
     a_pre, b_pre = _line([s.prompt_tokens for s in pre], [s.latency_s for s in pre])
+    if a_pre <= 0 < b_pre:
+        # A convex prefill curve (attention's quadratic term dominating, as on CPU engines) drives the
+        # least-squares intercept to zero or below; anchor the line at the shortest prompt's median
+        # latency instead, so that the base stays what a near-empty prefill costs.
+        shortest = min(s.prompt_tokens for s in pre)
+        at_shortest = float(np.median([s.latency_s for s in pre if s.prompt_tokens == shortest]))
+        a_pre = max(at_shortest - b_pre * shortest, 0.0)
     a_dec, b_dec = _line([s.concurrency - 1 for s in dec], [s.itl_s for s in dec])
     tau_dec = max(a_dec, 1e-9)
     slope = max(b_dec, 0.0) / tau_dec
