@@ -123,5 +123,5 @@ def test_emulator_and_real_vllm_speak_the_same_protocol(real_instances, emulated
             a, b = real.get(probe, {}).get(field), emu.get(probe, {}).get(field)
             if a != b and (probe, field) not in KNOWN_DIFFERENCES:
                 differences.append(f"{probe}.{field}: vllm {a!r} vs emulator {b!r}")
-    assert differences == []
+    assert differences == [], "\n" + "\n".join(differences)
     assert real["metrics"]["used_present"] == list(USED_METRICS)
