@@ -38,6 +38,9 @@ def test_missing_calibration_file_says_how_to_make_it(tmp_path):
         parse_topology(str(_write(tmp_path, "calibration: nowhere.json\n")))
     with pytest.raises(ConfigError, match="calibration"):
         parse_topology(str(_write(tmp_path, "calibration: 3\n")))
+    # `repro calibrate` parses the file it is about to complete: the missing file is then the output
+    topo = parse_topology(str(_write(tmp_path, "calibration: nowhere.json\n")), calibration_must_exist=False)
+    assert topo.options["calibration"] == str((tmp_path / "nowhere.json").resolve())
 
 
 def test_router_and_slo_use_the_cluster_calibration(tmp_path):

@@ -111,16 +111,18 @@ def _check_budget(v: Any, where: str) -> int | None:
 
 
 def parse_topology(spec: str | Path | dict | Topology, *, profile: str | None = None,
-                   kv_budget_tokens: int | None = None) -> Topology:
+                   kv_budget_tokens: int | None = None, calibration_must_exist: bool = True) -> Topology:
     """A `Topology` from ``2p4d``, a YAML path (or a name in data/clusters/) or a dict.
 
     ``profile``/``kv_budget_tokens`` override the file's defaults (not per-instance values).
-    Raises ConfigError naming the bad field and the allowed values.
+    Raises ConfigError naming the bad field and the allowed values; a ``calibration:`` file that
+    does not exist is one too, unless ``calibration_must_exist`` is False (``repro calibrate``,
+    which is about to write it).
     """
     if isinstance(spec, Topology):
         return spec
     if isinstance(spec, dict):
-        return _from_dict(spec, "topology", profile, kv_budget_tokens)
+        return _from_dict(spec, "topology", profile, kv_budget_tokens, calibration_must_exist)
     text = str(spec)
     m = _SHORTHAND.match(text)
     if m:
@@ -149,7 +151,7 @@ def parse_topology(spec: str | Path | dict | Topology, *, profile: str | None = 
     if not isinstance(raw, dict):
         raise ConfigError(f"topology {path}: expected a mapping with an 'instances' list")
     raw.setdefault("name", path.stem)
-    return _from_dict(raw, str(path), profile, kv_budget_tokens)
+    return _from_dict(raw, str(path), profile, kv_budget_tokens, calibration_must_exist)
 
 
 _TOP_KEYS = {"name", "launcher", "profile", "kv_budget_tokens", "instances", "vllm", "emulated", "description",
@@ -158,7 +160,8 @@ _INST_KEYS = {"role", "count", "profile", "kv_budget_tokens", "url", "urls", "gp
               "faults", "name"}
 
 
-def _from_dict(raw: dict, origin: str, profile: str | None, kv_budget: int | None) -> Topology:
+def _from_dict(raw: dict, origin: str, profile: str | None, kv_budget: int | None,
+               calibration_must_exist: bool = True) -> Topology:
     unknown = set(raw) - _TOP_KEYS
     if unknown:
         raise topology_error(sorted(unknown)[0], f"is unknown in {origin}; allowed: {sorted(_TOP_KEYS)}")
@@ -220,11 +223,11 @@ def _from_dict(raw: dict, origin: str, profile: str | None, kv_budget: int | Non
         raise topology_error("instances", f"instance names must be unique, got {names}")
     options = {k: raw[k] for k in ("vllm", "emulated") if k in raw}
     if raw.get("calibration") is not None:
-        options["calibration"] = _check_calibration(raw["calibration"], origin)
+        options["calibration"] = _check_calibration(raw["calibration"], origin, calibration_must_exist)
     return Topology(name=str(raw.get("name") or "cluster"), instances=tuple(specs), launcher=launcher, options=options)
 
 
-def _check_calibration(value: Any, origin: str) -> str:
+def _check_calibration(value: Any, origin: str, must_exist: bool = True) -> str:
     """The cluster's cost model: a shipped name (``calibrated``, ``sim_derived``) or a JSON file
     written by ``repro calibrate`` (relative to the cluster file); a missing file says how to make it."""
     from repro.paths import CALIBRATION_DIR
@@ -239,7 +242,7 @@ def _check_calibration(value: Any, origin: str) -> str:
     path = Path(value)
     if not path.is_absolute() and Path(origin).exists():
         path = Path(origin).resolve().parent / path
-    if not path.exists():
+    if must_exist and not path.exists():
         raise topology_error("calibration", f"file {path} does not exist: calibrate these engines first "
                                   f"(repro calibrate --cluster {origin} --out {value}, or notebook 01 with this "
                                   "cluster), or write 'calibration: calibrated' to use the paper's A40 constants")

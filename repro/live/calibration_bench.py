@@ -528,7 +528,8 @@ def _make_cli():
         except ValueError:
             raise ConfigError(f"calibrate: --concurrency must be a comma list of integers, "
                               f"got {concurrency!r}") from None
-        topo = parse_topology(cluster, profile=profile)
+        # the cluster's own calibration file may not exist yet: this command is what writes it
+        topo = parse_topology(cluster, profile=profile, calibration_must_exist=False)
         kind = launcher or topo.launcher or "emulated"
         opts: dict[str, Any] = {"time_scale": time_scale} if kind == "emulated" else {}
         K = time_scale if kind == "emulated" else 1.0
