@@ -161,14 +161,18 @@ class _ProcessLauncher(Launcher):
         self.procs: dict[str, subprocess.Popen] = {}
         self._logs: list[IO[bytes]] = []
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str],
+               die_with_us: bool = False) -> tuple[subprocess.Popen, str]:
+        """Start one engine in its own process group, logging to ``<log_dir>/<name>.log``; with
+        ``die_with_us`` (for children that take no ``--parent-pid``) it is also told to die with this
+        process, even on ``kill -9`` (Linux), unless the launcher is detached."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         log = open(log_path, "ab")
         self._logs.append(log)
-        # An engine that is not detached dies with us, even on `kill -9` of this process (Linux).
+        preexec = die_with_parent if die_with_us and not self.detach else None
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=None if self.detach else die_with_parent)
+                                start_new_session=True, preexec_fn=preexec)
         self.procs[name] = proc
         _LIVE.add(self)
         return proc, str(log_path)
@@ -269,13 +273,17 @@ class VllmLauncher(_ProcessLauncher):
                  side_channel_base_port: int = 5600, side_channel_host: str | None = None,
                  gpus: Sequence[str] | None = None, extra_args: Sequence[str] = (), dry_run: bool = False,
                  vllm_bin: str = "vllm", log_dir: Path | None = None, detach: bool = False,
-                 startup_timeout: float = 1800.0, seed: int = 0) -> None:
-        super().__init__(topology, log_dir=log_dir, detach=detach, startup_timeout=startup_timeout)
+                 startup_timeout: float | None = None, seed: int = 0) -> None:
         opts = topology.options.get("vllm", {}) or {}
-        self.device = str(opts.get("device", "cuda"))
-        if self.device not in ("cuda", "cpu"):
-            raise topology_error("vllm.device", f"is {self.device!r}; allowed: ['cuda', 'cpu']")
-        self.cpu = CpuEngineOptions.from_options(opts) if self.device == "cpu" else None
+        device = str(opts.get("device", "cuda"))
+        if device not in ("cuda", "cpu"):
+            raise topology_error("vllm.device", f"is {device!r}; allowed: ['cuda', 'cpu']")
+        cpu = CpuEngineOptions.from_options(opts) if device == "cpu" else None
+        if startup_timeout is None:  # GPU engines may load weights for minutes; CPU ones use dummy weights
+            startup_timeout = cpu.startup_timeout_s if cpu is not None else 1800.0
+        super().__init__(topology, log_dir=log_dir, detach=detach, startup_timeout=startup_timeout)
+        self.device = device
+        self.cpu = cpu
         first = Physics.load(topology.instances[0].profile)
         self.model = model or opts.get("model") or (TINY_MODEL if self.cpu else first.model)
         self.dtype = dtype or opts.get("dtype") or ("auto" if self.cpu else "bfloat16")
@@ -290,8 +298,6 @@ class VllmLauncher(_ProcessLauncher):
         self.dry_run = dry_run
         self.vllm_bin = vllm_bin
         self.seed = seed
-        if self.cpu is not None and startup_timeout == 1800.0:
-            self.startup_timeout = self.cpu.startup_timeout_s
         n = len(topology.instances)
         if self.gpus is not None and len(self.gpus) < n:
             raise topology_error("vllm.gpus", f"lists {len(self.gpus)} GPUs for {n} instances")
@@ -395,7 +401,7 @@ class VllmLauncher(_ProcessLauncher):
             return list(self.instances)
         base_env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_NIXL_", "CUDA_VISIBLE"))}
         for inst, (spec, env, argv, _port) in zip(self.instances, cmds, strict=True):
-            proc, log = self._spawn(spec.name, argv, {**base_env, **env})
+            proc, log = self._spawn(spec.name, argv, {**base_env, **env}, die_with_us=True)
             inst.pid = proc.pid
             inst.log = log
         wait_healthy(self.instances, self.startup_timeout, self.procs, interval=0.5)
