@@ -141,3 +141,40 @@ def test_engine_killed_mid_run_fails_requests_clearly_and_is_skipped(tmp_path):
     assert len(j) == 10 and j.request_id.is_unique
     failed = j[j.status == "failed"]
     assert len(failed) == codes.count(502) and failed.reason.str.contains("decode-1").all()
+
+
+def _state(inst):
+    return httpx.get(inst.url + "/_emulator/state", timeout=10).json()
+
+
+def test_a_decode_prompt_that_differs_from_the_prefilled_one_is_caught(cluster):
+    """The emulator's guard (real vLLM has none: a longer prompt kills its decode engine)."""
+    from repro.live.pd_protocol import decode_body, prefill_body
+
+    p = next(i for i in cluster if i.role == "prefill")
+    d = next(i for i in cluster if i.role == "decode")
+    before = _state(p)["prompt_mismatches"]
+    with httpx.Client(timeout=30) as c:
+        pr = c.post(p.url + "/v1/completions", json=prefill_body(body(4)), headers={"X-Request-Id": "mm-1"})
+        kv = pr.json()["kv_transfer_params"]
+        other = body(4, prompt="tell me about routing " * 19 + "tell me about queueing ")  # same length
+        r = c.post(d.url + "/v1/completions", json=decode_body(other, kv), headers={"X-Request-Id": "mm-1"})
+        assert r.status_code == 200  # the pull failed; the decode engine recomputed the prompt
+    assert _state(p)["prompt_mismatches"] == before + 1
+
+
+def test_the_proxy_never_sends_a_decode_prompt_other_than_the_prefilled_one(cluster, tmp_path):
+    before = {i.name: _state(i)["prompt_mismatches"] for i in cluster}
+    pulls_before = sum(_state(i)["pulls_ok"] for i in cluster)
+    cfg, proc = make_proxy(cluster, tmp_path, policy="round_robin")
+    chat = {"model": MODEL, "max_tokens": 6, "ignore_eos": True,
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "héllo — 路由 " * 30}]}
+    with proc as url, httpx.Client(timeout=30) as c:
+        for k in range(4):
+            assert c.post(url + "/v1/completions", json=body(5, stream=k % 2 == 1, prompt=f"case {k} " * (50 * k + 3)),
+                          headers={"X-Request-Id": f"same-{k}"}).status_code == 200
+            assert c.post(url + "/v1/chat/completions", json={**chat, "stream": k % 2 == 1},
+                          headers={"X-Request-Id": f"same-chat-{k}"}).status_code == 200
+    after = {i.name: _state(i) for i in cluster}
+    assert {n: s["prompt_mismatches"] for n, s in after.items()} == before
+    assert sum(s["pulls_ok"] for s in after.values()) - pulls_before == 8  # every request's KV was pulled

@@ -350,11 +350,11 @@ class VllmLauncher(_ProcessLauncher):
         cpu = self.cpu
         assert cpu is not None
         model_dir = self.model
-        cores = cpu.cores or list(range(os.cpu_count() or 1))
+        cores = assign_cores([spec.role for spec in self.topology.instances], cpu.cores)
         out = []
         for i, (spec, (port, side_port)) in enumerate(zip(self.topology.instances, self._port_pairs(), strict=True)):
             env = {
-                "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)]),
+                "VLLM_CPU_OMP_THREADS_BIND": str(cores[i]),
                 "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port),
                 "VLLM_NIXL_SIDE_CHANNEL_HOST": self.side_channel_host,
                 "VLLM_SERVER_DEV_MODE": "1",
@@ -417,6 +417,67 @@ DEFAULT_VLLM_VENV = REPO_ROOT / ".venv-vllm-cpu"
 """Where `.ci/vllm_cpu_env` (and the README's real-vLLM tier) installs ``vllm-cpu``."""
 
 
+def available_cores() -> list[int]:
+    """The CPU cores this process may run on (its affinity), in order."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def assign_cores(roles: list[str], cores: list[int] | None = None, available: list[int] | None = None) -> list[int]:
+    """The core (``VLLM_CPU_OMP_THREADS_BIND``) of each CPU engine, given the engines' roles in order.
+
+    A decode engine must never share a core with a prefill engine. Measured on 2 cores (vllm-cpu
+    0.32, NIXL 1.5.1): with a decode engine on the prefill engine's core, every P/D request through
+    that decode engine took 31 s instead of 0.2-1.6 s, in 1p1d and 1p2d alike. The prefill engine
+    holds the request's KV blocks for the decode engine to pull and its engine loop keeps stepping
+    until they are released; meanwhile the decode worker's NIXL handshake and its completion
+    notification to the prefill engine did not go through, and went through at once when the prefill
+    engine released the blocks at its 30 s KV lease (``kv_lease_duration``; the prefill log then says
+    "Releasing expired KV blocks ... retrieved by 0 remote worker(s)" and, a second later,
+    "Potentially invalid KV blocks for unrecognized request"). Decode engines sharing a core with
+    each other, prefill alone on its core, served every flow in 0.4-1.6 s.
+
+    ``cores`` (the cluster file's ``vllm.cores``) lists the core of each engine in turn, wrapping
+    around; a list that puts a prefill and a decode engine on one core is refused (`TopologyError`
+    naming ``vllm.cores``), as is a core this process may not use. Without it, the ``available``
+    cores (default: this process's affinity) are split in proportion to the engine counts, at least
+    one each, prefill engines on the first ones; one core alone cannot host both roles: refused.
+    """
+    available = available if available is not None else available_cores()
+    n_p = sum(r == "prefill" for r in roles)
+    n_d = len(roles) - n_p
+    if cores:
+        missing = sorted(set(cores) - set(available))
+        if missing:
+            raise topology_error("vllm.cores",
+                                 f"names core(s) {missing} this process may not use; available: {available}")
+        out = [cores[i % len(cores)] for i in range(len(roles))]
+    else:
+        if n_p and n_d and len(available) < 2:
+            raise topology_error("vllm.cores", f"only core(s) {available} available: prefill and decode engines "
+                                               "need separate cores (a decode engine on a prefill engine's core "
+                                               "stalls every KV handover ~30 s)")
+        k = max(1, min(len(available) - 1, round(len(available) * n_p / max(1, len(roles))))) if n_d else len(available)
+        pre, dec = available[:k], available[k:] or available
+        counters = {"prefill": 0, "decode": 0}
+        out = []
+        for r in roles:
+            pool = pre if r == "prefill" else dec
+            key = "prefill" if r == "prefill" else "decode"
+            out.append(pool[counters[key] % len(pool)])
+            counters[key] += 1
+    shared = sorted({c for c, r in zip(out, roles, strict=True) if r == "prefill"}
+                    & {c for c, r in zip(out, roles, strict=True) if r != "prefill"})
+    if shared:
+        who = ", ".join(f"{r}#{i}" for i, (c, r) in enumerate(zip(out, roles, strict=True)) if c in shared)
+        raise topology_error("vllm.cores", f"puts prefill and decode engines on the same core(s) {shared} ({who}): "
+                                           "a decode engine on a prefill engine's core stalls every KV handover "
+                                           "~30 s; give the two roles separate cores")
+    return out
+
+
 class CpuEngineOptions:
     """The ``vllm:`` options of a cluster file that only CPU engines read (units: bytes, tokens, seconds).
 
@@ -425,7 +486,9 @@ class CpuEngineOptions:
     - ``max_model_len`` (tokens, default 4096): the tiny model's context; longer workload requests
       are capped to it by the harness (recorded in the run's manifest).
     - ``kv_cache_bytes`` (default 256 MiB): ``--kv-cache-memory-bytes`` per engine.
-    - ``cores``: the CPU core of each engine in turn (default 0, 1, ..., wrapping around).
+    - ``cores``: the CPU core of each engine in turn (wrapping around); by default prefill and decode
+      engines get disjoint cores (`assign_cores`), and an explicit list that puts a prefill and a
+      decode engine on one core is refused.
     - ``plugin`` (default true): switch on `repro.cluster.vllm_plugin` (NIXL's progress thread
       sleeps between polls, no pinning of every engine to the last core).
     - ``nixl_progress_delay_us`` (default 1000): the progress thread's sleep.

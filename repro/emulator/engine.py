@@ -16,6 +16,7 @@ the decode side's ``Physics.transfer_time_s`` and then frees the blocks) or unti
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import time
@@ -147,6 +148,7 @@ class AsyncEngine:
         self._client: RawClient | None = None
         self.pulls_ok = 0
         self.pulls_failed = 0
+        self.prompt_mismatches = 0  # KV reads refused: the decode prompt differed from the prefilled one
         self.reading: dict[str, Seq] = {}
         self._pull_tasks: set[asyncio.Task] = set()
         self.pull_timeout_s = 60.0  # wall seconds; a pull that takes longer fails (local recompute)
@@ -319,6 +321,8 @@ class AsyncEngine:
                 "remote_request_id": params["remote_request_id"],
                 "remote_block_ids": params["remote_block_ids"],
                 "num_tokens": seq.transfer_tokens,
+                "prompt_tokens": seq.P,
+                "prompt_digest": prompt_digest(seq.prompt_ids),
                 "duration_s": self.physics.transfer_time_s(seq.transfer_tokens),
                 "requester_engine_id": self.engine_id,
             }
@@ -347,6 +351,15 @@ class AsyncEngine:
         blocks = body.get("remote_block_ids")
         if blocks is not None and list(blocks) != list(seq.blocks):
             return 409, {"error": "remote_block_ids do not match the blocks held for this request"}
+        n, digest = body.get("prompt_tokens"), body.get("prompt_digest")
+        if (n is not None and n != seq.P) or (digest is not None and digest != prompt_digest(seq.prompt_ids)):
+            # Real vLLM (0.32, NixlConnector) does not check this: a longer decode prompt trips an
+            # assertion in the NIXL worker and kills the decode engine; an equal-length different one
+            # decodes on the wrong KV. The emulator refuses the read and counts it, so tests can assert
+            # that the router never sends one.
+            self.prompt_mismatches += 1
+            return 409, {"error": f"the decode request's prompt ({n} tokens) differs from the prompt prefilled "
+                                  f"for {rid!r} ({seq.P} tokens)"}
         del self.core.handoffs[rid]
         self.reading[rid] = seq
         try:
@@ -362,6 +375,11 @@ class AsyncEngine:
                 seq.blocks = []
             self._wake.set()
         return 200, {"ok": True, "num_blocks": len(blocks or []), "request_id": rid}
+
+
+def prompt_digest(ids: list[int]) -> str:
+    """A short digest of a prompt's token ids (what a KV read must match)."""
+    return hashlib.blake2b(",".join(map(str, ids)).encode(), digest_size=8).hexdigest()
 
 
 def _host_for_url(host: str) -> str:

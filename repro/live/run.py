@@ -140,6 +140,14 @@ def merge_journals(client: pd.DataFrame, proxy: pd.DataFrame, trace: pd.DataFram
     return frame(out.reset_index()[list(FIELD_NAMES)].to_dict("records"))
 
 
+REAL_ENGINE_HEALTH = {"poll_timeout_s": 5.0, "unhealthy_after": 3}
+"""Proxy health rules for real vLLM engines: a real engine's ``/metrics`` (a full Prometheus registry
+rendered in Python) answered in over 1 s while it computed on a busy core (2-core machine, 1p2d on
+CPU), and one such slow poll marked the only prefill engine unhealthy: a request was refused (429).
+Three slow polls in a row (5 s each) are needed instead; a dead engine is still caught by the first
+failed request (`ProxyState.mark_failed`). The emulated engines keep the strict defaults."""
+
+
 def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     """Run one spec on live engines; writes journal.jsonl (+ client, proxy, gates files)."""
     from repro.experiment.inputs import build_trace
@@ -160,6 +168,7 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
             cost_model=spec.cost_model, predictor=spec.predictor, predictor_noise=spec.predictor_noise,
             predictor_seed=spec.predictor_seed, journal=str(proxy_path), time_scale=spec.live.time_scale,
             poll_interval_s=spec.kv_poll_interval_s, port=free_port(), kv_capacity_tokens=spec.kv_budget_tokens,
+            **REAL_ENGINE_HEALTH if spec.backend == "vllm" else {},
         )
         gates = run_gates(instances)
         (run_dir / "gates.json").write_text(json.dumps(jsonable(gates), indent=2, default=str))

@@ -57,6 +57,7 @@ async def state(request: Request) -> JSONResponse:
         "steps": core.steps,
         "pulls_ok": engine.pulls_ok,
         "pulls_failed": engine.pulls_failed,
+        "prompt_mismatches": engine.prompt_mismatches,
         "physics_now_s": engine.now(),
     })
 
