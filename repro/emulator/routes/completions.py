@@ -206,7 +206,8 @@ async def full_body(state: EmulatorState, c: Completion, request: Request) -> Re
             "choices": [{
                 "index": 0,
                 "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None,
-                            "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None},
+                            "audio": None, "function_call": None, "tool_calls": [], "reasoning": None,
+                            "reasoning_content": None},  # vLLM 0.12's ChatMessage serializes both
                 "logprobs": None, "finish_reason": seq.finish_reason, "stop_reason": None, "token_ids": None,
             }],
             "service_tier": None, "system_fingerprint": None, "usage": u,
