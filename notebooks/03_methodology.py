@@ -62,10 +62,12 @@ if gates is not None:
         raise RuntimeError("a correctness gate failed: fix the cluster before measuring (see the report above)")
 
 # %%
-# live quick checks the simulator's operating point of mixed with one round-robin probe instead of searching
+# emulated live quick checks the simulator's operating point of mixed with one round-robin probe instead of
+# searching; vllm searches the cluster at hand (its engines are not the paper's A40s)
 workloads = ctx.pick("saturation_workloads", [], WORKLOADS)
 fixed = None if ctx.searches_rates else fixed_rates(workloads)
-rates, probes = ctx.saturation(workloads, n_requests=ctx.n_requests, fixed=fixed)
+rates, probes = ctx.saturation(workloads, n_requests=ctx.probe_requests if ctx.backend == "vllm" else ctx.n_requests,
+                               fixed=fixed)
 ctx.write_results(rates, "03_saturation_rates")
 ctx.write_results(probes, "03_saturation_probes")
 rates

@@ -603,6 +603,40 @@ def launch(topology: str | Path | dict[str, Any] | Topology, launcher: str | Non
         yield instances
 
 
+def remote_twin(topology: str | Path | dict[str, Any] | Topology, instances: Sequence[Instance],
+                path: str | Path) -> Path:
+    """Write a ``launcher: remote`` cluster file naming the running ``instances`` (and keeping the
+    topology's ``vllm:`` options and calibration, resolved to an absolute path); returns ``path``.
+    Runs given it reach the same engines without starting their own."""
+    import yaml
+
+    topo = parse_topology(topology, calibration_must_exist=False)
+    doc: dict[str, Any] = {"name": f"{topo.name}-running", "launcher": "remote"}
+    for key in ("vllm", "calibration"):
+        if topo.options.get(key) is not None:
+            doc[key] = topo.options[key]
+    doc["instances"] = [{"role": i.role, "url": i.url, "name": i.name} for i in instances]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@contextmanager
+def hold_cluster(cluster: str | Path, work_dir: str | Path) -> Iterator[str]:
+    """A cluster file that many runs can share: for one whose launcher starts engines here
+    (``vllm``), the engines are started once (logs in ``work_dir``) and a `remote_twin` naming them
+    is yielded; they stop when the block ends. Any other cluster file is yielded as it is. (Every
+    run still resets the engines' prefix caches before it measures: the gates.)"""
+    topo = parse_topology(cluster, calibration_must_exist=False)
+    if topo.launcher != "vllm":
+        yield str(cluster)
+        return
+    work = Path(work_dir)
+    with make_launcher(topo, log_dir=work / "engine-logs") as instances:
+        yield str(remote_twin(topo, instances, work / f"{topo.name}-running.yaml"))
+
+
 # ---- state file (repro cluster up / down / status) -------------------------------------------
 def save_state(path: Path, launcher: str, topology: Topology, instances: Sequence[Instance]) -> None:
     path = Path(path)

@@ -94,6 +94,30 @@ def _cache_config(text: str) -> dict[str, str]:
     return {}
 
 
+def _apply_cache_config(model: CostModel, info: dict[str, str]) -> CostModel:
+    """``model`` with what the decode engine's ``vllm:cache_config_info`` states: the KV capacity
+    (tokens; one block is vLLM's null block) and, where the engine was given its KV memory in bytes
+    (``kv_cache_memory_bytes``, as CPU engines are), the KV bytes per token, with the fitted transfer
+    bandwidth rescaled so that the priced transfer time of a prompt is unchanged."""
+    from dataclasses import replace
+
+    try:
+        blocks, block_size = int(float(info["num_gpu_blocks"])), int(float(info["block_size"]))
+    except (KeyError, ValueError):
+        return model
+    if blocks > 1 and block_size > 0:
+        model = replace(model, kv_capacity_tokens=(blocks - 1) * block_size)
+    try:
+        per_token = float(info["kv_cache_memory_bytes"]) / (blocks * block_size)
+    except (KeyError, ValueError, ZeroDivisionError):
+        return model
+    if per_token > 0 and math.isfinite(per_token):
+        scale = per_token / model.kv_bytes_per_token
+        model = replace(model, kv_bytes_per_token=per_token,
+                        xfer_bandwidth_bytes_per_s=model.xfer_bandwidth_bytes_per_s * scale)
+    return model
+
+
 async def scrape(client: httpx.AsyncClient, url: str) -> dict[str, float] | None:
     """The engine's ``/metrics`` as `parse_metrics` reads them, or None if it does not answer 200."""
     try:
@@ -414,15 +438,7 @@ async def calibrate_async(
     samples["value_s"] = samples["engine_s"].where(samples["engine_s"].notna(), samples["client_s"])
     samples["source"] = np.where(samples["engine_s"].notna(), "engine", "client")
     model_out = fit_samples(samples, base=base, name=name)
-    if info.get("num_gpu_blocks") and info.get("block_size"):
-        try:
-            cap = (int(float(info["num_gpu_blocks"])) - 1) * int(float(info["block_size"]))
-            if cap > 0:
-                from dataclasses import replace
-
-                model_out = replace(model_out, kv_capacity_tokens=cap)
-        except ValueError:
-            pass
+    model_out = _apply_cache_config(model_out, info)
     samples.attrs["physics_s"] = budget.spent()
     if out is not None:
         out = Path(out)

@@ -10,6 +10,8 @@ Three plans, one per (backend family, scale):
   path in about 20 minutes on 2 cores. One trace of `LIVE_QUICK_REQUESTS` requests per run, the
   simulator's saturation rates (`SIM_SATURATION_RATES`) as operating points instead of a live
   search, and each sweep cut to the rows that carry its section's claim (`LIVE_QUICK_GRIDS`).
+  On ``vllm`` the operating points are searched on the cluster at hand (the simulator's rates are
+  the paper's A40 cluster's), with probes of `VLLM_QUICK_PROBE_REQUESTS` requests.
   Notebooks share identical runs (a run is resumed from ``runs_dir`` by the hash of its spec), so
   notebook 04's four runs also serve 05, 06, 09, 10, 12 and 13.
 
@@ -42,6 +44,7 @@ LIVE_QUICK_REQUESTS = LIVE_REQUESTS[0]
 FULL_SEEDS = (1, 2, 3)  # the paper's three arrival traces
 LIVE_QUICK_SEEDS = (1,)
 SEARCH_MAX_REQUESTS = 1000  # requests per probe of a notebook's operating-rate search (at most)
+VLLM_QUICK_PROBE_REQUESTS = 60  # vllm quick: a probe at the search's 1 req/s start takes a minute
 
 # Live quick: each sweep cut to the rows that carry its section's claim (name -> values).
 LIVE_QUICK_GRIDS: dict[str, tuple[Any, ...]] = {
@@ -109,8 +112,18 @@ def is_live_quick(backend: str, scale: str) -> bool:
 
 
 def searches_rates(backend: str, scale: str) -> bool:
-    """Whether a rate of 0 means a saturation search (else the simulator's rates are used)."""
-    return not is_live_quick(backend, scale)
+    """Whether a rate of 0 means a saturation search (else the simulator's rates are used). Always on
+    ``vllm``: the simulator's rates are the paper's A40 cluster's, not those of the engines at hand."""
+    return backend == "vllm" or not is_live_quick(backend, scale)
+
+
+def probe_requests(backend: str, scale: str, n_requests: int) -> int:
+    """Requests per probe of a saturation search: ``n_requests`` capped at `SEARCH_MAX_REQUESTS`, and
+    at `VLLM_QUICK_PROBE_REQUESTS` on ``vllm`` at quick scale (its search starts at 1 req/s)."""
+    n = min(int(n_requests), SEARCH_MAX_REQUESTS)
+    if backend == "vllm" and scale == "quick":
+        n = min(n, VLLM_QUICK_PROBE_REQUESTS)
+    return n
 
 
 def pick(name: str, given: Sequence[Any] | None, backend: str, scale: str, default: Sequence[Any]) -> list[Any]:

@@ -235,7 +235,14 @@ def run_paper(*, backend: str = "emulated", scale: str = "quick", only: str | No
         return t
 
     results: list[NotebookResult] = []
-    with Live(render(), console=console, refresh_per_second=4, transient=False) as live:
+    with contextlib.ExitStack() as stack:
+        if backend == "vllm":
+            # engines this machine starts (launcher: vllm) come up once for every notebook's runs
+            from repro.cluster.launchers import hold_cluster
+
+            console.print(f"starting the engines of {cluster_param} (once for all notebooks) ...")
+            params["cluster"] = stack.enter_context(hold_cluster(cluster_param, out_dir / "cluster"))
+        stack.enter_context(live := Live(render(), console=console, refresh_per_second=4, transient=False))
         for nb in nbs:
             status[nb.stem] = ("running", None)
             live.update(render())

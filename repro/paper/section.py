@@ -40,13 +40,13 @@ from repro.paper import figures
 from repro.paper.grids import check_rates, shape_cluster
 from repro.paper.plans import (
     FULL_SEEDS,
-    SEARCH_MAX_REQUESTS,
     SIM_REQUESTS,
     check_backend_scale,
     fixed_rates,
     for_this_machine,
     is_live_quick,
     pick,
+    probe_requests,
     searches_rates,
     seeds_and_requests,
     value,
@@ -208,6 +208,11 @@ class Section:
         """Whether an operating rate of 0 means a saturation search here (else the simulator's rates)."""
         return searches_rates(self.backend, self.scale)
 
+    @property
+    def probe_requests(self) -> int:
+        """Requests per probe of a saturation search here (`repro.paper.plans.probe_requests`)."""
+        return probe_requests(self.backend, self.scale, self.n_requests)
+
     def pick(self, name: str, given: Sequence[Any] | None, default: Sequence[Any]) -> list[Any]:
         """The values of grid ``name``: ``given`` when not empty, else this plan's (`repro.paper.plans.pick`)."""
         return pick(name, given, self.backend, self.scale, default)
@@ -322,13 +327,13 @@ class Section:
     def operating_rates(self, workloads: Sequence[str], rate: float = 0.0) -> dict[str, float]:
         """Workload -> its operating rate (req/s): ``rate`` for every workload when > 0, else its
         saturation rate (round-robin mid-collapse on 2p4d): searched with probes of at most
-        `repro.paper.plans.SEARCH_MAX_REQUESTS` requests, except at live quick scale, which takes
-        the simulator's rates (`repro.paper.plans.SIM_SATURATION_RATES`)."""
+        `probe_requests` requests, except at live quick scale on ``emulated``, which takes the
+        simulator's rates (`repro.paper.plans.SIM_SATURATION_RATES`)."""
         if rate > 0:
             return {wl: float(rate) for wl in workloads}
         if not self.searches_rates:
             return fixed_rates(workloads)
-        rates, _ = self.saturation(list(workloads), n_requests=min(self.n_requests, SEARCH_MAX_REQUESTS))
+        rates, _ = self.saturation(list(workloads), n_requests=self.probe_requests)
         return {r.workload: float(r.saturation_rate) for r in rates.itertuples()}
 
     def operating_rate(self, rate: float, workload: str = "mixed") -> float:
@@ -339,7 +344,7 @@ class Section:
         """A rate (req/s) per workload of `repro.vocab.WORKLOADS`: ``rates`` checked
         (`repro.paper.grids.check_rates`), or for ``{}`` a saturation search of each, at any scale."""
         if not rates:
-            sat, _ = self.saturation(WORKLOADS, n_requests=min(self.n_requests, SEARCH_MAX_REQUESTS))
+            sat, _ = self.saturation(WORKLOADS, n_requests=self.probe_requests)
             rates = dict(zip(sat.workload, sat.saturation_rate.astype(float), strict=True))
         return check_rates(rates)
 

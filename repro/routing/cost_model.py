@@ -15,7 +15,13 @@ SLO targets (a request is *good* when TTFT <= ttft and TPOT <= tpot of its class
 
 On hardware other than the paper's, SLO targets are derived from the calibration, never
 hard-coded (`slo_from_constants`): tpot = 3 x tau_dec (the paper's 39.7 ms = 3 x 13.237 ms), and
-ttft = 2.624 x tau_pre_base (the paper's 175 ms over its 66.7 ms prefill base).
+ttft = 2.162 x the unloaded P/D TTFT floor, tau_pre_base + xfer_latency + tau_dec (the paper's
+175 ms over 66.7 + 1 + 13.237 ms). The paper only says that its targets "derive from the same
+calibration"; anchoring the TTFT target on the whole floor a P/D request pays before its first
+token (not on the prefill base alone, 2.624 x 66.7 ms, which gives the same 175 ms on the paper's
+constants) keeps it reachable where the transfer, not the prefill, dominates: on the tiny CPU
+engines (prefill base 2.2 ms, transfer 16.6 ms) the old rule asked for 5.8 ms, less than one KV
+transfer.
 """
 
 from __future__ import annotations
@@ -35,7 +41,10 @@ from repro.paths import CALIBRATION_DIR
 from repro.vocab import DEFAULT_PROFILE, SloClass
 
 TPOT_OVER_TAU_DEC = 3.0
-TTFT_OVER_PREFILL_BASE = 0.175 / 0.0667
+# the paper's P/D floor on its calibrated A40 constants (s): prefill base + transfer latency + one decode step
+# (tau_dec as `CostModel.from_physics` computes it for the a40-qwen2.5-3b profile: TPOT 39.7 ms / 3)
+PAPER_TTFT_FLOOR_S = 0.0667 + 0.001 + 0.013236972413793102
+TTFT_OVER_PD_FLOOR = 0.175 / PAPER_TTFT_FLOOR_S
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ class CostModel:
         tau_dec = physics.decode_step_s(1, typical_ctx)
         per_extra = physics.decode_per_seq_s + typical_ctx * physics.context_s_per_token
         slope = per_extra / tau_dec
-        ttft, tpot = slo_from_constants(physics.prefill_base_s, tau_dec)
+        ttft, tpot = slo_from_constants(physics.prefill_base_s, tau_dec, physics.transfer_latency_s)
         return cls(
             name=name,
             tau_pre_base_s=physics.prefill_base_s,
@@ -180,9 +189,11 @@ def available_cost_models() -> list[str]:
     return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json"))
 
 
-def slo_from_constants(prefill_base_s: float, tau_dec_s: float) -> tuple[float, float]:
-    """SLO targets (tight TTFT, tight TPOT) derived from calibrated constants (s)."""
-    return TTFT_OVER_PREFILL_BASE * prefill_base_s, TPOT_OVER_TAU_DEC * tau_dec_s
+def slo_from_constants(prefill_base_s: float, tau_dec_s: float, xfer_latency_s: float) -> tuple[float, float]:
+    """SLO targets (tight TTFT, tight TPOT; s) derived from calibrated constants (s): TTFT a fixed
+    multiple of the unloaded P/D floor ``prefill_base + xfer_latency + tau_dec``, TPOT 3 x tau_dec."""
+    floor = prefill_base_s + xfer_latency_s + tau_dec_s
+    return TTFT_OVER_PD_FLOOR * floor, TPOT_OVER_TAU_DEC * tau_dec_s
 
 
 def sim_derived(calibrated: CostModel) -> CostModel:
@@ -268,7 +279,7 @@ def fit(
         changes["xfer_latency_s"] = max(a_x, 0.0)
         if b_x > 0:
             changes["xfer_bandwidth_bytes_per_s"] = base.kv_bytes_per_token / b_x
-    ttft, tpot = slo_from_constants(max(a_pre, 0.0), tau_dec)
+    ttft, tpot = slo_from_constants(max(a_pre, 0.0), tau_dec, changes.get("xfer_latency_s", base.xfer_latency_s))
     return replace(
         base,
         name=name,

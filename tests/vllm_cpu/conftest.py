@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from repro.cluster.launchers import VLLM_PYTHON_ENV, make_launcher
+from repro.cluster.launchers import VLLM_PYTHON_ENV, make_launcher, remote_twin
 from repro.cluster.topology import Instance
 from repro.paths import CLUSTERS_DIR
 
@@ -28,6 +27,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.vllm_cpu)
+    # tests that kill one of the session's engines run after every other test
+    items.sort(key=lambda item: item.get_closest_marker("kills_engine") is not None)
 
 
 def _why_not() -> str | None:
@@ -63,14 +64,4 @@ def real_instances(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[In
 @pytest.fixture(scope="session")
 def real_cluster_file(real_instances: list[Instance], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A remote cluster file naming the running engines, with the shipped cluster's options and calibration."""
-    shipped = yaml.safe_load(CLUSTER.read_text())
-    calibration = shipped.get("calibration")
-    if calibration and not Path(calibration).is_absolute():
-        calibration = str((CLUSTER.parent / calibration).resolve())
-    groups = [{"role": i.role, "url": i.url, "name": i.name} for i in real_instances]
-    doc = {"name": "real-1p2d-cpu", "launcher": "remote", "vllm": shipped["vllm"], "instances": groups}
-    if calibration:
-        doc["calibration"] = calibration
-    path = tmp_path_factory.mktemp("cluster") / "real-1p2d-cpu.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return remote_twin(CLUSTER, real_instances, tmp_path_factory.mktemp("cluster") / "real-1p2d-cpu.yaml")

@@ -1,0 +1,63 @@
+"""A real decode engine killed mid-run: its requests fail with 502s journaled with the reason, the
+proxy stops using it, nothing is lost or hangs. Runs last in the tier (it kills one of the
+session's engines; `conftest.pytest_collection_modifyitems` orders it)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from repro.cluster.topology import Instance
+from repro.experiment.journal import read as read_journal
+from repro.live.proxy.config import Endpoint, ProxyConfig
+from repro.live.run import REAL_ENGINE_HEALTH, free_port, proxy_process
+
+pytestmark = pytest.mark.kills_engine
+
+
+def test_decode_engine_killed_mid_run(real_instances: list[Instance], tmp_path) -> None:
+    cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in real_instances], policy="round_robin",
+                      journal=str(tmp_path / "proxy.jsonl"), port=free_port(), read_timeout_s=30.0,
+                      **REAL_ENGINE_HEALTH)
+    victim = next(i for i in real_instances if i.name == "decode-1")
+    model = httpx.get(victim.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+
+    def body(n: int, k: int) -> dict:
+        return {"model": model, "prompt": f"request {k}: tell me about routing " * 20, "max_tokens": n,
+                "ignore_eos": True, "temperature": 0}
+
+    with proxy_process(cfg, tmp_path) as url:
+
+        async def go():
+            async with httpx.AsyncClient(timeout=120) as c:
+                async def one(k: int):
+                    try:
+                        r = await c.post(url + "/v1/completions", json=body(1500, k), headers={"X-Request-Id": f"k{k}"})
+                        return r.status_code
+                    except httpx.HTTPError as exc:
+                        return type(exc).__name__
+
+                tasks = [asyncio.create_task(one(k)) for k in range(6)]
+                await asyncio.sleep(3.0)  # every request admitted and decoding
+                os.kill(victim.pid, signal.SIGKILL)
+                codes = await asyncio.gather(*tasks)
+                after = [await c.post(url + "/v1/completions", json=body(5, 100 + k)) for k in range(4)]
+                health = (await c.get(url + "/health")).json()
+                return codes, after, health
+
+        t = time.monotonic()
+        codes, after, health = asyncio.run(go())
+        elapsed = time.monotonic() - t
+    assert elapsed < 120, f"took {elapsed:.0f} s"  # nothing hangs
+    assert 502 in codes and 200 in codes, codes
+    assert all(r.status_code == 200 and r.headers["x-decode-instance"] == "decode-0" for r in after)
+    assert health["instances"]["decode-1"] is False
+    j = read_journal(tmp_path / "proxy.jsonl")
+    assert len(j) == 10 and j.request_id.is_unique  # nothing lost
+    failed = j[j.status == "failed"]
+    assert len(failed) == codes.count(502) and failed.reason.str.contains("decode-1").all(), failed.reason.tolist()
