@@ -27,6 +27,37 @@ class SaturationResult:
     probes: list[tuple[float, float]]  # (rate, round-robin goodput)
 
 
+def estimated_capacity(spec: RunSpec, max_concurrency: int = 256) -> float:
+    """A rough capacity (req/s) of ``spec``'s cluster for its workload, from the cluster's own
+    calibration (`truth_cost_model`) and the trace's mean lengths: the smaller of the prefill pool's
+    rate (prefill time of a mean prompt) and the decode pool's (output tokens per second of each
+    decode engine at the concurrency where its per-token time has doubled, ``1 / slope``, at most
+    ``max_concurrency``, over a mean output). It prices each engine
+    alone: engines that share CPU cores, or a proxy on the same machine, make the real capacity
+    smaller, which is why a search starts well below it (`light_rate_for`)."""
+    from repro.experiment.inputs import build_trace
+
+    cm = truth_cost_model(spec)
+    trace = build_trace(spec.replace(rate=1.0))
+    prompt = float(trace.df["prompt_tokens"].mean())
+    output = max(float(trace.df["output_tokens"].mean()), 1.0)
+    topo = spec.topology_parsed()
+    n_p, n_d = max(len(topo.prefill), 1), max(len(topo.decode), 1)
+    prefill = n_p / cm.tau_pre(prompt)
+    n = max_concurrency if cm.dec_concurrency_slope <= 0 else min(max_concurrency, 1.0 / cm.dec_concurrency_slope)
+    decode = n_d * n / (cm.tau_dec(n) * output)
+    return min(prefill, decode)
+
+
+def light_rate_for(spec: RunSpec, fraction: float = 0.1) -> float:
+    """The first (light-load) rate of a search on engines whose speed is not the paper's: ``fraction``
+    of `estimated_capacity`, rounded down to a power of two (req/s), at most 1."""
+    cap = estimated_capacity(spec)
+    if not math.isfinite(cap) or cap <= 0:
+        return 1.0
+    return min(1.0, 2.0 ** math.floor(math.log2(fraction * cap)))
+
+
 def saturation_search(
     base: RunSpec,
     light_rate: float = 1.0,

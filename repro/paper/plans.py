@@ -11,7 +11,9 @@ Three plans, one per (backend family, scale):
   simulator's saturation rates (`SIM_SATURATION_RATES`) as operating points instead of a live
   search, and each sweep cut to the rows that carry its section's claim (`LIVE_QUICK_GRIDS`).
   On ``vllm`` the operating points are searched on the cluster at hand (the simulator's rates are
-  the paper's A40 cluster's), with probes of `VLLM_QUICK_PROBE_REQUESTS` requests.
+  the paper's A40 cluster's), from a light rate derived from the cluster's calibration
+  (`repro.experiment.saturation.light_rate_for`), with probes of about `VLLM_QUICK_PROBE_S` seconds
+  of arrivals, and measured runs have `VLLM_QUICK_REQUESTS` requests.
   Notebooks share identical runs (a run is resumed from ``runs_dir`` by the hash of its spec), so
   notebook 04's four runs also serve 05, 06, 09, 10, 12 and 13.
 
@@ -23,6 +25,7 @@ notebook parameter that is not empty (or not 0) overrides the plan.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +47,9 @@ LIVE_QUICK_REQUESTS = LIVE_REQUESTS[0]
 FULL_SEEDS = (1, 2, 3)  # the paper's three arrival traces
 LIVE_QUICK_SEEDS = (1,)
 SEARCH_MAX_REQUESTS = 1000  # requests per probe of a notebook's operating-rate search (at most)
-VLLM_QUICK_PROBE_REQUESTS = 60  # vllm quick: a probe at the search's 1 req/s start takes a minute
+VLLM_QUICK_PROBE_REQUESTS = 60  # vllm quick: requests per probe at most (fewer at low rates, see VLLM_QUICK_PROBE_S)
+VLLM_QUICK_PROBE_S = 120.0  # vllm quick: a probe's arrivals span about this many seconds (at least 20 requests)
+VLLM_QUICK_REQUESTS = 60  # vllm quick: requests per measured run (real engines serve in real time)
 
 # Live quick: each sweep cut to the rows that carry its section's claim (name -> values).
 LIVE_QUICK_GRIDS: dict[str, tuple[Any, ...]] = {
@@ -117,6 +122,15 @@ def searches_rates(backend: str, scale: str) -> bool:
     return backend == "vllm" or not is_live_quick(backend, scale)
 
 
+def probe_size(backend: str, scale: str, n_requests: int, rate: float) -> int:
+    """Requests of one search probe at ``rate`` req/s: `probe_requests`, and on ``vllm`` at quick
+    scale only as many as arrive in `VLLM_QUICK_PROBE_S` (at least 20)."""
+    n = probe_requests(backend, scale, n_requests)
+    if backend == "vllm" and scale == "quick":
+        n = min(n, max(20, math.ceil(rate * VLLM_QUICK_PROBE_S)))
+    return n
+
+
 def probe_requests(backend: str, scale: str, n_requests: int) -> int:
     """Requests per probe of a saturation search: ``n_requests`` capped at `SEARCH_MAX_REQUESTS`, and
     at `VLLM_QUICK_PROBE_REQUESTS` on ``vllm`` at quick scale (its search starts at 1 req/s)."""
@@ -165,6 +179,8 @@ def seeds_and_requests(backend: str, scale: str, seeds: Sequence[int] | None, n_
     if not chosen or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in chosen):
         raise ConfigError(f"parameter 'seeds' = {seeds!r} must be a list of integers >= 0 ([] = the scale default)")
     n = int(n_requests) or (sim if backend == "sim" else live)[1 if full else 0]
+    if not n_requests and backend == "vllm" and not full:
+        n = min(n, VLLM_QUICK_REQUESTS)
     return chosen, n
 
 

@@ -47,6 +47,7 @@ from repro.paper.plans import (
     is_live_quick,
     pick,
     probe_requests,
+    probe_size,
     searches_rates,
     seeds_and_requests,
     value,
@@ -297,10 +298,14 @@ class Section:
         """
         from repro.experiment.inputs import truth_cost_model
         from repro.experiment.metrics import summarize
-        from repro.experiment.saturation import saturation_search
+        from repro.experiment.saturation import light_rate_for, saturation_search
 
         cluster = shape_cluster(self.pool_cluster, "2p4d", sweep=False)
         probe = None if self.backend == "sim" else (lambda spec: self.run_summary(spec)["goodput"])
+        if self.backend == "vllm":  # probes sized by duration (real engines serve in real time)
+            def probe(spec: RunSpec) -> float:
+                n = probe_size(self.backend, self.scale, n_requests, float(spec.rate))
+                return self.run_summary(spec.replace(n_requests=n))["goodput"]
         rates, probes = [], []
         for wl in workloads:
             base = RunSpec.from_flat(backend=self.backend, workload=wl, seed=self.seeds[0], n_requests=n_requests,
@@ -317,7 +322,9 @@ class Section:
                               "target_goodput": np.nan, "probes": 1})
                 probes.append({"workload": wl, "probe": 0, "rate": float(fixed[wl]), "round_robin_goodput": float(g)})
                 continue
-            res = saturation_search(base, probe=probe, max_probes=max_probes)
+            # on real engines the paper's 1 req/s start may already be overload: start from the calibration
+            light = light_rate_for(base) if self.backend == "vllm" else 1.0
+            res = saturation_search(base, probe=probe, max_probes=max_probes, light_rate=light)
             rates.append({"workload": wl, "saturation_rate": res.rate, "light_goodput": res.light_goodput,
                           "target_goodput": res.target_goodput, "probes": len(res.probes)})
             for i, (r, g) in enumerate(res.probes):

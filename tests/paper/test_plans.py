@@ -101,3 +101,36 @@ def test_live_quick_runs_are_shared_between_notebooks(section):
     ref = sim_vs_hardware.grid_specs(ctx, {"mixed": 16.0}, policies=["round_robin"])[0][1]
     rr = [s for s in t2 if s.policy == "round_robin"][0]
     assert probe.run_id == rr.run_id == het[0].run_id == ref.run_id
+
+
+def test_vllm_searches_its_own_rates_with_probes_sized_by_duration():
+    assert scale.searches_rates("vllm", "quick") and scale.searches_rates("vllm", "full")
+    assert not scale.searches_rates("emulated", "quick")  # the simulator's rates: same physics
+    assert scale.seeds_and_requests("vllm", "quick", [], 0)[1] == scale.VLLM_QUICK_REQUESTS
+    assert scale.seeds_and_requests("vllm", "quick", [], 150)[1] == 150  # given values win
+    assert scale.seeds_and_requests("vllm", "full", [], 0)[1] == scale.LIVE_REQUESTS[1]
+    # ~120 s of arrivals per probe at quick scale, at least 20 requests, never above the cap
+    assert scale.probe_size("vllm", "quick", 60, 0.25) == 30
+    assert scale.probe_size("vllm", "quick", 60, 0.05) == 20
+    assert scale.probe_size("vllm", "quick", 60, 4.0) == 60
+    assert scale.probe_size("emulated", "quick", 200, 0.25) == 200
+    assert scale.probe_size("sim", "full", 4000, 1.0) == scale.SEARCH_MAX_REQUESTS
+
+
+def test_light_rate_of_a_search_comes_from_the_cluster_calibration(tmp_path):
+    from repro.experiment.saturation import estimated_capacity, light_rate_for
+    from repro.paths import CLUSTERS_DIR
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "name: t\nlauncher: remote\n"
+        f"calibration: {CLUSTERS_DIR / 'cpu-tiny-calibration.json'}\n"
+        "instances:\n- {role: prefill, url: 'http://127.0.0.1:1'}\n"
+        "- {role: decode, url: 'http://127.0.0.1:2'}\n- {role: decode, url: 'http://127.0.0.1:3'}\n")
+    cpu = RunSpec.from_flat(backend="vllm", cluster=str(cluster), workload="mixed", seed=1, n_requests=60)
+    a40 = RunSpec.from_flat(backend="vllm", topology="2p4d", workload="mixed", seed=1, n_requests=60)
+    # the tiny CPU engines are far slower than the paper's A40 pool
+    assert estimated_capacity(cpu) < estimated_capacity(a40) / 4
+    rate = light_rate_for(cpu)
+    assert rate < 1.0 and rate == 2.0 ** round(__import__("math").log2(rate))  # a power of two below 1 req/s
+    assert light_rate_for(a40) == 1.0  # the paper's start where the cluster is fast
