@@ -131,15 +131,15 @@ def test_cli_brings_up_the_cluster_prints_fitted_vs_profile_and_writes(tmp_path)
 
 
 def test_cache_config_gives_capacity_and_bytes_per_token_keeping_the_priced_transfer():
-    from repro.live.calibration_bench import _apply_cache_config
+    from repro.live.calibration_bench import apply_cache_config
 
     base = CostModel.load("calibrated")
     info = {"num_gpu_blocks": "4096", "block_size": "128", "kv_cache_memory_bytes": "268435456"}
-    got = _apply_cache_config(base, info)
+    got = apply_cache_config(base, info)
     assert got.kv_capacity_tokens == 4095 * 128  # one block is vLLM's null block
     assert got.kv_bytes_per_token == 512  # 256 MiB over 4096 x 128 tokens
     assert got.tau_xfer(3000) == pytest.approx(base.tau_xfer(3000), rel=1e-12)
     # GPU engines sized by memory fraction state no byte budget: only the capacity changes
-    gpu = _apply_cache_config(base, {"num_gpu_blocks": "100", "block_size": "16", "kv_cache_memory_bytes": "None"})
+    gpu = apply_cache_config(base, {"num_gpu_blocks": "100", "block_size": "16", "kv_cache_memory_bytes": "None"})
     assert (gpu.kv_capacity_tokens, gpu.kv_bytes_per_token) == (99 * 16, base.kv_bytes_per_token)
-    assert _apply_cache_config(base, {}) == base
+    assert apply_cache_config(base, {}) == base

@@ -32,9 +32,9 @@ def estimated_capacity(spec: RunSpec, max_concurrency: int = 256) -> float:
     calibration (`truth_cost_model`) and the trace's mean lengths: the smaller of the prefill pool's
     rate (prefill time of a mean prompt) and the decode pool's (output tokens per second of each
     decode engine at the concurrency where its per-token time has doubled, ``1 / slope``, at most
-    ``max_concurrency``, over a mean output). It prices each engine
-    alone: engines that share CPU cores, or a proxy on the same machine, make the real capacity
-    smaller, which is why a search starts well below it (`light_rate_for`)."""
+    ``max_concurrency``, over a mean output). It prices each engine alone: engines that share CPU
+    cores, or a proxy on the same machine, make the real capacity smaller, which is why a search
+    starts well below it (`light_rate_for`)."""
     from repro.experiment.inputs import build_trace
 
     cm = truth_cost_model(spec)

@@ -94,7 +94,7 @@ def _cache_config(text: str) -> dict[str, str]:
     return {}
 
 
-def _apply_cache_config(model: CostModel, info: dict[str, str]) -> CostModel:
+def apply_cache_config(model: CostModel, info: dict[str, str]) -> CostModel:
     """``model`` with what the decode engine's ``vllm:cache_config_info`` states: the KV capacity
     (tokens; one block is vLLM's null block) and, where the engine was given its KV memory in bytes
     (``kv_cache_memory_bytes``, as CPU engines are), the KV bytes per token, with the fitted transfer
@@ -438,7 +438,7 @@ async def calibrate_async(
     samples["value_s"] = samples["engine_s"].where(samples["engine_s"].notna(), samples["client_s"])
     samples["source"] = np.where(samples["engine_s"].notna(), "engine", "client")
     model_out = fit_samples(samples, base=base, name=name)
-    model_out = _apply_cache_config(model_out, info)
+    model_out = apply_cache_config(model_out, info)
     samples.attrs["physics_s"] = budget.spent()
     if out is not None:
         out = Path(out)

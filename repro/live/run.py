@@ -145,7 +145,7 @@ REAL_ENGINE_HEALTH = {"poll_timeout_s": 5.0, "unhealthy_after": 3}
 rendered in Python) answered in over 1 s while it computed on a busy core (2-core machine, 1p2d on
 CPU), and one such slow poll marked the only prefill engine unhealthy: a request was refused (429).
 Three slow polls in a row (5 s each) are needed instead; a dead engine is still caught by the first
-failed request (`ProxyState.mark_failed`). The emulated engines keep the strict defaults."""
+failed request (`repro.live.proxy.core.Proxy.mark_failed`). The emulated engines keep the strict defaults."""
 
 
 def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:

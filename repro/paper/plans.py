@@ -133,7 +133,7 @@ def probe_size(backend: str, scale: str, n_requests: int, rate: float) -> int:
 
 def probe_requests(backend: str, scale: str, n_requests: int) -> int:
     """Requests per probe of a saturation search: ``n_requests`` capped at `SEARCH_MAX_REQUESTS`, and
-    at `VLLM_QUICK_PROBE_REQUESTS` on ``vllm`` at quick scale (its search starts at 1 req/s)."""
+    at `VLLM_QUICK_PROBE_REQUESTS` on ``vllm`` at quick scale (`probe_size` sizes each probe by its rate)."""
     n = min(int(n_requests), SEARCH_MAX_REQUESTS)
     if backend == "vllm" and scale == "quick":
         n = min(n, VLLM_QUICK_PROBE_REQUESTS)

@@ -301,11 +301,13 @@ class Section:
         from repro.experiment.saturation import light_rate_for, saturation_search
 
         cluster = shape_cluster(self.pool_cluster, "2p4d", sweep=False)
-        probe = None if self.backend == "sim" else (lambda spec: self.run_summary(spec)["goodput"])
-        if self.backend == "vllm":  # probes sized by duration (real engines serve in real time)
-            def probe(spec: RunSpec) -> float:
-                n = probe_size(self.backend, self.scale, n_requests, float(spec.rate))
-                return self.run_summary(spec.replace(n_requests=n))["goodput"]
+
+        def live_probe(spec: RunSpec) -> float:
+            if self.backend == "vllm":  # probes sized by duration (real engines serve in real time)
+                spec = spec.replace(n_requests=probe_size(self.backend, self.scale, n_requests, float(spec.rate)))
+            return self.run_summary(spec)["goodput"]
+
+        probe = None if self.backend == "sim" else live_probe
         rates, probes = [], []
         for wl in workloads:
             base = RunSpec.from_flat(backend=self.backend, workload=wl, seed=self.seeds[0], n_requests=n_requests,

@@ -20,7 +20,7 @@ ttft = 2.162 x the unloaded P/D TTFT floor, tau_pre_base + xfer_latency + tau_de
 calibration"; anchoring the TTFT target on the whole floor a P/D request pays before its first
 token (not on the prefill base alone, 2.624 x 66.7 ms, which gives the same 175 ms on the paper's
 constants) keeps it reachable where the transfer, not the prefill, dominates: on the tiny CPU
-engines (prefill base 2.2 ms, transfer 16.6 ms) the old rule asked for 5.8 ms, less than one KV
+engines (prefill base 3.6 ms, transfer 17 ms) the old rule asked for 9.4 ms, less than one KV
 transfer.
 """
 
