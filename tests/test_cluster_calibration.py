@@ -80,3 +80,26 @@ def test_reachable_remote_cluster_passes(tmp_path):
     with launch("1p1d", launcher="emulated") as instances:
         cluster = str(_write(tmp_path, "calibration: calibrated\n", url=instances[0].url))
         assert S.check_cluster("vllm", cluster) == cluster
+
+
+def test_live_run_routes_with_the_cluster_calibration_and_poll_period(tmp_path):
+    """The proxy of a live run prices with the cluster file's calibration (read back from its /health)
+    and polls at the cluster file's period; a bare "calibrated" would have loaded the A40 constants."""
+    import json
+
+    from repro.experiment.runner import run
+
+    fitted = CostModel.load("calibrated").with_overrides(tau_dec_s=0.02, tau_pre_per_token_s=1e-4, name="mine")
+    fitted.save(tmp_path / "cal.json")
+    cluster = tmp_path / "emu.yaml"
+    cluster.write_text("name: emu\nlauncher: emulated\ncalibration: cal.json\nkv_poll_interval_s: 0.2\n"
+                       "instances:\n  - {role: prefill, count: 1}\n  - {role: decode, count: 1}\n")
+    spec = RunSpec.from_flat(backend="emulated", cluster=str(cluster), workload="chat", rate=10.0, n_requests=8,
+                             seed=3, time_scale=4.0)
+    assert spec.poll_interval_s() == 0.2 and spec.kv_poll_interval_s == 0.05
+    res = run(spec, tmp_path / "runs")
+    seen = json.loads((res.run_dir / "proxy_constants.json").read_text())
+    assert seen["cost_model"] == fitted.to_dict() != CostModel.load("calibrated").to_dict()
+    assert seen["poll_interval_s"] == 0.2
+    with pytest.raises(ConfigError, match="kv_poll_interval_s"):
+        parse_topology({"instances": [{"role": "prefill"}, {"role": "decode"}], "kv_poll_interval_s": 0})

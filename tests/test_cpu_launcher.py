@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from repro.cluster.launchers import assign_cores, make_launcher
+from repro.cluster.launchers import assign_cores, make_launcher, omp_threads
 from repro.errors import ConfigError
 from repro.paths import CLUSTERS_DIR
 
@@ -68,8 +68,47 @@ def test_cpu_engine_commands(tmp_path):
         assert env["REPRO_NIXL_NO_PIN"] == "1" and int(env["REPRO_NIXL_PROGRESS_DELAY_US"]) > 0
         sides.add(env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
     assert len(sides) == 3 and not sides & {str(p) for p in ports}
-    # 3 engines, 2 cores: none pinned (engines pinned to a shared core stall each other's KV pulls)
+    # 3 engines, 2 cores: none pinned (engines pinned to a shared core stall each other's KV pulls),
+    # one OpenMP thread each (not one per core each), shared-memory queue readers that never spin
     assert [env["VLLM_CPU_OMP_THREADS_BIND"] for _, env, _, _ in cmds] == ["nobind"] * 3
+    assert [env["OMP_NUM_THREADS"] for _, env, _, _ in cmds] == ["1"] * 3
+    assert {env["REPRO_SHM_POLL_MS"] for _, env, _, _ in cmds} == {"1"}
+
+
+def test_omp_threads_share_out_the_cores_of_unpinned_engines():
+    assert omp_threads(["nobind"] * 3, [0, 1]) == 1
+    assert omp_threads(["nobind"] * 2, [0, 1, 2, 3, 4]) == 2
+    assert omp_threads(["0", "1"], [0, 1]) is None  # pinned: vLLM sets it from the core list
+
+
+def test_plugin_makes_shm_readers_sleep_instead_of_spinning(monkeypatch):
+    import types
+
+    from repro.cluster import vllm_plugin
+
+    class SpinCondition:  # the shape of vLLM 0.32's shm_broadcast.SpinCondition
+        def __init__(self, is_reader):
+            self.is_reader, self.busy_loop_s, self.calls = is_reader, 1, []
+
+        def wait(self, timeout_ms=None):
+            self.calls.append((self.busy_loop_s, timeout_ms))
+
+    shm = types.ModuleType("fake_shm")
+    shm.SpinCondition = SpinCondition
+    reader, writer = SpinCondition(True), SpinCondition(False)  # built before the patch
+    hook = vllm_plugin._patch_shm_wait(2)
+    hook(shm)
+    hook(shm)  # idempotent: not wrapped twice
+    for timeout in (None, 5000, 1):
+        reader.wait(timeout)
+    writer.wait(None)
+    assert reader.calls == [(0.0, 2), (0.0, 2), (0.0, 1)] and writer.calls == [(1, None)]
+    monkeypatch.setenv(vllm_plugin.ENV_SHM_POLL_MS, "0")
+    assert vllm_plugin._int_from_env(vllm_plugin.ENV_SHM_POLL_MS, 1, 1000) is None  # out of range: ignored
+    monkeypatch.setenv(vllm_plugin.ENV_SHM_POLL_MS, "x")
+    assert vllm_plugin._int_from_env(vllm_plugin.ENV_SHM_POLL_MS, 1, 1000) is None
+    monkeypatch.setenv(vllm_plugin.ENV_SHM_POLL_MS, "3")
+    assert vllm_plugin._int_from_env(vllm_plugin.ENV_SHM_POLL_MS, 1, 1000) == 3
 
 
 def test_cpu_cluster_file_errors_name_the_field(tmp_path):

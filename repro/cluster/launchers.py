@@ -351,10 +351,12 @@ class VllmLauncher(_ProcessLauncher):
         assert cpu is not None
         model_dir = self.model
         cores = assign_cores([spec.role for spec in self.topology.instances], cpu.cores)
+        threads = omp_threads(cores)
         out = []
         for i, (spec, (port, side_port)) in enumerate(zip(self.topology.instances, self._port_pairs(), strict=True)):
             env = {
                 "VLLM_CPU_OMP_THREADS_BIND": cores[i],
+                **({"OMP_NUM_THREADS": str(threads)} if threads else {}),
                 "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port),
                 "VLLM_NIXL_SIDE_CHANNEL_HOST": self.side_channel_host,
                 "VLLM_SERVER_DEV_MODE": "1",
@@ -362,8 +364,8 @@ class VllmLauncher(_ProcessLauncher):
                 "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1",
                 "PYTHONUNBUFFERED": "1",
-                **({"REPRO_NIXL_PROGRESS_DELAY_US": str(cpu.nixl_progress_delay_us), "REPRO_NIXL_NO_PIN": "1"}
-                   if cpu.plugin else {}),
+                **({"REPRO_NIXL_PROGRESS_DELAY_US": str(cpu.nixl_progress_delay_us), "REPRO_NIXL_NO_PIN": "1",
+                    "REPRO_SHM_POLL_MS": str(cpu.shm_poll_ms)} if cpu.plugin else {}),
             }
             role = "kv_producer" if spec.role == "prefill" else "kv_consumer"
             tokenizer_dir = Path(model_dir) / "tokenizer"  # the tiny model's (repro.engine.tiny_model)
@@ -473,6 +475,19 @@ def assign_cores(roles: list[str], cores: list[int] | str | None = None,
     return [str(c) for c in cores[:n]]
 
 
+def omp_threads(cores: list[str], available: list[int] | None = None) -> int | None:
+    """``OMP_NUM_THREADS`` for unpinned engines (``nobind``): the available cores shared out, at
+    least 1 (None when pinned: vLLM sets it from the core list). Left to torch, every engine would
+    start one OpenMP thread per core: 3 engines x 2 threads spinning at their barriers on 2 cores.
+    Measured (1p2d, 2 cores, a long decode stream on decode-0 while P/D flows of 64 and 1,024
+    prompt tokens ran prefill-0 -> decode-1): prefill median 217 / 566 ms with torch's default,
+    75 / 306 ms with one thread each; decode first token 373 / 808 -> 58 / 298 ms."""
+    if not cores or any(c != NOBIND for c in cores):
+        return None
+    available = available if available is not None else available_cores()
+    return max(1, len(available) // len(cores))
+
+
 class CpuEngineOptions:
     """The ``vllm:`` options of a cluster file that only CPU engines read (units: bytes, tokens, seconds).
 
@@ -487,22 +502,27 @@ class CpuEngineOptions:
     - ``plugin`` (default true): switch on `repro.cluster.vllm_plugin` (NIXL's progress thread
       sleeps between polls, no pinning of every engine to the last core).
     - ``nixl_progress_delay_us`` (default 1000): the progress thread's sleep.
+    - ``shm_poll_ms`` (default 1): with the plugin, vLLM's shared-memory queue readers (engine core
+      <-> worker) sleep on their notify socket for at most this many ms instead of spinning on
+      ``sched_yield`` for 1 s after each message (`repro.cluster.vllm_plugin`, patch c).
     - ``startup_timeout_s`` (default 300): how long to wait for every engine's ``/health``.
     """
 
     KEYS = ("device", "python", "model", "dtype", "max_model_len", "kv_cache_bytes", "cores", "plugin",
-            "nixl_progress_delay_us", "startup_timeout_s", "served_model_name", "host", "url_host",
+            "nixl_progress_delay_us", "shm_poll_ms", "startup_timeout_s", "served_model_name", "host", "url_host",
             "side_channel_host", "extra_args")
 
     def __init__(self, *, python: str, max_model_len: int = 4096, kv_cache_bytes: int = 256 << 20,
                  cores: list[int] | str | None = None, plugin: bool = True, nixl_progress_delay_us: int = 1000,
-                 startup_timeout_s: float = 300.0, served_model_name: str = "tiny-qwen2") -> None:
+                 shm_poll_ms: int = 1, startup_timeout_s: float = 300.0,
+                 served_model_name: str = "tiny-qwen2") -> None:
         self.python = python
         self.max_model_len = max_model_len
         self.kv_cache_bytes = kv_cache_bytes
         self.cores = cores
         self.plugin = plugin
         self.nixl_progress_delay_us = nixl_progress_delay_us
+        self.shm_poll_ms = shm_poll_ms
         self.startup_timeout_s = startup_timeout_s
         self.served_model_name = served_model_name
 
@@ -527,6 +547,7 @@ class CpuEngineOptions:
                    max_model_len=pos_int("max_model_len", 4096), kv_cache_bytes=pos_int("kv_cache_bytes", 256 << 20),
                    cores=cores, plugin=bool(opts.get("plugin", True)),
                    nixl_progress_delay_us=pos_int("nixl_progress_delay_us", 1000),
+                   shm_poll_ms=pos_int("shm_poll_ms", 1),
                    startup_timeout_s=float(opts.get("startup_timeout_s", 300.0)),
                    served_model_name=str(opts.get("served_model_name", "tiny-qwen2")))
 
@@ -601,13 +622,13 @@ def launch(topology: str | Path | dict[str, Any] | Topology, launcher: str | Non
 def remote_twin(topology: str | Path | dict[str, Any] | Topology, instances: Sequence[Instance],
                 path: str | Path) -> Path:
     """Write a ``launcher: remote`` cluster file naming the running ``instances`` (and keeping the
-    topology's ``vllm:`` options and calibration, resolved to an absolute path); returns ``path``.
+    topology's ``vllm:`` options, poll period and calibration, resolved to an absolute path); returns ``path``.
     Runs given it reach the same engines without starting their own."""
     import yaml
 
     topo = parse_topology(topology, calibration_must_exist=False)
     doc: dict[str, Any] = {"name": f"{topo.name}-running", "launcher": "remote"}
-    for key in ("vllm", "calibration"):
+    for key in ("vllm", "calibration", "kv_poll_interval_s"):
         if topo.options.get(key) is not None:
             doc[key] = topo.options[key]
     doc["instances"] = [{"role": i.role, "url": i.url, "name": i.name} for i in instances]

@@ -155,7 +155,7 @@ def parse_topology(spec: str | Path | dict | Topology, *, profile: str | None = 
 
 
 _TOP_KEYS = {"name", "launcher", "profile", "kv_budget_tokens", "instances", "vllm", "emulated", "description",
-             "calibration"}
+             "calibration", "kv_poll_interval_s"}
 _INST_KEYS = {"role", "count", "profile", "kv_budget_tokens", "url", "urls", "gpus", "gpu", "engine_id", "fault",
               "faults", "name"}
 
@@ -222,6 +222,11 @@ def _from_dict(raw: dict, origin: str, profile: str | None, kv_budget: int | Non
     if len(set(names)) != len(names):
         raise topology_error("instances", f"instance names must be unique, got {names}")
     options = {k: raw[k] for k in ("vllm", "emulated") if k in raw}
+    if raw.get("kv_poll_interval_s") is not None:
+        poll = raw["kv_poll_interval_s"]
+        if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0.0 < poll <= 60.0:
+            raise topology_error("kv_poll_interval_s", f"must be a number of seconds in (0, 60], got {poll!r}")
+        options["kv_poll_interval_s"] = float(poll)
     if raw.get("calibration") is not None:
         options["calibration"] = _check_calibration(raw["calibration"], origin, calibration_must_exist)
     return Topology(name=str(raw.get("name") or "cluster"), instances=tuple(specs), launcher=launcher, options=options)

@@ -49,7 +49,7 @@ def simulate_spec(spec: RunSpec) -> pd.DataFrame:
     trace = build_trace(spec)
     pred = build_predictions(spec, trace)
     router = make_router(spec)
-    return Simulator(trace.df, pred, router, pre, dec, spec.sim, spec.kv_poll_interval_s).run()
+    return Simulator(trace.df, pred, router, pre, dec, spec.sim, spec.poll_interval_s()).run()
 
 
 def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> RunResult:

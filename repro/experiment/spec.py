@@ -90,7 +90,8 @@ class RunSpec:
     """Seed of the injected noise."""
     kv_poll_interval_s: float = 0.05
     """Seconds between the router's polls of each engine's KV usage (the proxy's metrics poller; the
-    simulator polls on the same schedule)."""
+    simulator polls on the same schedule). A cluster file's own ``kv_poll_interval_s`` (the
+    deployment's poll period) wins: see `poll_interval_s`."""
     kv_budget_tokens: int | None = None
     """KV cache budget per instance in tokens (None: the profile's)."""
     cluster: str | None = None
@@ -125,6 +126,12 @@ class RunSpec:
             object.__setattr__(self, "arrival", _arrival_dict(self.arrival))
         self.topology_parsed()  # validate
         make_policy(self.policy, None, **self.policy_options)  # validate name and options
+
+    def poll_interval_s(self) -> float:
+        """The poll period the router actually uses (s): the cluster file's ``kv_poll_interval_s``
+        when it sets one (a property of the deployment: e.g. real CPU engines, whose ``/metrics``
+        costs ~15 ms of CPU per scrape), else this spec's."""
+        return float(self.topology_parsed().options.get("kv_poll_interval_s", self.kv_poll_interval_s))
 
     def topology_parsed(self) -> Topology:
         """The parsed topology (the cluster file if given, else ``topology``) with this spec's overrides."""

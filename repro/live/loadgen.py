@@ -237,7 +237,7 @@ async def replay(
     # aiohttp rather than httpx: ~0.2 ms of client CPU per request instead of ~1.4 ms (and more per
     # stream), so that on a 2-core machine the load generator is not what limits the run
     client = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0),  # < servers' 5 s: never reuse a closed one
         timeout=aiohttp.ClientTimeout(total=None, connect=min(30.0, timeout_s), sock_read=timeout_s),
         auto_decompress=False,
     )

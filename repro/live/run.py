@@ -150,7 +150,7 @@ failed request (`repro.live.proxy.core.Proxy.mark_failed`). The emulated engines
 
 def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     """Run one spec on live engines; writes journal.jsonl (+ client, proxy, gates files)."""
-    from repro.experiment.inputs import build_trace
+    from repro.experiment.inputs import build_trace, router_cost_model
     from repro.live.gates import run_gates
     from repro.live.loadgen import replay_sync
 
@@ -161,18 +161,24 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     for p in (client_path, proxy_path):  # a half-written earlier attempt is redone from scratch
         if p.exists():
             p.unlink()
+    # What the router believes, resolved as the simulator resolves it (`router_cost_model`: the
+    # cluster's own calibration for "calibrated"), written beside the journal and handed to the proxy
+    # by path: a bare name would make the proxy load the shipped A40 constants.
+    cost_model_path = run_dir / "router_cost_model.json"
+    router_cost_model(spec).save(cost_model_path)
     with launch_cluster(spec) as instances:
         endpoints = [Endpoint(i.name, i.role, i.url) for i in instances]
         cfg = ProxyConfig(
             endpoints=endpoints, policy=spec.policy, policy_options=dict(spec.policy_options),
-            cost_model=spec.cost_model, predictor=spec.predictor, predictor_noise=spec.predictor_noise,
+            cost_model=str(cost_model_path), predictor=spec.predictor, predictor_noise=spec.predictor_noise,
             predictor_seed=spec.predictor_seed, journal=str(proxy_path), time_scale=spec.live.time_scale,
-            poll_interval_s=spec.kv_poll_interval_s, port=free_port(), kv_capacity_tokens=spec.kv_budget_tokens,
+            poll_interval_s=spec.poll_interval_s(), port=free_port(), kv_capacity_tokens=spec.kv_budget_tokens,
             **REAL_ENGINE_HEALTH if spec.backend == "vllm" else {},
         )
         gates = run_gates(instances)
         (run_dir / "gates.json").write_text(json.dumps(jsonable(gates), indent=2, default=str))
         with proxy_process(cfg, run_dir) as url:
+            check_proxy_constants(url, cost_model_path, run_dir)
             report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.live.time_scale,
                                  progress=sys.stderr.isatty())
         (run_dir / "loadgen.json").write_text(json.dumps(jsonable(report), indent=2, default=str))
@@ -183,6 +189,24 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     check_accounting(merged, report.sent)
     write_frame(merged, run_dir / "journal.jsonl")
     return merged
+
+
+def check_proxy_constants(url: str, cost_model_path: Path, run_dir: Path) -> dict[str, Any]:
+    """Read back from the running proxy's ``/health`` the constants it prices with; write them to
+    ``run_dir/proxy_constants.json``; a `ConfigError` if they differ from the run's router cost model
+    (``cost_model_path``): a live run must route with the constants the simulator would use."""
+    from repro.routing.cost_model import CostModel
+
+    body = httpx.get(url + "/health", timeout=10.0).json()
+    loaded = body.get("cost_model") or {}
+    (run_dir / "proxy_constants.json").write_text(json.dumps(
+        {"cost_model": loaded, "poll_interval_s": body.get("poll_interval_s")}, indent=2, sort_keys=True))
+    expected = CostModel.load(cost_model_path).to_dict()
+    if loaded != expected:
+        diff = sorted(k for k in set(expected) | set(loaded) if expected.get(k) != loaded.get(k))
+        raise ConfigError(f"proxy: it loaded other router constants than the run's ({', '.join(diff)}); "
+                          f"expected those of {cost_model_path}")
+    return loaded
 
 
 def check_live_accounting(report: ReplayReport, client: pd.DataFrame,

@@ -45,7 +45,11 @@ def serve(cfg: ProxyConfig) -> None:
     """Run the proxy in this process until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
+    from repro.live.proxy.core import SERVER_KEEPALIVE_S
+
+    # clients close idle connections first (the load generator after 2 s): no reuse of a closed one
+    uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
+                timeout_keep_alive=SERVER_KEEPALIVE_S)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -30,6 +30,8 @@ _KV_RE = re.compile(rb"^vllm:kv_cache_usage_perc\{[^}]*\}\s+([0-9.eE+-]+)", re.M
 _RUN_RE = re.compile(rb"^vllm:num_requests_running\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 _WAIT_RE = re.compile(rb"^vllm:num_requests_waiting\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 HEAD_CHARS = 1000  # characters of the prompt the length predictor reads
+KEEPALIVE_S = 2.0  # wall s an idle engine connection is kept (below the servers' 5 s)
+SERVER_KEEPALIVE_S = 75  # wall s the proxy's own server keeps an idle client connection (above clients' pools)
 
 
 class _Predict:
@@ -100,7 +102,12 @@ class Proxy:
         """Open the engine client and start polling (call inside the event loop that serves)."""
         # aiohttp, not httpx, for the engine calls: ~0.2 ms of CPU per request instead of ~1.4 ms
         # (benchmarks/bench_proxy.py), which matters on a 2-core machine hosting the engines too.
-        connector = aiohttp.TCPConnector(limit=0, force_close=False, enable_cleanup_closed=True)
+        # Idle connections are dropped after KEEPALIVE_S, before the engine's server closes them
+        # (uvicorn's and vLLM's default: 5 s). With aiohttp's default (15 s) a request could go out on a
+        # connection the engine had just closed: measured on real vLLM, "Can not write request body"
+        # failed a prefill call at light load.
+        connector = aiohttp.TCPConnector(limit=0, force_close=False, enable_cleanup_closed=True,
+                                         keepalive_timeout=KEEPALIVE_S)
         timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.connect_timeout_s,
                                         sock_read=self.cfg.read_timeout_s)
         self.client = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)

@@ -111,12 +111,15 @@ class Admitted:
 
 # ---- GET routes ---------------------------------------------------------------------------------
 async def health(request: Request) -> Response:
-    """200 ``{"status": "ok"}`` if a prefill and a decode engine are healthy, else 503 ``degraded``."""
+    """200 ``{"status": "ok"}`` if a prefill and a decode engine are healthy, else 503 ``degraded``;
+    the body also names the constants the router prices with (``cost_model``: seconds, bytes, tokens)
+    and the ``poll_interval_s`` (physics s) of its ``/metrics`` poller."""
     proxy: Proxy = request.app.state.proxy
     healthy = proxy.health()
     ok_p = any(healthy[e.name] for e in proxy.prefill)
     ok_d = any(healthy[e.name] for e in proxy.decode)
-    body = {"status": "ok" if ok_p and ok_d else "degraded", "instances": healthy, "in_flight": proxy.in_flight}
+    body = {"status": "ok" if ok_p and ok_d else "degraded", "instances": healthy, "in_flight": proxy.in_flight,
+            "cost_model": proxy.cost_model.to_dict(), "poll_interval_s": proxy.cfg.poll_interval_s}
     return JSONResponse(body, status_code=200 if ok_p and ok_d else 503)
 
 
