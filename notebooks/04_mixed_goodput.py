@@ -46,7 +46,8 @@ ctx = Section.setup(notebook="04_mixed_goodput", quick_seeds=(1, 2, 3),  # Table
                     backend=backend, scale=scale, seeds=seeds, cluster=cluster, rate=rate, n_requests=n_requests,
                     time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
 runs = ctx.run(nb.table_two_specs(ctx, ctx.rate), save_as="04_table2_runs")
-print(ctx.describe_runs(runs, f"mixed, 2p4d, {ctx.rate:.1f} req/s"))
+topo = "/".join(sorted(set(runs.topology)))  # 2p4d, or the cluster file's pools
+print(ctx.describe_runs(runs, f"mixed, {topo}, {ctx.rate:.3g} req/s"))
 
 # %%
 tab = ctx.write_results(nb.table_two(runs), "04_table2")
@@ -63,7 +64,7 @@ ours = tab.assign(err=tab.sd)
 paper = pd.DataFrame({"policy": ["marginal_cost"],
                       "paper": [tab.set_index("policy").loc["marginal_cost", "paper_mean_goodput"]]})
 fig, ax = F.bar_with_paper(ours, "policy", "mean_goodput", paper=paper, err="err", order=PAPER_POLICIES,
-                           title="Table II (§V-A): mixed bursty traffic, 2p4d, "
+                           title=f"Table II (§V-A): mixed bursty traffic, {topo}, "
                                  f"{F.traces_label(ctx.seeds)} ({backend})",
                            xlabel="policy", ylabel="goodput (fraction of requests meeting SLO)", ylim=(0.0, 1.0))
 for i, pol in enumerate(PAPER_POLICIES):

@@ -365,7 +365,8 @@ class VllmLauncher(_ProcessLauncher):
                 "TRANSFORMERS_OFFLINE": "1",
                 "PYTHONUNBUFFERED": "1",
                 **({"REPRO_NIXL_PROGRESS_DELAY_US": str(cpu.nixl_progress_delay_us), "REPRO_NIXL_NO_PIN": "1",
-                    "REPRO_SHM_POLL_MS": str(cpu.shm_poll_ms)} if cpu.plugin else {}),
+                    **({"REPRO_SHM_POLL_MS": str(cpu.shm_poll_ms)} if cpu.shm_poll_ms else {})}
+                   if cpu.plugin else {}),
             }
             role = "kv_producer" if spec.role == "prefill" else "kv_consumer"
             tokenizer_dir = Path(model_dir) / "tokenizer"  # the tiny model's (repro.engine.tiny_model)
@@ -504,7 +505,8 @@ class CpuEngineOptions:
     - ``nixl_progress_delay_us`` (default 1000): the progress thread's sleep.
     - ``shm_poll_ms`` (default 1): with the plugin, vLLM's shared-memory queue readers (engine core
       <-> worker) sleep on their notify socket for at most this many ms instead of spinning on
-      ``sched_yield`` for 1 s after each message (`repro.cluster.vllm_plugin`, patch c).
+      ``sched_yield`` for 1 s after each message (`repro.cluster.vllm_plugin`, patch c); 0: vLLM's
+      own spinning readers (for `benchmarks/bench_vllm_cpu.py`'s comparison).
     - ``startup_timeout_s`` (default 300): how long to wait for every engine's ``/health``.
     """
 
@@ -539,6 +541,12 @@ class CpuEngineOptions:
                 raise topology_error(f"vllm.{key}", f"must be a positive integer, got {v!r}")
             return v
 
+        def nonneg_int(key: str, default: int) -> int:
+            v = opts.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise topology_error(f"vllm.{key}", f"must be an integer >= 0, got {v!r}")
+            return v
+
         cores = opts.get("cores")
         if cores is not None and cores != NOBIND and (not isinstance(cores, list) or not cores or not all(
                 isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cores)):
@@ -547,7 +555,7 @@ class CpuEngineOptions:
                    max_model_len=pos_int("max_model_len", 4096), kv_cache_bytes=pos_int("kv_cache_bytes", 256 << 20),
                    cores=cores, plugin=bool(opts.get("plugin", True)),
                    nixl_progress_delay_us=pos_int("nixl_progress_delay_us", 1000),
-                   shm_poll_ms=pos_int("shm_poll_ms", 1),
+                   shm_poll_ms=nonneg_int("shm_poll_ms", 1),
                    startup_timeout_s=float(opts.get("startup_timeout_s", 300.0)),
                    served_model_name=str(opts.get("served_model_name", "tiny-qwen2")))
 

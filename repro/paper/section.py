@@ -260,9 +260,10 @@ class Section:
 
     @staticmethod
     def row_of(res: runner.RunResult) -> dict[str, Any]:
-        """One row of `run`: the spec's grid fields (time scale as run) and its summary (`SUMMARY_COLUMNS`)."""
+        """One row of `run`: the spec's grid fields (time scale as run; the topology as run: a cluster
+        file's, e.g. ``1p2d``) and its summary (`SUMMARY_COLUMNS`)."""
         spec, summary = res.spec, res.summary
-        return {"workload": spec.workload, "topology": spec.topology, "policy": spec.policy,
+        return {"workload": spec.workload, "topology": spec.topology_parsed().shorthand, "policy": spec.policy,
                 "cost_model": spec.cost_model, "seed": spec.seed, "rate": spec.rate,
                 "n_requests": spec.n_requests, "backend": spec.backend, "time_scale": spec.live.time_scale,
                 **{k: summary.get(k, np.nan) for k in SUMMARY_COLUMNS}}

@@ -196,7 +196,8 @@ def vllm_router_runs(ctx: Section, rates: Mapping[str, float], *,
                     journal = run_external(spec, vllm_router_template(pol, binary=binary), run_dir,
                                            label=f"vllm-router {pol}")
                 summary = summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests)
-                rows.append({"workload": wl, "topology": spec.topology, "variant": f"vllm-router:{pol}",
+                rows.append({"workload": wl, "topology": spec.topology_parsed().shorthand,
+                             "variant": f"vllm-router:{pol}",
                              "policy": f"vllm-router:{pol}", "seed": int(s), "rate": float(rate),
                              "backend": ctx.backend, "n_requests": int(ctx.n_requests),
                              **{k: summary.get(k, np.nan) for k in
