@@ -57,7 +57,8 @@ def test_cpu_engine_commands(tmp_path):
     assert len(set(ports)) == 3
     sides = set()
     for spec, env, argv, port in cmds:
-        assert argv[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        # niceness 5: the harness on the same cores keeps its schedule
+        assert argv[:6] == ["nice", "-n", "5", sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
         kv = json.loads(argv[argv.index("--kv-transfer-config") + 1])
         assert kv == {"kv_connector": "NixlConnector", "kv_buffer_device": "cpu",
                       "kv_role": "kv_producer" if spec.role == "prefill" else "kv_consumer"}
@@ -118,5 +119,7 @@ def test_cpu_cluster_file_errors_name_the_field(tmp_path):
         make_launcher(_cpu_cluster(tmp_path, cores=[True]), log_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"vllm\.max_model_len.*positive integer"):
         make_launcher(_cpu_cluster(tmp_path, max_model_len=0), log_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"vllm\.nice.*\[0, 19\]"):
+        make_launcher(_cpu_cluster(tmp_path, nice=20), log_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"vllm\.bogus.*unknown"):
         make_launcher(_cpu_cluster(tmp_path, bogus=1), log_dir=tmp_path)
