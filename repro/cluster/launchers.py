@@ -517,8 +517,8 @@ class CpuEngineOptions:
     """
 
     KEYS = ("device", "python", "model", "dtype", "max_model_len", "kv_cache_bytes", "cores", "plugin",
-            "nixl_progress_delay_us", "shm_poll_ms", "nice", "startup_timeout_s", "served_model_name", "host", "url_host",
-            "side_channel_host", "extra_args")
+            "nixl_progress_delay_us", "shm_poll_ms", "nice", "startup_timeout_s", "served_model_name", "host",
+            "url_host", "side_channel_host", "extra_args")
 
     def __init__(self, *, python: str, max_model_len: int = 4096, kv_cache_bytes: int = 256 << 20,
                  cores: list[int] | str | None = None, plugin: bool = True, nixl_progress_delay_us: int = 1000,
