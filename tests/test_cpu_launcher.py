@@ -123,3 +123,12 @@ def test_cpu_cluster_file_errors_name_the_field(tmp_path):
         make_launcher(_cpu_cluster(tmp_path, nice=20), log_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"vllm\.bogus.*unknown"):
         make_launcher(_cpu_cluster(tmp_path, bogus=1), log_dir=tmp_path)
+
+
+def test_cpu_engines_carry_no_hardware_profile(tmp_path, capsys):
+    """A CPU engine imitates no GPU profile: `repro calibrate` must not compare it with the A40's."""
+    launcher = make_launcher(_cpu_cluster(tmp_path), log_dir=tmp_path, dry_run=True)
+    instances = launcher.start()
+    assert [i.role for i in instances] == ["prefill", "decode", "decode"]
+    assert all(i.profile is None for i in instances)
+    assert "vllm.entrypoints.openai.api_server" in capsys.readouterr().out

@@ -398,7 +398,8 @@ class VllmLauncher(_ProcessLauncher):
             self.model = self.cpu.ensure_model(self.model)
         cmds = self.commands()
         self.instances = [Instance(name=spec.name, role=spec.role, url=f"http://{self.url_host}:{port}",
-                                   engine_id=None, profile=spec.profile) for spec, _, _, port in cmds]
+                                   engine_id=None, profile=None if self.cpu is not None else spec.profile)
+                          for spec, _, _, port in cmds]  # a CPU engine imitates no hardware profile
         if self.dry_run:
             for line in self.command_lines():
                 print(line)
