@@ -92,3 +92,15 @@ def test_cost_model_files_are_validated(tmp_path):
     good = CostModel.load("calibrated")
     good.save(tmp_path / "g.json")
     assert CostModel.load(tmp_path / "g.json") == good
+
+
+def test_ttft_target_is_the_unloaded_ttft_of_the_reference_prompt():
+    """The TTFT target prices the reference prompt's per-token prefill and transfer (hand-computed
+    here), so it stays reachable where the per-token prefill cost dominates (CPU engines)."""
+    from repro.routing.cost_model import TTFT_REFERENCE_TOKENS, slo_from_constants
+
+    assert TTFT_REFERENCE_TOKENS == pytest.approx(1521.0, abs=0.5)
+    # tiny CPU engines: 4 ms + 165 us/token prefill, 11 ms + 2.9 us/token transfer, 6.3 ms/token decode
+    ttft, tpot = slo_from_constants(0.004, 165e-6, 0.0063, 0.011, 2.9e-6)
+    assert ttft == pytest.approx(0.004 + 1521 * 165e-6 + 0.011 + 1521 * 2.9e-6 + 0.0063, rel=1e-3)  # ~0.277 s
+    assert tpot == pytest.approx(3 * 0.0063)

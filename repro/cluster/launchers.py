@@ -532,8 +532,6 @@ class CpuEngineOptions:
         self.plugin = plugin
         self.nixl_progress_delay_us = nixl_progress_delay_us
         self.shm_poll_ms = shm_poll_ms
-        if nice > 19:
-            raise topology_error("vllm.nice", f"must be in [0, 19], got {nice!r}")
         self.nice = nice
         self.startup_timeout_s = startup_timeout_s
         self.served_model_name = served_model_name
@@ -551,10 +549,11 @@ class CpuEngineOptions:
                 raise topology_error(f"vllm.{key}", f"must be a positive integer, got {v!r}")
             return v
 
-        def nonneg_int(key: str, default: int) -> int:
+        def int_in(key: str, default: int, hi: int | None = None) -> int:
             v = opts.get(key, default)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise topology_error(f"vllm.{key}", f"must be an integer >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (hi is not None and v > hi):
+                allowed = f"in [0, {hi}]" if hi is not None else ">= 0"
+                raise topology_error(f"vllm.{key}", f"must be an integer {allowed}, got {v!r}")
             return v
 
         cores = opts.get("cores")
@@ -565,7 +564,7 @@ class CpuEngineOptions:
                    max_model_len=pos_int("max_model_len", 4096), kv_cache_bytes=pos_int("kv_cache_bytes", 256 << 20),
                    cores=cores, plugin=bool(opts.get("plugin", True)),
                    nixl_progress_delay_us=pos_int("nixl_progress_delay_us", 1000),
-                   shm_poll_ms=nonneg_int("shm_poll_ms", 1), nice=nonneg_int("nice", 5),
+                   shm_poll_ms=int_in("shm_poll_ms", 1, 1000), nice=int_in("nice", 5, 19),
                    startup_timeout_s=float(opts.get("startup_timeout_s", 300.0)),
                    served_model_name=str(opts.get("served_model_name", "tiny-qwen2")))
 

@@ -249,18 +249,17 @@ def _patch_shm_wait(poll_ms: int) -> Callable[[types.ModuleType], None]:
             return
         if getattr(wait, "_repro_poll_ms", None) is not None:
             return
-        cap = poll_ms
 
         def patched_wait(self, timeout_ms=None):
             # set at every call, so readers built before the patch follow it too
             if getattr(self, "is_reader", False):
                 self.busy_loop_s = 0.0  # never the sched_yield spin: sleep on the notify socket ...
-                timeout_ms = cap if timeout_ms is None else min(timeout_ms, cap)  # ... at most `cap` ms
+                timeout_ms = poll_ms if timeout_ms is None else min(timeout_ms, poll_ms)  # ... at most poll_ms
             return wait(self, timeout_ms)
 
-        patched_wait._repro_poll_ms = cap
+        patched_wait._repro_poll_ms = poll_ms
         cls.wait = patched_wait
-        logger.info("repro vLLM plugin: shared-memory queue readers sleep (<= %d ms) instead of spinning", cap)
+        logger.info("repro vLLM plugin: shared-memory queue readers sleep (<= %d ms) instead of spinning", poll_ms)
 
     return hook
 
