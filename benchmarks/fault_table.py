@@ -135,7 +135,7 @@ def main() -> None:
     with launch(topo, "emulated", time_scale=args.time_scale) as inst:
         cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in inst], journal=str(tmp / "proxy.jsonl"),
                           time_scale=args.time_scale, port=free_port(), policy="round_robin", connect_timeout_s=1.0,
-                          prefill_timeout_s=3.0, read_timeout_s=3.0, poll_timeout_s=0.5, failure_cooldown_s=1.0)
+                          health_window_s=1.0)
         with proxy_process(cfg, tmp) as url:
             model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
             rig = {"url": url, "engines": {i.name: i.url for i in inst}, "tmp": tmp, "journal": tmp / "proxy.jsonl",

@@ -102,8 +102,7 @@ def rig(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")
     with launch("1p1d", "emulated", time_scale=50.0, eos_mean_tokens=8) as inst:
         cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in inst], journal=str(tmp / "proxy.jsonl"),
-                          time_scale=50.0, port=free_port(), predictor="constant", read_timeout_s=10,
-                          prefill_timeout_s=10)
+                          time_scale=50.0, port=free_port(), predictor="constant")
         with proxy_process(cfg, tmp) as url, httpx.Client(timeout=10) as c:
             yield {"proxy": url, "engine": inst[1].url, "client": c, "journal": tmp / "proxy.jsonl", "counts": {}}
 

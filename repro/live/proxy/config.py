@@ -5,14 +5,18 @@ and starts ``python -m repro.live.proxy --config FILE``. The bearer token never 
 file: the harness passes it in the ``REPRO_PROXY_API_KEY`` environment variable (`API_KEY_ENV`).
 
 Units: fields ending in ``_s`` are seconds; ``poll_interval_s`` is physics seconds (the engines'
-clock, ``time_scale`` times faster than the wall clock), every timeout is wall seconds.
+clock, ``time_scale`` times faster than the wall clock), ``connect_timeout_s`` and
+``health_window_s`` are wall seconds.
+
+There is no time-out on a request that an engine is working on: a busy engine queues (as vLLM
+does), and only a dead engine fails requests (see `repro.live.proxy.core.Proxy`'s health rules).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +53,8 @@ class ProxyConfig:
     time_scale: float = 1.0
     poll_interval_s: float = 0.05  # physics seconds
     min_poll_wall_s: float = 0.02
-    connect_timeout_s: float = 2.0  # wall
-    prefill_timeout_s: float = 60.0  # wall
-    read_timeout_s: float = 60.0  # wall, between decode chunks
-    unhealthy_after: int = 1  # consecutive failed polls
-    poll_timeout_s: float = 1.0  # wall: a /metrics poll that takes longer counts as failed
-    failure_cooldown_s: float = 2.0  # wall: an engine a request failed on stays out this long at least
+    connect_timeout_s: float = 2.0  # wall: a connection an engine does not accept within this fails
+    health_window_s: float = 5.0  # wall: an engine whose /metrics has not answered for this long is dead
     max_body_bytes: int = 4 * 1024 * 1024
     max_prompt_chars: int = 1_000_000
     api_key: str | None = field(default=None, repr=False)  # never logged; not written by the harness either
@@ -76,16 +76,10 @@ class ProxyConfig:
             raise ConfigError(f"proxy: field 'time_scale' must be > 0, got {self.time_scale!r}")
         if not self.poll_interval_s > 0:
             raise ConfigError(f"proxy: field 'poll_interval_s' must be > 0, got {self.poll_interval_s!r}")
-        for name in ("connect_timeout_s", "prefill_timeout_s", "read_timeout_s", "poll_timeout_s"):
+        for name in ("connect_timeout_s", "health_window_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
                 raise ConfigError(f"proxy: field '{name}' must be a finite number of seconds > 0, got {v!r}")
-        if isinstance(self.failure_cooldown_s, bool) or not isinstance(self.failure_cooldown_s, (int, float)) \
-                or not 0 <= self.failure_cooldown_s < math.inf:
-            raise ConfigError(f"proxy: field 'failure_cooldown_s' must be >= 0, got {self.failure_cooldown_s!r}")
-        if isinstance(self.unhealthy_after, bool) or not isinstance(self.unhealthy_after, int) \
-                or self.unhealthy_after < 1:
-            raise ConfigError(f"proxy: field 'unhealthy_after' must be an integer >= 1, got {self.unhealthy_after!r}")
 
     def to_json(self) -> str:
         """The config as indented JSON (including ``api_key``: blank it first if the text is stored)."""
@@ -95,6 +89,10 @@ class ProxyConfig:
     def from_json(cls, text: str) -> ProxyConfig:
         """The config `to_json` wrote (endpoints as objects); validated like the constructor."""
         raw = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"proxy: unknown field(s) {unknown}; allowed: {sorted(known)}")
         return cls(**raw)
 
 

@@ -5,7 +5,21 @@ drives), the output-length predictor, the engine client, one ``/metrics`` poller
 journal and the proxy's own Prometheus metrics.
 
 Clock: `Proxy.now` is physics seconds since the proxy started (wall seconds x ``time_scale``); the
-ledger and the journal use it. Health and failure cool-downs run on the wall clock (monotonic).
+ledger and the journal use it. Health runs on the wall clock (monotonic).
+
+Health: overload is queueing, not failure. A busy engine (its ``/metrics`` answers, its queue
+grows) stays in rotation and its requests wait as long as it takes. An engine is **dead** when
+
+- a connection to it is refused (no process listens: a poll or a request finds out), or
+- its ``/metrics`` has not answered 200 for ``health_window_s`` wall seconds;
+
+then its in-flight requests fail at once (502, the reason in the journal: `EngineDead`), the
+policies skip it, and the first good poll brings it back. A request whose connection breaks
+(reset, cut stream) fails alone, with the reason; the poller decides about the engine.
+
+Validity: the proxy measures what would make its numbers about the machine rather than the router:
+its event loop's lag (a 20 ms wall ticker's overshoot) and the gaps between good ``/metrics`` polls
+of each engine (`Proxy.validity`, in ``GET /health``).
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ _KV_RE = re.compile(rb"^vllm:kv_cache_usage_perc\{[^}]*\}\s+([0-9.eE+-]+)", re.M
 _RUN_RE = re.compile(rb"^vllm:num_requests_running\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 _WAIT_RE = re.compile(rb"^vllm:num_requests_waiting\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 HEAD_CHARS = 1000  # characters of the prompt the length predictor reads
+LAG_TICK_S = 0.02  # wall s between event-loop lag samples
 KEEPALIVE_S = 2.0  # wall s an idle engine connection is kept (below the servers' 5 s)
 SERVER_KEEPALIVE_S = 75  # wall s the proxy's own server keeps an idle client connection (above clients' pools)
 
@@ -56,6 +71,11 @@ class _Predict:
         return self.model.predict_one(prompt[:HEAD_CHARS], prompt_tokens, key=request_id)
 
 
+class EngineDead(Exception):
+    """The engine a request was on died (refused connections, or ``/metrics`` silent past the
+    health window); the message names the engine and why."""
+
+
 class Proxy:
     """State of one proxy: router, engine client, journal, poller, metrics.
 
@@ -78,8 +98,14 @@ class Proxy:
         self.journal = JournalWriter(cfg.journal) if cfg.journal else None
         self.client: aiohttp.ClientSession | None = None
         self._poller: asyncio.Task[None] | None = None
-        self._poll_failures: dict[str, int] = {e.name: 0 for e in cfg.endpoints}
-        self._down_until: dict[str, float] = {e.name: 0.0 for e in cfg.endpoints}  # wall (monotonic)
+        t0 = time.monotonic()
+        self._last_ok: dict[str, float] = {e.name: t0 for e in cfg.endpoints}  # wall: last 200 from /metrics
+        self._death: dict[str, asyncio.Future[str] | None] = {e.name: None for e in cfg.endpoints}
+        self.dead_reason: dict[str, str] = {}  # engine -> why it is dead now
+        self.deaths: list[dict[str, Any]] = []  # every death: engine, wall s since start, reason
+        self.poll_gaps: dict[str, list[float]] = {e.name: [] for e in cfg.endpoints}  # wall s between good polls
+        self.loop_lags: list[float] = []  # wall s: how late the lag ticker woke
+        self._lag_task: asyncio.Task[None] | None = None
         self.engine_stats: dict[str, dict[str, float]] = {e.name: {} for e in cfg.endpoints}
         self.in_flight = 0
         self.registry = CollectorRegistry()
@@ -108,15 +134,19 @@ class Proxy:
         # failed a prefill call at light load.
         connector = aiohttp.TCPConnector(limit=0, force_close=False, enable_cleanup_closed=True,
                                          keepalive_timeout=KEEPALIVE_S)
-        timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.connect_timeout_s,
-                                        sock_read=self.cfg.read_timeout_s)
+        # no read time-out: an engine that is alive may take as long as its queue takes
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.connect_timeout_s)
         self.client = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+        now = time.monotonic()
+        self._last_ok = {name: now for name in self._last_ok}
         self._poller = asyncio.create_task(self.poll_forever())
+        self._lag_task = asyncio.create_task(self._lag_ticker())
 
     async def stop(self) -> None:
         """Stop polling, close the engine client and the journal."""
-        if self._poller is not None:
-            self._poller.cancel()
+        for task in (self._poller, self._lag_task):
+            if task is not None:
+                task.cancel()
         if self.client is not None:
             await self.client.close()
         if self.journal is not None:
@@ -159,20 +189,22 @@ class Proxy:
             await asyncio.sleep(wall)
 
     async def poll_one(self, e: Endpoint) -> None:
-        """Read one engine's ``/metrics``. Health rules: a poll that fails (refused, non-200, or
-        no answer within ``poll_timeout_s``) ``unhealthy_after`` times in a row marks the engine
-        unhealthy (a dead ``/metrics`` alone is enough: the policies need its load, and a stale
-        view routes blind); the first good poll marks it healthy again, unless a request failed
-        on it less than ``failure_cooldown_s`` ago."""
+        """Read one engine's ``/metrics`` (waiting at most until the engine's health window ends).
+        A 200 records its load and brings a dead engine back; a refused connection kills it at
+        once; any other failure kills it only once no poll has succeeded for ``health_window_s``."""
         assert self.client is not None
         role, i = self.role_index(e.name)
-        timeout = aiohttp.ClientTimeout(total=self.cfg.poll_timeout_s,
-                                        connect=min(self.cfg.connect_timeout_s, self.cfg.poll_timeout_s))
+        window = self.cfg.health_window_s
+        start = time.monotonic()
+        wait = max(self._last_ok[e.name] + window - start, 0.05)
+        timeout = aiohttp.ClientTimeout(total=wait, connect=min(self.cfg.connect_timeout_s, wait))
         try:
             async with self.client.get(e.url.rstrip("/") + "/metrics", timeout=timeout) as r:
                 text = await r.read()
                 if r.status != 200:
-                    raise aiohttp.ClientResponseError(r.request_info, (), status=r.status)
+                    raise aiohttp.ClientResponseError(r.request_info, (), status=r.status,
+                                                      message=f"/metrics answered HTTP {r.status}")
+            now = time.monotonic()
             m = _KV_RE.search(text)
             if m:
                 usage = float(m.group(1))
@@ -184,23 +216,87 @@ class Proxy:
                 if mm:
                     stats[key] = float(mm.group(1))
             self.engine_stats[e.name] = stats
-            self._poll_failures[e.name] = 0
-            if not self.router.is_healthy(role, i) and time.monotonic() >= self._down_until[e.name]:
-                self.router.set_health(role, i, True)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            self._poll_failures[e.name] += 1
-            if self._poll_failures[e.name] >= self.cfg.unhealthy_after:
-                self.router.set_health(role, i, False)
+            self.poll_gaps[e.name].append(now - self._last_ok[e.name])
+            self._last_ok[e.name] = now
+            if e.name in self.dead_reason:
+                self.revive(e)
+        except aiohttp.ClientConnectorError as exc:
+            self.kill(e, f"connection refused ({exc.os_error or exc})")
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            silent = time.monotonic() - self._last_ok[e.name]
+            if silent >= window:
+                what = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+                self.kill(e, f"/metrics silent for {silent:.1f} s ({what})")
         self.m_healthy.labels(role, e.name).set(1.0 if self.router.is_healthy(role, i) else 0.0)
 
-    def mark_failed(self, e: Endpoint) -> None:
-        """A request failed on ``e`` at the transport level (refused, reset, timed out, cut): skip
-        it until a poll succeeds after ``failure_cooldown_s``. (An HTTP 5xx answer does not mark
-        the engine: it is alive and answering; the request alone fails.)"""
-        self._down_until[e.name] = time.monotonic() + self.cfg.failure_cooldown_s
+    # ---- life and death -----------------------------------------------------------------------
+    def death_of(self, e: Endpoint) -> asyncio.Future[str]:
+        """A future that resolves (to the reason) when ``e`` is next declared dead; already resolved
+        if it is dead now."""
+        fut = self._death[e.name]
+        if fut is None:
+            fut = self._death[e.name] = asyncio.get_running_loop().create_future()
+            if e.name in self.dead_reason:
+                fut.set_result(self.dead_reason[e.name])
+        return fut
+
+    def kill(self, e: Endpoint, reason: str) -> None:
+        """Declare ``e`` dead: the policies skip it and its in-flight requests fail with ``reason``."""
+        if e.name in self.dead_reason:
+            return
+        self.dead_reason[e.name] = f"{e.name} dead: {reason}"
+        self.deaths.append({"engine": e.name, "at_wall_s": time.monotonic() - self.t0, "reason": reason})
         role, i = self.role_index(e.name)
         self.router.set_health(role, i, False)
         self.m_healthy.labels(role, e.name).set(0.0)
+        fut = self._death[e.name]
+        if fut is not None and not fut.done():
+            fut.set_result(self.dead_reason[e.name])
+
+    def revive(self, e: Endpoint) -> None:
+        """``e`` answered a poll again: back in rotation."""
+        self.dead_reason.pop(e.name, None)
+        self._death[e.name] = None
+        role, i = self.role_index(e.name)
+        self.router.set_health(role, i, True)
+        self.m_healthy.labels(role, e.name).set(1.0)
+
+    def refused(self, e: Endpoint, exc: BaseException) -> bool:
+        """If ``exc`` (from a call to ``e``) is a refused connection, declare ``e`` dead; True if so."""
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            self.kill(e, f"connection refused ({exc.os_error or exc})")
+            return True
+        return False
+
+    # ---- validity ---------------------------------------------------------------------------------
+    async def _lag_ticker(self) -> None:
+        """Sample the event loop's lag: how much later than asked a ``LAG_TICK_S`` sleep returns."""
+        mono = time.monotonic
+        while True:
+            t = mono()
+            await asyncio.sleep(LAG_TICK_S)
+            self.loop_lags.append(mono() - t - LAG_TICK_S)
+
+    def validity(self) -> dict[str, Any]:
+        """What the proxy measured about the machine (wall seconds): its event loop's lag
+        (p50/p99/max over `LAG_TICK_S` ticks), the gaps between good polls of an engine beyond
+        the poll period (p99/max over all engines), and the engines that died."""
+        import numpy as np
+
+        lags = np.asarray(self.loop_lags or [0.0])
+        period = max(self.cfg.poll_interval_s / self.cfg.time_scale, self.cfg.min_poll_wall_s)
+        gaps = [g for v in self.poll_gaps.values() for g in v]
+        excess = np.maximum(np.asarray(gaps or [period]) - period, 0.0)
+        return {
+            "loop_lag_samples": len(self.loop_lags),
+            "loop_lag_p50_s": float(np.percentile(lags, 50)),
+            "loop_lag_p99_s": float(np.percentile(lags, 99)),
+            "loop_lag_max_s": float(lags.max()),
+            "poll_period_s": period,
+            "poll_gap_excess_p99_s": float(np.percentile(excess, 99)),
+            "poll_gap_excess_max_s": float(excess.max()),
+            "deaths": list(self.deaths),
+        }
 
     def health(self) -> dict[str, bool]:
         """Engine name -> whether the policies may use it now."""

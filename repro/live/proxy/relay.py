@@ -3,11 +3,17 @@
 `Exchange.run` runs vLLM's two-step P/D flow (`repro.live.pd_protocol`) for a request the policy
 placed on a (prefill, decode) pair:
 
-1. the prefill call (``prefill_timeout_s`` wall seconds at most); a 4xx answer is the client's
-   fault and goes back verbatim, any other failure is a 502;
+1. the prefill call; a 4xx answer is the client's fault and goes back verbatim, any other failure
+   is a 502. A connection that breaks before the answer starts (a keep-alive connection the engine
+   had just closed: "Server disconnected", "Can not write request body") is retried once on a new one;
 2. the decode call with the prefill's ``kv_transfer_params`` and the same ``X-Request-Id``; its
    answer goes back byte for byte: the JSON, or the SSE stream relayed chunk by chunk
    (`RelayResponse`); a stream cut midway ends with an SSE error event.
+
+No step has a time-out: a busy engine queues the request as long as it takes (overload is
+queueing, not failure). Each step ends early only when its engine dies (`Proxy.kill`: refused
+connections, or ``/metrics`` silent past the health window): then the request fails with a 502
+whose reason names the engine and the cause.
 
 Exactly once per request, whatever happens (engine failure, client disconnect, cancellation, a
 bug), the ledger is settled (``router.finish``), the row is journaled (`Proxy.record`) and the
@@ -27,11 +33,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from repro.experiment.journal import tpot
 from repro.live.pd_protocol import SSEParser, decode_body, headers_for, prefill_body
+from repro.live.proxy.core import EngineDead
 from repro.workload.tokenizer import DEFAULT_TOKENIZER
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
+    from repro.live.proxy.config import Endpoint
     from repro.live.proxy.core import Proxy
     from repro.routing.policies.base import Placement
 
@@ -44,6 +52,12 @@ def error_response(status: int, message: str, kind: str = "BadRequestError",
         status_code=status,
         headers=headers,
     )
+
+
+def retriable(exc: BaseException) -> bool:
+    """True for a connection that broke before any answer came (the engine closed an idle
+    keep-alive connection as we reused it, or a connect that timed out): safe to send again."""
+    return isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ConnectionTimeoutError))
 
 
 def describe(exc: BaseException) -> str:
@@ -92,6 +106,7 @@ class Exchange:
         self.parser = SSEParser()  # of the relayed stream
         self.first_token_s: float | None = None  # physics s: the first streamed chunk with content
         self.outcome: str | None = None  # of the stream: None until the relay journaled the row
+        self.died: str | None = None  # the decode engine's death, when it cut the relayed stream
 
     async def run(self) -> Response:
         """Serve the request; the row is journaled exactly once (see the module docstring)."""
@@ -120,14 +135,22 @@ class Exchange:
         proxy, pe, row = self.proxy, self.pe, self.row
         assert proxy.client is not None
         row["prefill_start_s"] = proxy.now()
-        timeout = aiohttp.ClientTimeout(total=self.cfg.prefill_timeout_s, connect=self.cfg.connect_timeout_s)
-        try:
-            async with proxy.client.post(pe.url.rstrip("/") + self.path, json=prefill_body(self.body),
-                                         headers=self.engine_headers, timeout=timeout) as r:
-                status, content = r.status, await r.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            proxy.mark_failed(pe)
-            return self.fail(f"prefill {pe.name}: {describe(exc)}", 502)
+        client, url, body, headers = proxy.client, pe.url.rstrip("/") + self.path, prefill_body(self.body), \
+            self.engine_headers
+
+        async def call() -> tuple[int, bytes]:
+            async with client.post(url, json=body, headers=headers) as r:
+                return r.status, await r.read()
+
+        for attempt in (1, 2):
+            try:
+                status, content = await self.on(pe, call())
+                break
+            except EngineDead as exc:
+                return self.fail(f"prefill {exc}", 502)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if proxy.refused(pe, exc) or attempt == 2 or not retriable(exc):
+                    return self.fail(f"prefill {pe.name}: {describe(exc)}", 502)
         if status != 200:
             detail = content[:500].decode("utf-8", "replace")
             if 400 <= status < 500:  # the client's request is bad: pass vLLM's answer through
@@ -148,16 +171,36 @@ class Exchange:
         row["prefill_end_s"] = now
         return kv
 
+    async def on(self, e: Endpoint, coro: Any) -> Any:
+        """Await ``coro`` (a call to engine ``e``) unless ``e`` dies first: then cancel it and raise
+        `EngineDead` with the reason."""
+        death = self.proxy.death_of(e)
+        if death.done():
+            coro.close()
+            raise EngineDead(death.result())
+        task = asyncio.ensure_future(coro)
+        try:
+            await asyncio.wait((task, death), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise EngineDead(death.result())
+
     # ---- 2. decode ------------------------------------------------------------------------------
     async def _decode(self, dbody: dict[str, Any]) -> Response:
         proxy, de = self.proxy, self.de
         assert proxy.client is not None
         self.row["decode_start_s"] = proxy.now()
         try:
-            upstream = await proxy.client.post(de.url.rstrip("/") + self.path, json=dbody,
-                                               headers=self.engine_headers)
+            upstream = await self.on(de, proxy.client.post(de.url.rstrip("/") + self.path, json=dbody,
+                                                           headers=self.engine_headers))
+        except EngineDead as exc:
+            return self.fail(f"decode {exc}", 502)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            proxy.mark_failed(de)
+            proxy.refused(de, exc)
             return self.fail(f"decode {de.name}: {describe(exc)}", 502)
         self.upstream = upstream
         if upstream.status != 200 or not self.body.get("stream"):
@@ -169,9 +212,10 @@ class Exchange:
         """A non-streamed decode answer (or an error answer): read it whole and pass it on."""
         proxy, de = self.proxy, self.de
         try:
-            content = await upstream.read()
+            content = await self.on(de, upstream.read())
+        except EngineDead as exc:
+            return self.fail(f"decode {exc}", 502)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            proxy.mark_failed(de)
             return self.fail(f"decode {de.name}: {describe(exc)}", 502)
         finally:
             upstream.release()
@@ -191,6 +235,13 @@ class Exchange:
         """The decode stream, chunk by chunk; journals the row when the stream ends or is cut."""
         proxy, parser = self.proxy, self.parser
         first = None
+        death = proxy.death_of(self.de)
+
+        def cut(fut: asyncio.Future[str]) -> None:  # the decode engine died: end the stream now
+            self.died = fut.result()
+            upstream.close()
+
+        death.add_done_callback(cut)
         try:
             async for chunk in upstream.content.iter_any():
                 if parser.feed(chunk) and first is None:
@@ -205,13 +256,14 @@ class Exchange:
             self.outcome = "ok"
             self.finish_ok(first if first is not None else now, now, tokens)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            proxy.mark_failed(self.de)
-            reason = f"decode {self.de.name}: stream cut: {describe(exc)}"
+            reason = (f"decode {self.died}: stream cut" if self.died
+                      else f"decode {self.de.name}: stream cut: {describe(exc)}")
             self.outcome = reason
             self.finish_failed(first, reason)
             err = {"error": {"message": reason, "type": "BadGatewayError", "code": 502}}
             yield f"data: {json.dumps(err)}\n\n".encode()
         finally:
+            death.remove_done_callback(cut)
             upstream.release()
             self._abandon()  # the client went away (generator closed or cancelled)
 

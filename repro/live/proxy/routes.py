@@ -7,11 +7,14 @@
    fresh uuid (409 if that id is in flight), prompt length in characters (413);
 2. open the journal row (`open_row`): arrival (physics s), prompt tokens counted with the
    tokenizer, the predicted output length;
-3. ask the policy (`Proxy.decide`); a rejection is journaled and answered 429 (503 when no
-   healthy engine is left) with ``Retry-After`` in wall seconds (`reject`);
+3. ask the policy (`Proxy.decide`); a rejection (the policy's explicit decision, e.g. the
+   admission guard) is journaled and answered 429 with ``Retry-After`` in wall seconds (`reject`).
+   When every engine of a pool is dead there is nothing to decide: the request fails with 503 and
+   the engines' reasons (`unservable`); overload never rejects a request by itself;
 4. a placement runs the P/D exchange (`repro.live.proxy.relay.Exchange`).
 
-``GET /health`` (200 when at least one prefill and one decode engine are healthy, else 503),
+``GET /health`` (200 when at least one prefill and one decode engine are alive, else 503; the
+body names the dead engines' reasons and the proxy's validity measurements),
 ``GET /metrics`` (Prometheus text) and ``GET /v1/models`` (forwarded to the first decode engine
 that answers). Errors are OpenAI-style (`error_response`). The proxy object is
 ``request.app.state.proxy``.
@@ -35,7 +38,7 @@ from repro.live.pd_protocol import headers_for, prompt_of
 from repro.live.proxy.config import ProxyConfig
 from repro.live.proxy.core import Proxy
 from repro.live.proxy.relay import Exchange, error_response
-from repro.routing.policies.base import Placement, Rejection, RequestInfo
+from repro.routing.policies.base import NO_HEALTHY, Placement, Rejection, RequestInfo
 from repro.workload.tokenizer import DEFAULT_TOKENIZER
 
 
@@ -119,7 +122,8 @@ async def health(request: Request) -> Response:
     ok_p = any(healthy[e.name] for e in proxy.prefill)
     ok_d = any(healthy[e.name] for e in proxy.decode)
     body = {"status": "ok" if ok_p and ok_d else "degraded", "instances": healthy, "in_flight": proxy.in_flight,
-            "cost_model": proxy.cost_model.to_dict(), "poll_interval_s": proxy.cfg.poll_interval_s}
+            "dead": dict(proxy.dead_reason), "cost_model": proxy.cost_model.to_dict(),
+            "poll_interval_s": proxy.cfg.poll_interval_s, "validity": proxy.validity()}
     return JSONResponse(body, status_code=200 if ok_p and ok_d else 503)
 
 
@@ -165,8 +169,13 @@ async def serve_completion(path: str, request: Request) -> Response:
     except Refusal as refusal:
         return refusal.response
     row, info = open_row(proxy, req)
+    dead = unservable(proxy)
+    if dead:
+        return fail_unservable(proxy, row, dead)
     decision = proxy.decide(info)
     if not isinstance(decision, Placement):
+        if decision.reason == NO_HEALTHY:  # every engine of a pool died (a race with `unservable`)
+            return fail_unservable(proxy, row, unservable(proxy) or decision.reason)
         return reject(proxy, row, decision)
     return await Exchange(proxy, path, req.body, row, decision).run()
 
@@ -213,16 +222,30 @@ def open_row(proxy: Proxy, req: Admitted) -> tuple[dict[str, Any], RequestInfo]:
     return row, RequestInfo(req.request_id, prompt_tokens, predicted, req.slo_class, arrival)
 
 
+def unservable(proxy: Proxy) -> str | None:
+    """Why no request can be served now (a pool whose engines are all dead, with their reasons), or None."""
+    for role, pool in (("prefill", proxy.prefill), ("decode", proxy.decode)):
+        if all(e.name in proxy.dead_reason for e in pool):
+            return f"no live {role} engine ({'; '.join(proxy.dead_reason[e.name] for e in pool)})"
+    return None
+
+
+def fail_unservable(proxy: Proxy, row: dict[str, Any], reason: str) -> Response:
+    """Journal a request that no live engine could take as failed; 503 with the reason."""
+    row.update(status="failed", reason=reason, generated_tokens=0, finish_s=row["arrival_s"])
+    proxy.record(row)
+    return error_response(503, reason, "ServiceUnavailableError", {"X-Request-Id": row["request_id"]})
+
+
 def reject(proxy: Proxy, row: dict[str, Any], decision: Rejection) -> Response:
-    """Journal a rejected request; 429 (503 if no healthy engine) with ``Retry-After`` in whole wall
-    seconds (the policy's physics-second hint / ``time_scale``, at least 1)."""
+    """Journal a request the policy rejected; 429 with ``Retry-After`` in whole wall seconds (the
+    policy's physics-second hint / ``time_scale``, at least 1)."""
     retry = decision.retry_after_s
     row.update(status="rejected", reason=decision.reason, generated_tokens=0)
     proxy.record(row)
     headers = {"Retry-After": str(max(1, math.ceil(retry / proxy.cfg.time_scale)) if retry else 1),
                "X-Request-Id": row["request_id"]}
-    return error_response(429 if "healthy" not in decision.reason else 503, f"rejected: {decision.reason}",
-                          "RateLimitError", headers)
+    return error_response(429, f"rejected: {decision.reason}", "RateLimitError", headers)
 
 
 ROUTES = (  # (method, path, handler)

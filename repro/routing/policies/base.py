@@ -109,6 +109,11 @@ class Placement:
     """Index into ``view.decode``."""
 
 
+NO_HEALTHY = "no healthy instance"
+"""A `Rejection` reason reserved for "a pool has no healthy instance": the proxy turns it into a
+failure (503, the dead engines' reasons), since no policy chose it."""
+
+
 @dataclass(slots=True, frozen=True)
 class Rejection:
     """Do not serve the request."""

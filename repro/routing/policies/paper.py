@@ -15,6 +15,7 @@ from typing import Any
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
 from repro.routing.policies.base import (
+    NO_HEALTHY,
     ClusterView,
     Decision,
     InstanceSignals,
@@ -39,7 +40,7 @@ class RoundRobin(Policy):
         p = self._pick(view.prefill, "_next_p")
         d = self._pick(view.decode, "_next_d")
         if p is None or d is None:
-            return Rejection("no healthy instance")
+            return Rejection(NO_HEALTHY)
         return Placement(p, d)
 
     def _pick(self, pool: list[InstanceSignals], attr: str) -> int | None:
@@ -83,7 +84,7 @@ class LeastLoaded(Policy):
         p = _argmin(view.prefill, lambda s: s.in_flight, self._tick)
         d = _argmin(view.decode, lambda s: s.in_flight, self._tick)
         if p is None or d is None:
-            return Rejection("no healthy instance")
+            return Rejection(NO_HEALTHY)
         return Placement(p, d)
 
 
@@ -116,7 +117,7 @@ class LengthThreshold(Policy):
         else:
             d = _argmin(view.decode, lambda s: s.in_flight, self._tick)
         if p is None or d is None:
-            return Rejection("no healthy instance")
+            return Rejection(NO_HEALTHY)
         return Placement(p, d)
 
 
@@ -303,7 +304,7 @@ class MarginalCost(Policy):
         self._tick += 1
         priced = self._priced(request, view)
         if not priced:
-            return Rejection("no healthy instance")
+            return Rejection(NO_HEALTHY)
         if self.admission_guard:
             cm = self.cost_model
             target = cm.ttft_tight_s * (1.0 if request.slo_class == "tight" else cm.loose_factor)

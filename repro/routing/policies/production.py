@@ -25,6 +25,7 @@ import random
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
 from repro.routing.policies.base import (
+    NO_HEALTHY,
     ClusterView,
     Decision,
     InstanceSignals,
@@ -60,7 +61,7 @@ class PerPoolPolicy(Policy):
         p = self._pick(request, view.prefill, "prefill")
         d = self._pick(request, view.decode, "decode")
         if p is None or d is None:
-            return Rejection("no healthy instance")
+            return Rejection(NO_HEALTHY)
         return Placement(p, d)
 
 
