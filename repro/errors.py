@@ -8,6 +8,15 @@ class ConfigError(ValueError):
     """
 
 
+class RunInvalid(RuntimeError):
+    """A live run that could not be measured: the machine did not keep up (send lag, loop lag, late
+    engine steps, CPU steal) at any time scale tried. The message names the measures over their
+    limits and what to do; the run directory keeps every attempt's ``validity.json``.
+
+    The CLI prints the message and exits with code 3.
+    """
+
+
 def parse_assignments(pairs: "list[str] | tuple[str, ...]", what: str) -> dict:
     """``["k=v", ...]`` from the command line to a dict, each value read as YAML (numbers, bools,
     lists); a pair without ``=`` is a ConfigError naming ``what`` (the field or flag)."""

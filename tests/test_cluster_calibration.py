@@ -97,7 +97,7 @@ def test_live_run_routes_with_the_cluster_calibration_and_poll_period(tmp_path):
     spec = RunSpec.from_flat(backend="emulated", cluster=str(cluster), workload="chat", rate=10.0, n_requests=8,
                              seed=3, time_scale=4.0)
     assert spec.poll_interval_s() == 0.2 and spec.kv_poll_interval_s == 0.05
-    res = run(spec, tmp_path / "runs")
+    res = run(spec, tmp_path / "runs", on_invalid="keep")
     seen = json.loads((res.run_dir / "proxy_constants.json").read_text())
     assert seen["cost_model"] == fitted.to_dict() != CostModel.load("calibrated").to_dict()
     assert seen["poll_interval_s"] == 0.2

@@ -16,7 +16,7 @@ def test_twice_saturation_with_round_robin_queues_and_fails_nothing(tmp_path):
     spec = RunSpec.from_flat(backend="emulated", topology="1p2d", workload="mixed", policy="round_robin",
                              rate=16.0, n_requests=160, seed=1, time_scale=4.0)
     assert spec.rate >= 1.5 * estimated_capacity(spec)  # overloaded by construction
-    res = run(spec, tmp_path)
+    res = run(spec, tmp_path, on_invalid="keep")  # the mechanics are tested here, not the machine
     j = read_journal(res.journal_path)
     assert len(j) == 160 and j.request_id.is_unique
     assert (j.status == "ok").all(), j.reason.value_counts().head(3).to_dict()

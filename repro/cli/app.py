@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from repro.errors import ConfigError, parse_assignments
+from repro.errors import ConfigError, RunInvalid, parse_assignments
 from repro.vocab import BACKENDS, BACKLOG_SOURCES, DEFAULT_PROFILE, PREDICTORS, SERVICES, WORKLOADS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Calibrate, Then Route: reproduction harness.")
@@ -24,7 +24,8 @@ err_console = Console(stderr=True)
 
 
 def _boundary(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn ConfigError into one clear line and exit code 2."""
+    """Turn ConfigError into one clear line and exit code 2; RunInvalid (a live run the machine could
+    not keep up with, at any time scale tried) into its message and exit code 3."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -33,6 +34,9 @@ def _boundary(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ConfigError as exc:
             err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except RunInvalid as exc:
+            err_console.print(f"[red]invalid run:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(3) from None
 
     return wrapper
 
@@ -40,6 +44,11 @@ def _boundary(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _one_of(values: tuple[str, ...]) -> str:
     """``a | b | c``: a choice's values for a help text."""
     return " | ".join(values)
+
+
+def _validity_cell(summary: dict[str, Any]) -> str:
+    """``yes (K=4)`` / ``NO (K=1)``: a live run's validity and the time scale it ran at."""
+    return f"{'yes' if summary.get('valid') else 'NO'} (K={summary.get('time_scale_used', float('nan')):g})"
 
 
 def _split(value: str) -> list[str]:
@@ -86,8 +95,15 @@ def run(
     ),
     out: Path = typer.Option(Path("runs"), help="output folder (one sub-folder per run)"),
     fresh: bool = typer.Option(False, help="rerun even if a finished run exists"),
+    on_invalid: str = typer.Option(
+        "retry", help="live runs the machine could not keep up with: retry (at lower time scales, then stop "
+                      "with exit code 3) | keep (record them, marked invalid)"),
 ) -> None:
-    """Run one experiment (or a small grid over comma-listed seeds/policies); print a summary."""
+    """Run one experiment (or a small grid over comma-listed seeds/policies); print a summary.
+
+    A live run (emulated, vllm) also prints its validity: whether this machine kept up with it
+    (send lag, proxy loop lag, engine step lateness, CPU steal; `repro.live.validity`)."""
+    from repro.experiment.manifest import read_manifest
     from repro.experiment.runner import run as run_one
     from repro.experiment.spec import RunSpec, load_spec, spec_from_dict
 
@@ -108,10 +124,12 @@ def run(
     rows = []
     for s in specs:
         with console.status(f"running {s.run_id} ({s.backend}, {s.n_requests} requests)"):
-            res = run_one(s, out, resume=not fresh)
+            res = run_one(s, out, resume=not fresh, on_invalid=on_invalid)
         rows.append(res)
     table = Table(title=f"{base.workload} on {base.topology_parsed().shorthand} ({base.backend})")
-    columns = ("policy", "seed", "rate", "goodput", "P99 TTFT (s)", "P99 TPOT (s)", "token skew", "ok/failed/rejected")
+    live = base.backend != "sim"
+    columns = ("policy", "seed", "rate", "goodput", "P99 TTFT (s)", "P99 TPOT (s)", "token skew", "ok/failed/rejected",
+               *(("valid (K used)",) if live else ()))
     for col in columns:
         table.add_column(col)
     for res in rows:
@@ -120,8 +138,15 @@ def run(
             res.spec.policy, str(res.spec.seed), f"{res.spec.rate:g}", f"{sm['goodput']:.3f}",
             f"{sm['ttft_p99_s']:.3f}", f"{sm['tpot_p99_s']:.4f}", f"{sm['token_skew']:.3f}",
             f"{sm['completed']}/{sm['failed']}/{sm['rejected']}" + (" (cached)" if res.skipped else ""),
+            *((_validity_cell(sm),) if live else ()),
         )
     console.print(table)
+    if live:
+        for res in rows:
+            v = (read_manifest(res.run_dir / "manifest.json") or {}).get("validity") or {}
+            m = ", ".join(f"{k} {val:.3g}" for k, val in (v.get("measured") or {}).items() if val is not None)
+            verdict = "valid" if v.get("valid") else "INVALID: " + "; ".join(v.get("reasons", []))
+            console.print(f"{res.spec.run_id}: {verdict} ({m})", highlight=False)
     console.print(f"journals and manifests under {out}/<run_id>/")
 
 

@@ -4,7 +4,10 @@ One asyncio task per engine loops: schedule a step, sleep until its end, apply i
 absolute deadlines (``end = previous end + step / K``), so the small lateness of every
 ``sleep`` does not accumulate into drift; when the loop falls behind by more than
 ``max_lag_ms`` (an overloaded machine) it re-anchors at "now" and records the lag in
-``emulator:scheduler_lag_seconds``. Every time the engine reports (metrics, TTFT) is physics
+``emulator:scheduler_lag_seconds``. For the harness's validity verdict it also keeps, in wall
+seconds, how late every step was applied (`AsyncEngine.lateness`, a histogram) and the time lost to
+re-anchoring (``lost_wall_s``: the engine ran that much behind its physics); both are in
+``GET /_emulator/state``. Every time the engine reports (metrics, TTFT) is physics
 time: ``(wall - t0) x K``.
 
 P/D: a prefill engine keeps the blocks of a ``do_remote_decode`` request until the decode engine
@@ -21,6 +24,7 @@ import os
 import signal
 import time
 import uuid
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +105,7 @@ class EmulatorConfig:
 
 
 _EARLY_WAKE_S = 0.0005
+LATENESS_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)  # wall s
 
 
 class AsyncEngine:
@@ -157,6 +162,8 @@ class AsyncEngine:
         self._running = asyncio.Event()  # cleared while the engine hangs
         self._running.set()
         self._fault_change: asyncio.Event | None = None
+        self.lateness = [0] * (len(LATENESS_BUCKETS_S) + 1)  # steps per wall-lateness bucket (last: +Inf)
+        self.lost_wall_s = 0.0  # wall s the step clock gave up by re-anchoring
         self._arm(self.faults, at_start=True)
 
     # ---- faults ------------------------------------------------------------------------------
@@ -281,8 +288,10 @@ class AsyncEngine:
                 start = wall
             else:
                 late = wall - next_wall
+                self.lateness[bisect_left(LATENESS_BUCKETS_S, late)] += 1
                 if late > lag_tol:
                     self.metrics.on_lag(late * K)
+                    self.lost_wall_s += late
                     start = wall
                 else:
                     if late > 0:

@@ -7,12 +7,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
 from repro.cluster.topology import pools
-from repro.errors import ConfigError
+from repro.errors import ConfigError, check_choice
 from repro.experiment.inputs import build_predictions, build_trace, length_cap, make_router, truth_cost_model
 from repro.experiment.journal import read as read_journal
 from repro.experiment.journal import write_frame
@@ -52,8 +52,18 @@ def simulate_spec(spec: RunSpec) -> pd.DataFrame:
     return Simulator(trace.df, pred, router, pre, dec, spec.sim, spec.poll_interval_s()).run()
 
 
-def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> RunResult:
-    """Run one spec, writing journal + manifest under ``out_dir/<run_id>/``; skip if finished."""
+OnInvalid = Literal["retry", "keep"]
+"""What `run` does with a live run the machine could not keep up with (`repro.live.validity`):
+``retry`` it at lower time scales and raise `RunInvalid` if no attempt is valid (the default);
+``keep`` it, marked ``valid: false`` (for experiments about validity itself)."""
+
+
+def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_invalid: OnInvalid = "retry") -> RunResult:
+    """Run one spec, writing journal + manifest under ``out_dir/<run_id>/``; skip if finished.
+
+    A live run gets a validity verdict (`repro.live.validity`); the manifest records ``valid``, the
+    ``validity`` of the kept attempt, every attempt (``attempts``: time scale, valid, reasons) and
+    the ``time_scale_used``. See `OnInvalid` for what happens to an invalid run."""
     run_dir = Path(out_dir) / spec.run_id
     manifest_path = run_dir / "manifest.json"
     if resume and manifest_path.exists():
@@ -62,16 +72,18 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> Run
         if (manifest and manifest.get("complete") and journal_path.exists()
                 and sha256(journal_path) == manifest.get("journal_sha256")):
             return RunResult(spec, run_dir, manifest["summary"], skipped=True)
+    check_choice("run", "on_invalid", on_invalid, ("retry", "keep"))
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    live: dict[str, Any] = {}
     if spec.backend == "sim":
         journal = simulate_spec(spec)
         write_frame(journal, run_dir / "journal.jsonl")
     else:
-        from repro.live.run import run_live  # emulated / vllm: real HTTP path
-
-        journal = run_live(spec, run_dir)
+        journal, live = _run_live_valid(spec, run_dir, on_invalid)
     summary = summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests)
+    if live:  # validity beside every live number
+        summary.update(valid=live["valid"], time_scale_used=live["time_scale_used"])
     manifest = {
         "run_id": spec.run_id,
         "spec": spec.to_dict(),
@@ -81,6 +93,7 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> Run
         "versions": versions(),
         "journal_sha256": sha256(run_dir / "journal.jsonl"),
         "summary": summary,
+        **live,
     }
     if length_cap(spec) is not None:  # requests were cut to the engines' context: say so beside the numbers
         manifest["length_cap"] = build_trace(spec).meta["length_cap"]
@@ -88,12 +101,43 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True) -> Run
     return RunResult(spec, run_dir, summary)
 
 
-def run_or_simulate(spec: RunSpec, out_dir: str | Path, *, sim_in_memory: bool = False) -> RunResult:
+def _run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Run a live spec until an attempt is valid (time scales of `time_scales_to_try`; one attempt
+    with ``keep``); the journal and the manifest's validity fields. Every attempt's verdict is kept
+    in ``attempts.jsonl``; an invalid last attempt raises `RunInvalid` (``retry``)."""
+    import json
+
+    from repro.errors import RunInvalid
+    from repro.live.run import run_live  # emulated / vllm: real HTTP path
+    from repro.live.validity import ADVICE, Verdict, time_scales_to_try
+
+    (run_dir / "attempts.jsonl").unlink(missing_ok=True)
+    scales = time_scales_to_try(spec.live.time_scale) if on_invalid == "retry" else [spec.live.time_scale]
+    attempts = []
+    for k, ts in enumerate(scales):
+        attempt = spec if ts == spec.live.time_scale else spec.replace(time_scale=ts)
+        journal = run_live(attempt, run_dir)
+        verdict = Verdict.from_dict(json.loads((run_dir / "validity.json").read_text()))
+        attempts.append({"attempt": k + 1, "time_scale": ts, "valid": verdict.valid, "reasons": verdict.reasons})
+        with open(run_dir / "attempts.jsonl", "a") as f:
+            f.write(json.dumps({**attempts[-1], "measured": verdict.measured}) + "\n")
+        if verdict.valid or on_invalid == "keep":
+            break
+    else:
+        tried = ", ".join(f"K={a['time_scale']:g}: {'; '.join(a['reasons'])}" for a in attempts)
+        raise RunInvalid(f"run {spec.run_id}: no valid attempt in {len(attempts)} ({tried}). {ADVICE}. "
+                         f"Each attempt's measurements: {run_dir / 'attempts.jsonl'}")
+    return journal, {"valid": verdict.valid, "validity": verdict.to_dict(), "attempts": attempts,
+                     "time_scale_used": attempts[-1]["time_scale"]}
+
+
+def run_or_simulate(spec: RunSpec, out_dir: str | Path, *, sim_in_memory: bool = False,
+                    on_invalid: OnInvalid = "retry") -> RunResult:
     """`run` into ``out_dir``; with ``sim_in_memory`` a ``sim`` spec is simulated in memory instead
     (no files, the same summary; `RunResult.run_dir` is None). Live runs always go to ``out_dir``
     (they are resumed from it)."""
     if not (sim_in_memory and spec.backend == "sim"):
-        return run(spec, out_dir)
+        return run(spec, out_dir, on_invalid=on_invalid)
     journal = simulate_spec(spec)
     return RunResult(spec, None, summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests))
 
@@ -103,7 +147,8 @@ RowMaker = Callable[[RunResult], dict[str, Any]]
 
 
 def sweep(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progress: bool = True,
-          row: RowMaker | None = None, *, sim_in_memory: bool = False) -> pd.DataFrame:
+          row: RowMaker | None = None, *, sim_in_memory: bool = False,
+          on_invalid: OnInvalid = "retry") -> pd.DataFrame:
     """Run many specs in order (resumable: finished ones are skipped); one row per run.
 
     This is the one grid runner: the CLI and the notebooks (`repro.paper.section.Section.run`) both
@@ -111,6 +156,7 @@ def sweep(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progress: bool
     each row (default `run_row`: run id, the spec's grid fields and the summary).
     """
     make_row = row or run_row
+    how: dict[str, Any] = {"sim_in_memory": sim_in_memory, "on_invalid": on_invalid}
     rows = []
     if progress:
         from rich.progress import Progress
@@ -118,11 +164,11 @@ def sweep(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progress: bool
         with Progress(transient=True) as bar:
             task = bar.add_task("runs", total=len(specs))
             for spec in specs:
-                rows.append(make_row(run_or_simulate(spec, out_dir, sim_in_memory=sim_in_memory)))
+                rows.append(make_row(run_or_simulate(spec, out_dir, **how)))
                 bar.advance(task)
     else:
         for spec in specs:
-            rows.append(make_row(run_or_simulate(spec, out_dir, sim_in_memory=sim_in_memory)))
+            rows.append(make_row(run_or_simulate(spec, out_dir, **how)))
     return pd.DataFrame(rows)
 
 

@@ -8,7 +8,9 @@
    with the spec's policy, cost model and predictor, and wait for its ``/health``;
 3. run the correctness gates (prefix-cache reset, warm-up of every pair, token-count contract,
    greedy equivalence); a failed gate stops the run with the gate's message;
-4. replay the trace open-loop through the proxy with the load generator;
+4. replay the trace open-loop through the proxy with the load generator, measuring meanwhile what
+   would make the run's numbers about the machine (`repro.live.validity`: send lag, the proxy's
+   loop lag and poll gaps, the emulated engines' step lateness, CPU steal) -> ``validity.json``;
 5. stop the proxy, then merge the two journals by request id into ``journal.jsonl``: the client's
    view (status, TTFT, TPOT, e2e: what a user experiences) plus the proxy's (placement, the
    predicted length, when the prefill answered), on the client's clock.
@@ -40,6 +42,7 @@ from repro.experiment.journal import FIELD_NAMES, frame, write_frame
 from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import AccountingError, check_accounting
 from repro.live.proxy.config import API_KEY_ENV, Endpoint, ProxyConfig
+from repro.live.validity import CpuSampler, engine_lateness, judge, lateness_between
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -157,7 +160,7 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     trace = build_trace(spec)
     client_path = run_dir / "client.jsonl"
     proxy_path = run_dir / "proxy.jsonl"
-    for p in (client_path, proxy_path):  # a half-written earlier attempt is redone from scratch
+    for p in (client_path, proxy_path, run_dir / "validity.json"):  # an earlier attempt is redone from scratch
         if p.exists():
             p.unlink()
     # What the router believes, resolved as the simulator resolves it (`router_cost_model`: the
@@ -176,10 +179,23 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
         )
         gates = run_gates(instances)
         (run_dir / "gates.json").write_text(json.dumps(jsonable(gates), indent=2, default=str))
+        urls = [i.url for i in instances]
         with proxy_process(cfg, run_dir) as url:
             check_proxy_constants(url, cost_model_path, run_dir)
+            cpu = CpuSampler()
+            cpu.start()
+            engines_before = engine_lateness(urls)
+            t = time.monotonic()
             report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.live.time_scale,
                                  progress=sys.stderr.isatty())
+            wall = time.monotonic() - t
+            proxy_validity = httpx.get(url + "/health", timeout=10.0).json().get("validity")
+        late_p99, lost = lateness_between(engines_before, engine_lateness(urls), wall)
+        verdict = judge(time_scale=spec.live.time_scale, client_lag_p99_s=report.lag_p99_s, proxy=proxy_validity,
+                        engine_late_p99_s=late_p99, engine_lost_fraction=lost,
+                        cpu_steal_fraction=cpu.steal_fraction())
+        (run_dir / "validity.json").write_text(json.dumps(
+            {**verdict.to_dict(), "proxy": proxy_validity, "wall_s": wall}, indent=2, default=str))
         (run_dir / "loadgen.json").write_text(json.dumps(jsonable(report), indent=2, default=str))
     client = read_journal(client_path)
     proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])

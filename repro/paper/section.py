@@ -64,6 +64,10 @@ SUMMARY_COLUMNS = ("goodput", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p5
                    "token_skew", "request_skew", "requests", "completed", "failed", "rejected")
 """The summary numbers (`repro.experiment.metrics.summarize`) in each row of `Section.run`."""
 
+LIVE_COLUMNS = ("valid", "time_scale_used")
+"""What a live run's row adds: whether the run was ``valid`` (`repro.live.validity`) and the
+``time_scale_used`` (an invalid attempt is retried at a lower one)."""
+
 Labelled = tuple[dict[str, Any], RunSpec]
 """A spec with labels (column -> value) that tell it apart in a grid of variants."""
 
@@ -266,7 +270,8 @@ class Section:
         return {"workload": spec.workload, "topology": spec.topology_parsed().shorthand, "policy": spec.policy,
                 "cost_model": spec.cost_model, "seed": spec.seed, "rate": spec.rate,
                 "n_requests": spec.n_requests, "backend": spec.backend, "time_scale": spec.live.time_scale,
-                **{k: summary.get(k, np.nan) for k in SUMMARY_COLUMNS}}
+                **{k: summary.get(k, np.nan) for k in SUMMARY_COLUMNS},
+                **{k: summary[k] for k in LIVE_COLUMNS if k in summary}}
 
     def run_summary(self, spec: RunSpec) -> dict[str, Any]:
         """Run one spec (emulated time scale capped for this machine) and return its summary."""

@@ -15,6 +15,7 @@ import os
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from repro.emulator.engine import LATENESS_BUCKETS_S
 from repro.emulator.faults import Faults
 from repro.emulator.routes.errors import error_response
 from repro.emulator.routes.state import emulator_state
@@ -59,6 +60,9 @@ async def state(request: Request) -> JSONResponse:
         "pulls_failed": engine.pulls_failed,
         "prompt_mismatches": engine.prompt_mismatches,
         "physics_now_s": engine.now(),
+        "time_scale": engine.K,
+        "step_lateness": {"buckets_wall_s": list(LATENESS_BUCKETS_S), "counts": list(engine.lateness),
+                          "lost_wall_s": engine.lost_wall_s},
     })
 
 

@@ -1,0 +1,194 @@
+"""Was a live run a measurement of the router, or of a machine that could not keep up?
+
+Everything that can make a live run's numbers about the machine is measured during the run and
+judged against `Thresholds` (`judge` -> `Verdict`):
+
+- the load generator's **send lag** (how late each request left against the trace's schedule);
+- the proxy's **event-loop lag** (how late a 20 ms ticker woke: every decision and relayed chunk
+  waited as long) and the **gaps between its good ``/metrics`` polls** beyond the poll period
+  (the policies routed on staler load than the deployment's);
+- each emulated engine's **step lateness** (how late each step was applied against its physics
+  schedule) and the wall time it **lost** by re-anchoring its step clock (it ran behind the physics);
+- the **CPU steal** of this (virtual) machine (`CpuSampler`, ``/proc/stat``).
+
+Lags are wall seconds measured, then judged in physics seconds (x the run's time scale K): a 5 ms
+wall lag at K = 4 delays a request by 20 ms of the physics that the SLOs are written in. The
+limits (`DEFAULT_THRESHOLDS`) come from the CPU-hog experiment in ``docs/VALIDITY.md``
+(``benchmarks/validity_thresholds.py``): each sits below the level at which a hog moved goodput or
+P99 TTFT by more than the run's own noise.
+
+A run that fails any limit is **invalid**: `repro.experiment.runner.run` retries it at a lower time
+scale (down to 1) and stops with `RunInvalid` (the cause, and what to do) if it still cannot keep up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Upper limits of a valid live run. Lags are physics seconds (wall x time scale), at the 99th
+    percentile; fractions are of the run's wall time."""
+
+    client_lag_p99_s: float = 0.010
+    """Load generator send lag."""
+    proxy_loop_lag_p99_s: float = 0.010
+    """Proxy event-loop lag."""
+    engine_late_p99_s: float = 0.010
+    """Emulated engine step lateness (over all engines' steps)."""
+    engine_lost_fraction: float = 0.01
+    """Wall time an emulated engine ran behind its physics (the worst engine)."""
+    poll_gap_excess_p99_s: float = 0.100
+    """Gap between good ``/metrics`` polls of an engine beyond the poll period."""
+    cpu_steal_fraction: float = 0.05
+    """CPU time the hypervisor took from this machine."""
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass
+class Verdict:
+    """The validity of one live run: ``valid``, the ``reasons`` it is not (each names the measure,
+    its value and its limit), and every ``measured`` value (physics s, fractions; None: not
+    measured, e.g. real engines have no step clock)."""
+
+    valid: bool
+    reasons: list[str] = field(default_factory=list)
+    measured: dict[str, float | None] = field(default_factory=dict)
+    time_scale: float = 1.0
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        return cls(**{k: d[k] for k in ("valid", "reasons", "measured", "time_scale", "thresholds") if k in d})
+
+    def line(self) -> str:
+        """One line for a terminal: ``valid`` or ``INVALID: reason; reason``."""
+        return "valid" if self.valid else "INVALID: " + "; ".join(self.reasons)
+
+
+# ---- the machine ----------------------------------------------------------------------------------
+class CpuSampler:
+    """CPU steal over an interval, from ``/proc/stat``'s aggregate line (`start`, then `fraction`)."""
+
+    def __init__(self, path: str = "/proc/stat") -> None:
+        self.path = Path(path)
+        self._start: list[int] | None = None
+
+    def _read(self) -> list[int] | None:
+        try:
+            first = self.path.read_text().splitlines()[0].split()
+        except (OSError, IndexError):
+            return None
+        return [int(x) for x in first[1:]] if first and first[0] == "cpu" else None
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def steal_fraction(self) -> float | None:
+        """Stolen / total CPU time since `start` (None where ``/proc/stat`` has no steal column)."""
+        end = self._read()
+        if self._start is None or end is None or len(end) < 8:
+            return None
+        delta = [b - a for a, b in zip(self._start, end, strict=False)]
+        total = sum(delta[:8])
+        return delta[7] / total if total > 0 else 0.0
+
+
+# ---- the engines -----------------------------------------------------------------------------------
+def engine_lateness(urls: Sequence[str], timeout_s: float = 10.0) -> dict[str, dict[str, Any]]:
+    """Each emulated engine's ``step_lateness`` (cumulative; from ``GET /_emulator/state``), by URL;
+    engines without it (real vLLM) are left out."""
+    out = {}
+    for url in urls:
+        try:
+            r = httpx.get(url.rstrip("/") + "/_emulator/state", timeout=timeout_s)
+            if r.status_code == 200 and "step_lateness" in r.json():
+                out[url] = r.json()["step_lateness"]
+        except (httpx.HTTPError, ValueError):
+            continue
+    return out
+
+
+def lateness_between(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]],
+                     wall_s: float) -> tuple[float | None, float | None]:
+    """(p99 step lateness in wall s over every engine's steps, the worst engine's lost fraction of
+    ``wall_s``) between two `engine_lateness` snapshots; (None, None) without emulated engines.
+    The p99 is the upper edge of its histogram bucket (+Inf bucket: the largest edge x 2)."""
+    if not after:
+        return None, None
+    buckets: list[float] = []
+    counts: list[int] = []
+    lost = 0.0
+    for url, a in after.items():
+        b = before.get(url) or {"counts": [0] * len(a["counts"]), "lost_wall_s": 0.0}
+        buckets = list(a["buckets_wall_s"])
+        diff = [x - y for x, y in zip(a["counts"], b["counts"], strict=True)]
+        counts = [c + d for c, d in zip(counts, diff, strict=False)] if counts else diff
+        lost = max(lost, (a["lost_wall_s"] - b["lost_wall_s"]) / max(wall_s, 1e-9))
+    total = sum(counts)
+    if total == 0:
+        return 0.0, lost
+    need = 0.99 * total
+    acc = 0
+    edges = buckets + [buckets[-1] * 2]
+    for edge, c in zip(edges, counts, strict=True):
+        acc += c
+        if acc >= need:
+            return edge, lost
+    return edges[-1], lost
+
+
+# ---- the verdict ---------------------------------------------------------------------------------------
+def judge(*, time_scale: float, client_lag_p99_s: float | None, proxy: dict[str, Any] | None,
+          engine_late_p99_s: float | None, engine_lost_fraction: float | None, cpu_steal_fraction: float | None,
+          thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Verdict:
+    """The verdict of one run from its measurements (lags in wall s, as measured; judged x ``time_scale``)."""
+    K = float(time_scale)
+
+    def phys(v: float | None) -> float | None:
+        return None if v is None or not math.isfinite(v) else v * K
+
+    proxy = proxy or {}
+    measured: dict[str, float | None] = {
+        "client_lag_p99_s": phys(client_lag_p99_s),
+        "proxy_loop_lag_p99_s": phys(proxy.get("loop_lag_p99_s")),
+        "engine_late_p99_s": phys(engine_late_p99_s),
+        "engine_lost_fraction": engine_lost_fraction,
+        "poll_gap_excess_p99_s": phys(proxy.get("poll_gap_excess_p99_s")),
+        "cpu_steal_fraction": cpu_steal_fraction,
+    }
+    limits = asdict(thresholds)
+    reasons = []
+    for name, value in measured.items():
+        if value is not None and value > limits[name]:
+            unit = "" if name.endswith("fraction") else " s"
+            reasons.append(f"{name} = {value:.4g}{unit} > {limits[name]:g}{unit}")
+    if client_lag_p99_s is not None and not math.isfinite(client_lag_p99_s):
+        reasons.append("client_lag_p99_s not measured (no request sent)")
+    return Verdict(valid=not reasons, reasons=reasons, measured=measured, time_scale=K, thresholds=limits)
+
+
+ADVICE = ("the machine could not keep up with the run: lower the time scale (--time-scale), the rate or the "
+          "number of engines, or run on a quieter machine (other jobs took the CPUs)")
+
+
+def time_scales_to_try(time_scale: float) -> list[float]:
+    """The time scales a live run is tried at: ``time_scale``, then halved down to 1, and 1 once more
+    (a passing disturbance); e.g. 4 -> [4, 2, 1, 1], 1 -> [1, 1]."""
+    out = [float(time_scale)]
+    while out[-1] > 1.0:
+        out.append(max(1.0, out[-1] / 2))
+    out.append(1.0)
+    return out

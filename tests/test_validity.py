@@ -1,0 +1,106 @@
+"""The validity verdict of live runs (`repro.live.validity`) and what the runner does with it."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from repro.errors import RunInvalid
+from repro.experiment import runner
+from repro.experiment.spec import RunSpec
+from repro.live.validity import CpuSampler, Thresholds, judge, lateness_between, time_scales_to_try
+
+
+def test_time_scales_halve_down_to_one_then_retry_once_at_one():
+    assert time_scales_to_try(4) == [4.0, 2.0, 1.0, 1.0]
+    assert time_scales_to_try(3) == [3.0, 1.5, 1.0, 1.0]
+    assert time_scales_to_try(1) == [1.0, 1.0]
+
+
+def test_lags_are_judged_in_physics_seconds():
+    t = Thresholds(client_lag_p99_s=0.010)
+    ok = judge(time_scale=1, client_lag_p99_s=0.008, proxy=None, engine_late_p99_s=None,
+               engine_lost_fraction=None, cpu_steal_fraction=None, thresholds=t)
+    assert ok.valid and ok.measured["client_lag_p99_s"] == pytest.approx(0.008)
+    bad = judge(time_scale=4, client_lag_p99_s=0.008, proxy=None, engine_late_p99_s=None,
+                engine_lost_fraction=None, cpu_steal_fraction=None, thresholds=t)
+    assert not bad.valid and bad.reasons == ["client_lag_p99_s = 0.032 s > 0.01 s"]
+    proxy = {"loop_lag_p99_s": 0.5, "poll_gap_excess_p99_s": 0.0}
+    v = judge(time_scale=1, client_lag_p99_s=0.001, proxy=proxy, engine_late_p99_s=0.0, engine_lost_fraction=0.5,
+              cpu_steal_fraction=0.9)
+    assert [r.split(" =")[0] for r in v.reasons] == ["proxy_loop_lag_p99_s", "engine_lost_fraction",
+                                                      "cpu_steal_fraction"]
+    assert not judge(time_scale=1, client_lag_p99_s=float("nan"), proxy=None, engine_late_p99_s=None,
+                     engine_lost_fraction=None, cpu_steal_fraction=None).valid
+
+
+def test_lateness_between_two_snapshots():
+    buckets = [0.001, 0.01, 0.1]
+    before = {"a": {"buckets_wall_s": buckets, "counts": [90, 0, 0, 0], "lost_wall_s": 1.0}}
+    after = {"a": {"buckets_wall_s": buckets, "counts": [190, 0, 0, 0], "lost_wall_s": 1.0},
+             "b": {"buckets_wall_s": buckets, "counts": [95, 2, 3, 0], "lost_wall_s": 0.5}}
+    p99, lost = lateness_between(before, after, wall_s=10.0)
+    assert p99 == 0.1 and lost == pytest.approx(0.05)  # 3 of 200 steps in (0.01, 0.1]; b lost 0.5 of 10 s
+    assert lateness_between({}, {}, 10.0) == (None, None)
+    quiet = {"a": {"buckets_wall_s": buckets, "counts": [100, 1, 0, 0], "lost_wall_s": 0.0}}
+    assert lateness_between({}, quiet, 10.0)[0] == 0.001
+
+
+def test_cpu_steal_from_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 100 800 0 0 0 0 0 0\n")
+    s = CpuSampler(str(stat))
+    s.start()
+    stat.write_text("cpu  150 0 150 850 0 0 0 50 0 0\n")  # 200 ticks, 50 stolen
+    assert s.steal_fraction() == pytest.approx(0.25)
+    assert CpuSampler(str(tmp_path / "missing")).steal_fraction() is None
+
+
+def _fake_live(verdicts, seen):
+    def run_live(spec, run_dir):
+        valid, reasons = verdicts[len(seen)]
+        seen.append(spec.live.time_scale)
+        (run_dir / "validity.json").write_text(json.dumps(
+            {"valid": valid, "reasons": reasons, "measured": {"client_lag_p99_s": 0.1}, "time_scale": 1.0}))
+        return pd.DataFrame({"request_id": ["r0"], "status": ["ok"]})
+    return run_live
+
+
+@pytest.fixture
+def live_spec(monkeypatch):
+    import repro.live.run
+
+    monkeypatch.setattr(runner, "summarize", lambda journal, slo, sent: {"goodput": 1.0})
+    monkeypatch.setattr(runner, "sha256", lambda path: "x")
+    monkeypatch.setattr(runner, "write_frame", lambda *a: None)
+    return repro.live.run, RunSpec.from_flat(backend="emulated", topology="1p1d", n_requests=1, time_scale=4.0)
+
+
+def test_an_invalid_attempt_is_retried_at_lower_time_scales_and_the_manifest_says_so(live_spec, monkeypatch, tmp_path):
+    live, spec = live_spec
+    seen = []
+    monkeypatch.setattr(live, "run_live", _fake_live([(False, ["lag"]), (True, [])], seen))
+    res = runner.run(spec, tmp_path)
+    assert seen == [4.0, 2.0]
+    assert res.summary["valid"] is True and res.summary["time_scale_used"] == 2.0
+    m = json.loads((res.run_dir / "manifest.json").read_text())
+    assert [a["valid"] for a in m["attempts"]] == [False, True] and m["valid"] is True
+
+
+def test_a_run_never_valid_stops_with_the_cause_and_what_to_do(live_spec, monkeypatch, tmp_path):
+    live, spec = live_spec
+    seen = []
+    monkeypatch.setattr(live, "run_live", _fake_live([(False, ["client_lag_p99_s = 0.1 s > 0.01 s"])] * 4, seen))
+    with pytest.raises(RunInvalid, match=r"K=4: client_lag_p99_s = 0.1 s > 0.01 s.*K=1.*lower the time scale"):
+        runner.run(spec, tmp_path)
+    assert seen == [4.0, 2.0, 1.0, 1.0]
+    assert not (tmp_path / spec.run_id / "manifest.json").exists()  # never summarized as a result
+    assert len((tmp_path / spec.run_id / "attempts.jsonl").read_text().splitlines()) == 4
+
+
+def test_keep_records_an_invalid_run_as_invalid(live_spec, monkeypatch, tmp_path):
+    live, spec = live_spec
+    seen = []
+    monkeypatch.setattr(live, "run_live", _fake_live([(False, ["lag"])], seen))
+    res = runner.run(spec, tmp_path, on_invalid="keep")
+    assert seen == [4.0] and res.summary["valid"] is False
