@@ -13,26 +13,31 @@ client, against the profile's Physics:
   arrivals, i.e. what the physics says for exactly these arrivals (includes batching effects
   such as a request arriving during another's prefill step).
 
-Part 2, capacity: a whole 2p4d emulated cluster on this machine, driven open-loop (Poisson) at
-``--rate`` requests per physics second (the paper's operating point, ~24/s) through the two-step
-P/D flow (this script is its own minimal round-robin router), at increasing time scales. For
-each scale the per-request client TTFT and TPOT are compared with a virtual-clock replay of every
-engine fed the measured arrival times; the highest scale whose mean errors stay within
-``--tolerance`` (5%) is reported.
+Part 2, capacity: a whole 2p4d emulated cluster on this machine, driven open-loop at ``--rate``
+requests per physics second (default 24) with the ``mixed`` workload's lengths (Table I, trace
+seed 7) through the two-step P/D flow (this script is its own minimal round-robin router), at
+increasing time scales. For each scale the per-request client TTFT and TPOT are compared with a
+virtual-clock replay of every engine fed the measured arrival times, and the run gets the live
+harness's validity verdict (`repro.live.validity.judge`: this driver's send lag, the engines' step
+lateness and lost time, CPU steal). The highest scale that is valid and whose mean errors stay within
+``--tolerance`` (5%) is reported. ``--hog N`` runs N busy-loop processes meanwhile (background load);
+``--per-engine`` starts one process per engine instead of the shared one (`repro.emulator.server`).
 
     python benchmarks/bench_emulator.py                 # both parts
-    python benchmarks/bench_emulator.py --part capacity --scales 1,2,4,8,16
+    python benchmarks/bench_emulator.py --part capacity --scales 1,2,4,8 --hog 1
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -113,6 +118,7 @@ def replay(physics: Physics, reqs: list[VReq]) -> None:
 @dataclass
 class Result:
     send: float = 0.0
+    planned: float = 0.0
     first: float | None = None
     last: float | None = None
     n: int = 0
@@ -262,20 +268,16 @@ class Job:
     res: Result = field(default_factory=Result)
 
 
-def make_jobs(rate: float, duration: float, seed: int) -> list[Job]:
+def make_jobs(rate: float, duration: float, seed: int, workload: str = "mixed") -> list[Job]:
+    """``duration`` physics seconds of the workload's trace at ``rate`` (its arrivals and lengths;
+    random token ids of those lengths)."""
+    from repro.workload.traces import make_trace
+
     rng = random.Random(seed)
-    t = 0.0
-    jobs = []
-    k = 0
-    while True:
-        t += rng.expovariate(rate)
-        if t > duration:
-            break
-        L = int(min(3000, max(32, rng.lognormvariate(math.log(400), 0.8))))
-        out = int(min(512, max(8, rng.lognormvariate(math.log(120), 0.7))))
-        jobs.append(Job(f"j{k}", t, make_prompt_ids(L, rng), out))
-        k += 1
-    return jobs
+    df = make_trace(workload, seed=seed, rate=rate, n=max(1, int(rate * duration * 1.5) + 10)).df
+    df = df[df.arrival_s <= duration]
+    return [Job(f"j{k}", float(r.arrival_s), make_prompt_ids(int(r.prompt_tokens), rng), int(r.output_tokens))
+            for k, r in enumerate(df.itertuples())]
 
 
 async def drive_cluster(instances, jobs: list[Job], K: float) -> float:
@@ -295,6 +297,7 @@ async def drive_cluster(instances, jobs: list[Job], K: float) -> float:
             delay = at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            job.res.planned = at
             tasks.append(asyncio.create_task(
                 _bounded(pd_request(client, prefill[n % len(prefill)], decode[n % len(decode)], job, n), job)
             ))
@@ -383,14 +386,25 @@ def analyse(jobs: list[Job], t0: float, K: float, phys: Physics) -> dict:
 
 
 async def capacity(args) -> list[dict]:
+    from repro.live.validity import CpuSampler, engine_lateness, judge, lateness_between
+
     phys = Physics.load(PROFILE)
     rows = []
     for K in args.scales:
-        jobs = make_jobs(args.rate, args.duration, seed=7)
-        with launch("2p4d", "emulated", time_scale=K) as inst:
+        jobs = make_jobs(args.rate, args.duration, seed=7, workload=args.workload)
+        with launch("2p4d", "emulated", time_scale=K, shared_process=not args.per_engine) as inst:
+            urls = [i.url for i in inst]
+            before = engine_lateness(urls)
+            cpu = CpuSampler()
+            cpu.start()
             t_start = time.monotonic()
             t0 = await drive_cluster(inst, jobs, K)
             wall = time.monotonic() - t_start
+            late_p99, lost = lateness_between(before, engine_lateness(urls), wall)
+            lags = sorted(j.res.send - j.res.planned for j in jobs if j.res.planned)
+            verdict = judge(time_scale=K, client_lag_p99_s=lags[int(0.99 * (len(lags) - 1))] if lags else None,
+                            proxy=None, engine_late_p99_s=late_p99, engine_lost_fraction=lost,
+                            cpu_steal_fraction=cpu.steal_fraction())
             lags = []
             for i in inst:
                 text = httpx.get(i.url + "/metrics", trust_env=False).text
@@ -401,17 +415,18 @@ async def capacity(args) -> list[dict]:
             if args.verbose:
                 print("   lag (physics):", "; ".join(lags))
         row = analyse(jobs, t0, K, phys)
-        row.update(scale=K, wall_s=wall, rate=args.rate)
+        row.update(scale=K, wall_s=wall, rate=args.rate, valid=verdict.valid, reasons=verdict.reasons,
+                   measured=verdict.measured)
         rows.append(row)
         print(f"  scale {K:g}: n={row['n']} errors={row['errors']} TTFT err {row['ttft_err'] * 100:+.1f}% "
               f"(p90 {row['ttft_p90_err'] * 100:+.1f}%), TPOT err {row['tpot_err'] * 100:+.1f}%  [{wall:.1f} s wall]; "
               f"stages (ms, ref/meas): "
               f"prefill {row['stage_prefill_ref'] * 1e3:.1f}/{row['stage_prefill_meas'] * 1e3:.1f}, "
               f"decode-first {row['stage_decode_ref'] * 1e3:.1f}/{row['stage_decode_meas'] * 1e3:.1f}, "
-              f"client gap {row['client_gap'] * 1e3:.1f}",
+              f"client gap {row['client_gap'] * 1e3:.1f}; {verdict.line()}",
               flush=True)
         if abs(row["ttft_err"]) > 2 * args.tolerance and abs(row["tpot_err"]) > 2 * args.tolerance:
-            break
+            break  # past what the machine can emulate: higher scales only get worse
     return rows
 
 
@@ -422,21 +437,24 @@ def _metric(text: str, name: str, label: str = "") -> str:
     return "0"
 
 
-def print_capacity(rows: list[dict], tol: float) -> None:
-    print(f"\n## 2p4d emulated cluster on {os.cpu_count()} CPU cores "
-          f"at {rows[0]['rate']:g} requests per physics second")
+def print_capacity(rows: list[dict], args) -> None:
+    tol = args.tolerance
+    print(f"\n## 2p4d emulated cluster ({'one process per engine' if args.per_engine else 'one shared process'}) "
+          f"on {os.cpu_count()} CPU cores with {args.hog} busy-loop hog(s), {args.workload} at {rows[0]['rate']:g} "
+          f"requests per physics second")
     print("| time scale | requests | failed | mean TTFT ref / meas (ms) | err | p90 TTFT err | "
-          "mean TPOT ref / meas (ms) | err | wall s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "mean TPOT ref / meas (ms) | err | wall s | valid |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     best = None
     for r in rows:
-        ok = abs(r["ttft_err"]) <= tol and abs(r["tpot_err"]) <= tol and r["errors"] == 0
+        ok = abs(r["ttft_err"]) <= tol and abs(r["tpot_err"]) <= tol and r["errors"] == 0 and r["valid"]
         if ok and (best is None or r["scale"] > best):
             best = r["scale"]
         print(f"| {r['scale']:g} | {r['n']} | {r['errors']} | {r['ttft_ref'] * 1e3:.1f} / {r['ttft_meas'] * 1e3:.1f} | "
               f"{r['ttft_err'] * 100:+.1f}% | {r['ttft_p90_err'] * 100:+.1f}% | {r['tpot_ref'] * 1e3:.2f} / "
-              f"{r['tpot_meas'] * 1e3:.2f} | {r['tpot_err'] * 100:+.1f}% | {r['wall_s']:.1f} |")
-    print(f"\nhighest usable time scale (|mean TTFT err| and |mean TPOT err| <= {tol * 100:.0f}%): "
+              f"{r['tpot_meas'] * 1e3:.2f} | {r['tpot_err'] * 100:+.1f}% | {r['wall_s']:.1f} | "
+              f"{'yes' if r['valid'] else 'no: ' + '; '.join(r['reasons'])} |")
+    print(f"\nhighest valid time scale with |mean TTFT err| and |mean TPOT err| <= {tol * 100:.0f}%: "
           f"{best if best is not None else 'none in the sweep'}")
 
 
@@ -453,6 +471,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=24.0, help="requests per physics second")
     ap.add_argument("--duration", type=float, default=20.0, help="physics seconds of arrivals per scale")
     ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--workload", default="mixed", help="the trace whose arrivals and lengths drive the cluster")
+    ap.add_argument("--hog", type=int, default=0, help="busy-loop processes running meanwhile (background load)")
+    ap.add_argument("--per-engine", action="store_true", help="one process per engine (default: one shared process)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     args.lengths = [int(x) for x in args.lengths.split(",")]
@@ -463,9 +484,22 @@ def main(argv=None) -> int:
         print_fidelity(rows)
     if args.part in ("all", "capacity"):
         print("\ncapacity sweep:", flush=True)
-        rows = asyncio.run(capacity(args))
-        print_capacity(rows, args.tolerance)
+        with hogs(args.hog):
+            rows = asyncio.run(capacity(args))
+        print_capacity(rows, args)
     return 0
+
+
+@contextlib.contextmanager
+def hogs(n: int):
+    """``n`` busy-loop processes (``while True: pass``) for the block; killed after it."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ def main() -> None:
     topo = {"name": "faults", "instances": [{"role": "prefill", "count": 1, "kv_budget_tokens": 6000},
                                             {"role": "decode", "count": 2}]}
     rows = []
-    with launch(topo, "emulated", time_scale=args.time_scale) as inst:
+    with launch(topo, "emulated", time_scale=args.time_scale, shared_process=False) as inst:  # crash kills one
         cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in inst], journal=str(tmp / "proxy.jsonl"),
                           time_scale=args.time_scale, port=free_port(), policy="round_robin", connect_timeout_s=1.0,
                           health_window_s=1.0)

@@ -195,14 +195,20 @@ class _ProcessLauncher(Launcher):
 
 
 class EmulatedLauncher(_ProcessLauncher):
-    """Local emulated engines (``python -m repro.emulator``) on free ports."""
+    """Local emulated engines (``python -m repro.emulator``) on free ports.
+
+    ``shared_process`` (default; topology option ``emulated: {shared_process: ...}``): every engine
+    of the cluster in one process and one event loop (``--engines``), which keeps up with the load
+    on fewer cores (`repro.emulator.server`); each `Instance` then carries that process's pid, and
+    killing it (or a ``crash`` fault) ends every engine. ``False``: one process per engine."""
 
     name = "emulated"
 
     def __init__(self, topology: Topology, *, time_scale: float = 1.0, host: str = "127.0.0.1",
                  stream_interval_tokens: int = 16, stream_interval_ms: float = 50.0,
                  dev_mode: bool = True, extra_args: Sequence[str] = (), log_dir: Path | None = None,
-                 detach: bool = False, startup_timeout: float = 60.0, eos_mean_tokens: int | None = None) -> None:
+                 detach: bool = False, startup_timeout: float = 60.0, eos_mean_tokens: int | None = None,
+                 shared_process: bool | None = None) -> None:
         super().__init__(topology, log_dir=log_dir, detach=detach, startup_timeout=startup_timeout)
         if not time_scale > 0:
             raise ConfigError(f"time_scale must be > 0, got {time_scale}")
@@ -214,6 +220,10 @@ class EmulatedLauncher(_ProcessLauncher):
         self.dev_mode = dev_mode
         self.extra_args = list(extra_args)
         self.eos_mean_tokens = eos_mean_tokens
+        shared = opts.get("shared_process", True) if shared_process is None else shared_process
+        if not isinstance(shared, bool):
+            raise ConfigError(f"emulated: field 'shared_process' must be true or false, got {shared!r}")
+        self.shared_process = shared
 
     def commands(self, ports: Sequence[int]) -> list[tuple[InstanceSpec, list[str], str]]:
         out = []
@@ -244,11 +254,26 @@ class EmulatedLauncher(_ProcessLauncher):
             env["VLLM_SERVER_DEV_MODE"] = "1"
         env.pop("VLLM_NIXL_SIDE_CHANNEL_PORT", None)  # each engine's side channel is its HTTP port
         self.instances = []
-        for (spec, argv, engine_id), port in zip(self.commands(ports), ports, strict=True):
-            proc, log = self._spawn(spec.name, argv, env)
+        commands = self.commands(ports)
+        if self.shared_process:
+            engines = [argv[3:] for _, argv, _ in commands]  # each engine's options (after python -m repro.emulator)
+            engines = [[a for a, prev in zip(args, [None] + args, strict=False)
+                        if a != "--parent-pid" and prev != "--parent-pid"] for args in engines]
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            path = self.log_dir / "engines.json"
+            path.write_text(json.dumps(engines, indent=1))
+            argv = [sys.executable, "-m", "repro.emulator", "--engines", str(path)]
+            if not self.detach:
+                argv += ["--parent-pid", str(os.getpid())]
+            proc, log = self._spawn("engines", argv, env)
+            procs = {spec.name: proc for spec, _, _ in commands}
+        for (spec, argv, engine_id), port in zip(commands, ports, strict=True):
+            if not self.shared_process:
+                proc, log = self._spawn(spec.name, argv, env)
+                procs = self.procs
             self.instances.append(Instance(name=spec.name, role=spec.role, url=f"http://{self.host}:{port}",
                                            engine_id=engine_id, pid=proc.pid, profile=spec.profile, log=log))
-        wait_healthy(self.instances, self.startup_timeout, self.procs)
+        wait_healthy(self.instances, self.startup_timeout, procs)
         return list(self.instances)
 
 

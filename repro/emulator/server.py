@@ -1,13 +1,27 @@
-"""Command line and process entry of one emulated engine (``python -m repro.emulator``)."""
+"""Command line and process entry of emulated engines (``python -m repro.emulator``).
+
+One engine per process (``python -m repro.emulator --port N ...``), or several engines in one
+process and one event loop (``python -m repro.emulator --engines FILE``: FILE is a JSON list with one
+argument list per engine, each parsed exactly as a one-engine command line). Every engine keeps its
+own port, app, step loop and KV pool; only the process and the event loop are shared, which saves
+the context switches and the per-process interpreter overhead of six engines on two cores
+(``benchmarks/bench_emulator.py``). The loop is uvloop's when uvloop is installed (uvicorn[standard]
+brings it).
+
+In a shared process a ``crash`` fault ends the whole process (every engine in it), as ``kill -9``
+of the process does: tests that kill one engine of a cluster start their engines one per process.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from repro.cluster.processes import die_with_parent
 from repro.emulator.engine import EmulatorConfig
@@ -20,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="An emulated vLLM 0.12 engine (OpenAI API, P/D with NixlConnector semantics) "
                     "whose timing is a hardware profile's physics on the wall clock.",
     )
+    ap.add_argument("--engines", default=None,
+                    help="serve several engines in this process: a JSON file holding a list of argument lists "
+                         "(one engine's options each); the other options are then not allowed but --parent-pid")
     ap.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
     ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     ap.add_argument("--profile", default="a40-qwen2.5-3b", help="hardware profile name or path to a .json")
@@ -77,37 +94,81 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
     return cfg
 
 
-async def serve(cfg: EmulatorConfig) -> None:
+async def serve(*cfgs: EmulatorConfig) -> None:
+    """Serve every engine of ``cfgs`` in this event loop until a signal stops them."""
     import uvicorn
 
     from repro.emulator.app import create_app
 
-    app = create_app(cfg)
-    configs = [uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
-                              access_log=False, timeout_graceful_shutdown=1, lifespan="on")]
-    side = app.state.side_channel_port
-    if side is not None and side != cfg.port:
-        configs.append(uvicorn.Config(app, host=cfg.host, port=side, log_level=cfg.log_level,
-                                      access_log=False, timeout_graceful_shutdown=1, lifespan="off"))
+    configs = []
+    for cfg in cfgs:
+        app = create_app(cfg)
+        configs.append(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
+                                      access_log=False, timeout_graceful_shutdown=1, lifespan="on"))
+        side = app.state.side_channel_port
+        if side is not None and side != cfg.port:
+            configs.append(uvicorn.Config(app, host=cfg.host, port=side, log_level=cfg.log_level,
+                                          access_log=False, timeout_graceful_shutdown=1, lifespan="off"))
     servers = [uvicorn.Server(c) for c in configs]
     await asyncio.gather(*(s.serve() for s in servers))
+
+
+def engine_configs(argv: Sequence[str] | None) -> tuple[list[EmulatorConfig], int | None]:
+    """The engines a command line asks for (one, or the ``--engines`` file's) and the ``--parent-pid``;
+    raises `ConfigError` for a bad option or file (the file's entry is named)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = build_parser().parse_args(argv)
+    if a.engines is None:
+        cfg = config_from_args(argv)
+        cfg.physics()
+        return [cfg], cfg.parent_pid
+    if any(x not in ("--engines", a.engines, "--parent-pid", str(a.parent_pid)) for x in argv):
+        raise ConfigError("--engines: give every other option inside the file (only --parent-pid goes beside it)")
+    try:
+        lists = json.loads(open(a.engines).read())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--engines {a.engines}: cannot read a JSON list of argument lists ({exc})") from None
+    if not isinstance(lists, list) or not lists or not all(isinstance(x, list) for x in lists):
+        raise ConfigError(f"--engines {a.engines}: must hold a non-empty JSON list of argument lists")
+    cfgs = []
+    for k, args in enumerate(lists):
+        try:
+            cfg = config_from_args([str(x) for x in args])
+            cfg.parent_pid = a.parent_pid
+            cfg.physics()
+        except (ConfigError, SystemExit) as exc:
+            raise ConfigError(f"--engines {a.engines}: engine {k}: {exc}") from None
+        cfgs.append(cfg)
+    ports = [c.port for c in cfgs]
+    if len(set(ports)) != len(ports):
+        raise ConfigError(f"--engines {a.engines}: two engines share a port ({ports})")
+    return cfgs, a.parent_pid
+
+
+def run_loop(main_coro: Any) -> None:
+    """Run ``main_coro`` on uvloop when it is installed, else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main_coro)
+    else:
+        uvloop.run(main_coro)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     # a launcher's blocked signals are inherited across exec: make sure SIGTERM/SIGINT stop us
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
-        cfg = config_from_args(argv)
-        cfg.physics()
+        cfgs, parent_pid = engine_configs(argv)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if cfg.parent_pid is not None:
+    if parent_pid is not None:
         die_with_parent()
-        if os.getppid() != cfg.parent_pid:
+        if os.getppid() != parent_pid:
             return 0
     try:
-        asyncio.run(serve(cfg))
+        run_loop(serve(*cfgs))
     except KeyboardInterrupt:
         pass
     return 0
