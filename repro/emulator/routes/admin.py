@@ -104,7 +104,7 @@ async def set_faults(request: Request) -> JSONResponse:
     engine = emulator_state(request).engine
     try:
         body = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         return error_response(f"JSON decode error: {exc}", "Bad Request")
     specs = body.get("faults") if isinstance(body, dict) else None
     if not isinstance(specs, list):

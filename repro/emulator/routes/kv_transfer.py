@@ -34,8 +34,10 @@ async def nixl_read(request: Request) -> JSONResponse:
     engine = emulator_state(request).engine
     try:
         body = json.loads(await request.body())
-    except ValueError:
+    except (ValueError, RecursionError):
         return JSONResponse({"error": "bad body"}, status_code=400)
+    if not isinstance(body, dict):
+        return JSONResponse({"error": "body must be a JSON object"}, status_code=400)
     status, payload = await engine.serve_read(body)
     return JSONResponse(payload, status_code=status)
 

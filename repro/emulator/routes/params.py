@@ -38,8 +38,9 @@ def completion_body(raw: bytes) -> dict[str, Any]:
     """The JSON object of a request body (an empty body is not one)."""
     try:
         body = json.loads(raw) if raw else None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise validation_error(f"JSON decode error: {exc}", (0,), raw.decode("utf-8", "replace")[:200],
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise validation_error(f"JSON decode error: {what}", (0,), raw.decode("utf-8", "replace")[:200],
                                "json_invalid") from None
     if not isinstance(body, dict):
         raise validation_error("Input should be a valid dictionary or object to extract fields from", (), body,

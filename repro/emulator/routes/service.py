@@ -63,17 +63,22 @@ async def tokenize(request: Request) -> JSONResponse:
     state = emulator_state(request)
     try:
         body = json.loads(await request.body())
-    except ValueError as exc:
-        return error_response(f"JSON decode error: {exc}", "Bad Request")
+    except (ValueError, RecursionError) as exc:
+        return error_response(f"JSON decode error: {'nested too deeply' if isinstance(exc, RecursionError) else exc}",
+                              "Bad Request")
     if not isinstance(body, dict):
         return error_response("Input should be a valid dictionary", "Bad Request")
     try:
         check_model(body, state.model_name)
         if "messages" in body:
             msgs = body["messages"]
-            if not isinstance(msgs, list):
-                raise ApiError("messages must be a list", param="messages")
-            text = render_chat(msgs, state.model_name, bool(body.get("add_generation_prompt", True)))
+            if not isinstance(msgs, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                                      for m in msgs):
+                raise ApiError("messages must be a list of objects with a string 'role'", param="messages")
+            try:
+                text = render_chat(msgs, state.model_name, bool(body.get("add_generation_prompt", True)))
+            except ValueError as exc:
+                raise ApiError(str(exc), param="messages") from None
         else:
             text = body.get("prompt")
             if not isinstance(text, str):
@@ -90,7 +95,8 @@ async def detok(request: Request) -> JSONResponse:
     try:
         body = json.loads(await request.body())
         tokens = body["tokens"]
-        assert isinstance(tokens, list)
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise TypeError("tokens")
     except Exception:
         return error_response("tokens: a list of token ids is required", "Bad Request")
     return JSONResponse({"prompt": detokenize(tokens)})

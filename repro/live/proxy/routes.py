@@ -66,8 +66,8 @@ def validate_body(path: str, body: Any) -> str | None:
             return "field 'prompt' is required: a string, a list of strings or a list of token ids"
         if isinstance(prompt, list) and not (
             all(isinstance(t, str) for t in prompt)
-            or all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
-            or (len(prompt) == 1 and isinstance(prompt[0], list))
+            or _token_ids(prompt)
+            or (len(prompt) == 1 and isinstance(prompt[0], list) and _token_ids(prompt[0]))
         ):
             return "field 'prompt' must be a string, a list of strings or a list of token ids"
     for key in ("max_tokens", "max_completion_tokens"):
@@ -83,6 +83,11 @@ def validate_body(path: str, body: Any) -> str | None:
     if kv is not None and not isinstance(kv, dict):
         return "field 'kv_transfer_params' must be an object"
     return None
+
+
+def _token_ids(xs: list[Any]) -> bool:
+    """True for a non-empty list of integers (token ids; booleans are not)."""
+    return bool(xs) and all(isinstance(t, int) and not isinstance(t, bool) for t in xs)
 
 
 def authorized(cfg: ProxyConfig, request: Request) -> bool:
@@ -192,13 +197,15 @@ async def admit(proxy: Proxy, path: str, request: Request) -> Admitted:
         body = json.loads(raw)
     except ValueError as exc:
         raise Refusal(400, f"malformed JSON body: {exc}") from None
+    except RecursionError:
+        raise Refusal(400, "malformed JSON body: nested too deeply") from None
     problem = validate_body(path, body)
     if problem:
         raise Refusal(400, problem)
     slo = request.headers.get("x-slo-class", "loose")
     if slo not in ("tight", "loose"):
         raise Refusal(400, f"header 'X-SLO-Class' must be tight or loose, got {slo!r}")
-    rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+    rid = (request.headers.get("x-request-id") or "").strip() or uuid.uuid4().hex
     if rid in proxy.router.ledger:  # the ledger (and the journal) key on the id: one in flight at a time
         raise Refusal(409, f"a request with X-Request-Id {rid[:200]!r} is already in flight", "ConflictError")
     prompt = prompt_of(path, body)
