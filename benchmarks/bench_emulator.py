@@ -274,7 +274,7 @@ def make_jobs(rate: float, duration: float, seed: int, workload: str = "mixed") 
     from repro.workload.traces import make_trace
 
     rng = random.Random(seed)
-    df = make_trace(workload, seed=seed, rate=rate, n=max(1, int(rate * duration * 1.5) + 10)).df
+    df = make_trace(workload, seed=seed, rate=rate, n_requests=max(1, int(rate * duration * 1.5) + 10)).df
     df = df[df.arrival_s <= duration]
     return [Job(f"j{k}", float(r.arrival_s), make_prompt_ids(int(r.prompt_tokens), rng), int(r.output_tokens))
             for k, r in enumerate(df.itertuples())]

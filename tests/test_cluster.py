@@ -243,3 +243,22 @@ def test_cli_up_status_down(tmp_path):
     assert wait_dead(pids) == [] and not state.exists()
     r = runner.invoke(cluster_app, ["status", "--state-file", str(state)])
     assert r.exit_code == 2 and "no cluster is up" in r.output
+
+
+def test_emulated_engines_in_one_shared_process_serve_pd_with_local_kv_reads():
+    from repro.live.pd_protocol import decode_body, prefill_body
+
+    with launch("1p2d", "emulated", time_scale=50, shared_process=True) as inst:
+        assert len({i.pid for i in inst}) == 1  # one process serves the cluster
+        p, d = inst[0], inst[1]
+        body = {"model": httpx.get(p.url + "/v1/models").json()["data"][0]["id"], "prompt": "hello " * 40,
+                "max_tokens": 4, "ignore_eos": True}
+        kv = httpx.post(p.url + "/v1/completions", json=prefill_body(body), headers={"X-Request-Id": "s1"}).json()
+        r = httpx.post(d.url + "/v1/completions", json=decode_body(body, kv["kv_transfer_params"]),
+                       headers={"X-Request-Id": "s1"})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+        state = httpx.get(d.url + "/_emulator/state").json()
+        assert state["pulls_ok"] == 1 and state["pulls_failed"] == 0  # read from the prefill engine in-process
+        assert httpx.get(p.url + "/_emulator/state").json()["held_for_decode"] == {}  # and released there
+        pids = [i.pid for i in inst]
+    assert wait_dead(pids) == []

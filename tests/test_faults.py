@@ -106,7 +106,7 @@ def rig(tmp_path_factory):
     topo = {"name": "faults", "instances": [{"role": "prefill", "count": 1, "kv_budget_tokens": 3000},
                                             {"role": "decode", "count": 2}]}
     with launch(topo, "emulated", time_scale=SCALE, stream_interval_tokens=2, stream_interval_ms=0,
-                shared_process=False) as inst:  # the crash test kills one engine
+                shared_process=False) as inst:  # the crash test kills one engine (the default, said here)
         cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in inst], journal=str(tmp / "proxy.jsonl"),
                           time_scale=SCALE, port=free_port(), **FAST)
         with proxy_process(cfg, tmp) as url, httpx.Client(timeout=20) as c:

@@ -13,7 +13,9 @@ time: ``(wall - t0) x K``.
 P/D: a prefill engine keeps the blocks of a ``do_remote_decode`` request until the decode engine
 reads them through ``POST /_emulator/nixl/read`` (the stand-in for the NIXL read, which takes
 the decode side's ``Physics.transfer_time_s`` and then frees the blocks) or until
-``VLLM_NIXL_ABORT_REQUEST_TIMEOUT`` (480 s physics) passes.
+``VLLM_NIXL_ABORT_REQUEST_TIMEOUT`` (480 s physics) passes. When the prefill engine runs in the
+same process (`repro.emulator.server`'s ``--engines``), the read is the same call without HTTP
+(`LOCAL_ENGINES`): same timing, same checks, one round trip less on a shared CPU.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class EmulatorConfig:
 
 
 _EARLY_WAKE_S = 0.0005
+LOCAL_ENGINES: dict[str, AsyncEngine] = {}  # engine id -> a running engine of this process
 LATENESS_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)  # wall s
 
 
@@ -232,10 +235,13 @@ class AsyncEngine:
         """Start the step loop and housekeeping (within the server's event loop)."""
         self._wake = asyncio.Event()
         self._client = RawClient()
+        LOCAL_ENGINES[self.engine_id] = self
         self._tasks = [asyncio.create_task(self._loop()), asyncio.create_task(self._housekeeping())]
 
     async def stop(self) -> None:
         """Cancel the loops and close the pull client."""
+        if LOCAL_ENGINES.get(self.engine_id) is self:
+            del LOCAL_ENGINES[self.engine_id]
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -336,7 +342,11 @@ class AsyncEngine:
                 "requester_engine_id": self.engine_id,
             }
             wall = body["duration_s"] / self.K + self.pull_timeout_s
-            status, _ = await asyncio.wait_for(self._client.post_json(url, body), wall)
+            local = LOCAL_ENGINES.get(str(params["remote_engine_id"]))
+            if local is not None and local is not self:
+                status, _ = await asyncio.wait_for(local.read_locally(body), wall)
+            else:
+                status, _ = await asyncio.wait_for(self._client.post_json(url, body), wall)
             ok = status == 200
         except Exception:
             ok = False
@@ -349,6 +359,13 @@ class AsyncEngine:
         self._wake.set()
 
     # ---- P/D: prefill side -------------------------------------------------------------------
+    async def read_locally(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """`serve_read` for a decode engine of this process (a hung engine answers it no sooner
+        than it would answer HTTP)."""
+        if self.hung:
+            await self.wait_unhung()
+        return await self.serve_read(body)
+
     async def serve_read(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Handle a decode engine's KV read of a held request."""
         if body.get("remote_engine_id") != self.engine_id:

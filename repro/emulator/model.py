@@ -27,6 +27,8 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from repro.workload.tokenizer import VOCAB_SIZE, ApproxTokenizer
 
 TOKENIZER = ApproxTokenizer()
@@ -67,6 +69,17 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _mix_array(x: np.ndarray) -> np.ndarray:
+    """`_mix` of every element of a uint64 array (numpy's uint64 arithmetic wraps modulo 2**64)."""
+    x = x + np.uint64(_GOLDEN)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+_BLOCK = 256  # positions whose tokens are computed at once
+
+
 def prompt_seed(token_ids: Sequence[int]) -> int:
     """A stable 64-bit digest of the prompt token ids (same on every process and machine)."""
     buf = array("q", token_ids).tobytes()
@@ -76,21 +89,38 @@ def prompt_seed(token_ids: Sequence[int]) -> int:
 class OutputFunction:
     """Token at each position for one request (see module docstring)."""
 
-    __slots__ = ("seed", "alt_seed")
+    __slots__ = ("seed", "alt_seed", "_idx")
 
     def __init__(self, seed: int, *, salt: int = 0, diverge: bool = False):
         self.seed = (seed ^ salt) & _MASK
         self.alt_seed = (self.seed ^ DIVERGE_SALT) if diverge else self.seed
+        self._idx: list[int] = []  # vocabulary index of positions 0.. computed so far (in blocks)
 
     def index(self, pos: int) -> int:
         s = self.seed if pos == 0 else self.alt_seed
         return _mix(s ^ ((pos * _GOLDEN) & _MASK)) % _NV
 
+    def indices(self, start: int, stop: int) -> list[int]:
+        """``[index(p) for p in range(start, stop)]``, computed `_BLOCK` positions at a time and kept
+        (a streamed answer asks for its tokens a few at a time)."""
+        idx = self._idx
+        while len(idx) < stop:
+            a = len(idx)
+            pos = np.arange(a, a + _BLOCK, dtype=np.uint64)
+            keys = np.uint64(self.alt_seed) ^ (pos * np.uint64(_GOLDEN))
+            block = (_mix_array(keys) % np.uint64(_NV)).tolist()
+            if a == 0:
+                block[0] = self.index(0)
+            idx.extend(block)
+        return idx[start:stop]
+
     def token_ids(self, start: int, stop: int) -> list[int]:
-        return [VOCAB_IDS[self.index(p)] for p in range(start, stop)]
+        ids = VOCAB_IDS
+        return [ids[i] for i in self.indices(start, stop)]
 
     def text(self, start: int, stop: int) -> str:
-        return "".join([VOCAB_TEXT[self.index(p)] for p in range(start, stop)])
+        vt = VOCAB_TEXT
+        return "".join([vt[i] for i in self.indices(start, stop)])
 
     def natural_length(self, mean_tokens: int) -> int:
         """Number of output tokens (EOS included) the model produces when EOS is honoured."""
