@@ -325,3 +325,24 @@ def test_emulator_cli_help_and_config_error(capsys):
     assert main(["--time-scale", "0"]) == 2
     assert "time-scale" in capsys.readouterr().err
     assert main(["--profile", "nope"]) == 2
+
+
+def test_fast_metrics_text_is_byte_identical_to_prometheus_client():
+    """`EngineMetrics.text` (what /metrics serves) must render exactly what prometheus-client renders."""
+    from prometheus_client import generate_latest
+
+    from repro.emulator.vllm_metrics import EngineMetrics
+
+    m = EngineMetrics('Qwen/"odd"\\model\nname', 32768, engine_index="3")
+    m.gauges = {"vllm:num_requests_running": (lambda: 3, "Number of requests in model execution batches."),
+                "vllm:kv_cache_usage_perc": (lambda: 0.1 + 0.2, "KV-cache usage.\n1 means 100 percent usage.")}
+    m.info = {"block_size": "16", "num_gpu_blocks": "1000", "enable_prefix_caching": "True"}
+    assert m.text() == generate_latest(m.registry())  # empty histograms
+    for k in range(50):
+        m.on_decode_tokens(3, 0.013 * k)
+        m.on_step(100 * k, 3, 0.02)
+        m.on_lag(0.0003 * k)
+        m.on_prefix(10, k)
+    m.c["vllm:prompt_tokens"][0] += 1e7 + 0.5
+    m.success["length"] += 4
+    assert m.text() == generate_latest(m.registry())

@@ -7,8 +7,11 @@ seconds (wall seconds x time scale).
 The histograms are kept here rather than as ``prometheus_client.Histogram`` objects because a
 decode step adds the same inter-token latency for every running sequence at once: one
 ``observe(value, count=n)`` per step instead of n calls. They are exposed through a custom
-collector with prometheus-client's metric families, so the text format is the library's own.
-Gauges (running, waiting, KV usage) are read from the engine at scrape time.
+collector with prometheus-client's metric families (`EngineMetrics.registry`). ``/metrics`` renders
+the same text with `EngineMetrics.text`, which formats only the numbers into strings prepared once:
+the proxy polls every engine every 50 ms (physics), and prometheus-client's generic renderer took
+~78% of an emulated prefill engine's CPU at 16 req/s on 2p4d (K = 2). A test keeps the two texts
+byte-identical. Gauges (running, waiting, KV usage) are read from the engine at scrape time.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
 )
+from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
     from repro.emulator.core import Seq
@@ -78,6 +82,9 @@ class Hist:
     @property
     def count(self) -> int:
         return sum(self.counts)
+
+
+_LAG_DOC = "Emulator only: how late (physics s) a step started after the previous one ended."
 
 
 def _fmt(v: float) -> str:
@@ -193,12 +200,86 @@ class EngineMetrics:
         yield c
         for name, (hist, doc) in self.h.items():
             yield _hist_family(name, doc, labels, self.labels, hist)
-        yield _hist_family("emulator:scheduler_lag_seconds",
-                           "Emulator only: how late (physics s) a step started after the previous one ended.",
-                           labels, self.labels, self.lag)
+        yield _hist_family("emulator:scheduler_lag_seconds", _LAG_DOC, labels, self.labels, self.lag)
 
     def describe(self):
         return []
+
+    # ---- fast exposition ---------------------------------------------------------------------------
+    def text(self) -> bytes:
+        """``/metrics``: byte for byte what ``generate_latest(self.registry())`` renders, faster."""
+        parts = self._parts or self._prepare()
+        g = floatToGoString
+        out: list[str] = []
+        add = out.append
+        for head, fn in parts["gauges"]:
+            add(head)
+            add(g(fn()))
+            add("\n")
+        add(parts["info"])
+        for head, cell in parts["counters"]:
+            add(head)
+            add(g(cell[0]))
+            add("\n")
+        add(parts["success_head"])
+        for line, reason in parts["success"]:
+            add(line)
+            add(g(self.success[reason]))
+            add("\n")
+        for head, bucket_lines, count_line, sum_line, hist in parts["hists"]:
+            add(head)
+            acc = 0
+            for line, c in zip(bucket_lines, hist.counts, strict=True):
+                acc += c
+                add(line)
+                add(g(acc))
+                add("\n")
+            add(count_line)
+            add(g(acc))
+            add("\n")
+            add(sum_line)
+            add(g(hist.sum))
+            add("\n")
+        return "".join(out).encode()
+
+    _parts: dict | None = None
+
+    def _prepare(self) -> dict:
+        """The constant strings of `text` (help, type and sample names with their labels)."""
+        def esc(v: str) -> str:
+            return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+        def doc(d: str) -> str:
+            return d.replace("\\", r"\\").replace("\n", r"\n")
+
+        def labels(**kv: str) -> str:
+            return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in sorted(kv.items())) + "}"
+
+        model, engine = self.labels
+        base = labels(model_name=model, engine=engine)
+
+        def head(name: str, kind: str, documentation: str) -> str:
+            return f"# HELP {name} {doc(documentation)}\n# TYPE {name} {kind}\n"
+
+        gauges = [(head(name, "gauge", d) + f"{name}{base} ", fn) for name, (fn, d) in self.gauges.items()]
+        info = ""
+        if self.info:
+            name = "vllm:cache_config_info"
+            info = (head(name, "gauge", "Information of the LLMEngine CacheConfig")
+                    + f"{name}{labels(**self.info, engine=engine)} 1.0\n")
+        counters = [(head(name + "_total", "counter", cell[1]) + f"{name}_total{base} ", cell)
+                    for name, cell in self.c.items()]
+        succ = "vllm:request_success_total"
+        success = [(f"{succ}{labels(model_name=model, engine=engine, finished_reason=r)} ", r) for r in self.success]
+        hists = []
+        for name, (hist, d) in [*self.h.items(), ("emulator:scheduler_lag_seconds", (self.lag, _LAG_DOC))]:
+            edges = [_fmt(b) for b in hist.buckets] + ["+Inf"]
+            bucket_lines = [f"{name}_bucket{labels(model_name=model, engine=engine, le=le)} " for le in edges]
+            hists.append((head(name, "histogram", d), bucket_lines, f"{name}_count{base} ", f"{name}_sum{base} ", hist))
+        self._parts = {"gauges": gauges, "info": info, "counters": counters, "success": success,
+                       "success_head": head(succ, "counter", "Count of successfully processed requests."),
+                       "hists": hists}
+        return self._parts
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry(auto_describe=False)
@@ -210,7 +291,3 @@ def _hist_family(name: str, doc: str, labels: list[str], values: list[str], hist
     fam = HistogramMetricFamily(name, doc, labels=labels)
     fam.add_metric(values, hist.cumulative(), sum_value=hist.sum)
     return fam
-
-
-def render(registry: CollectorRegistry) -> bytes:
-    return generate_latest(registry)

@@ -14,7 +14,6 @@ from repro.emulator.model import TOKENIZER, detokenize, render_chat
 from repro.emulator.routes.errors import ApiError, error_response, validation_error
 from repro.emulator.routes.params import check_model
 from repro.emulator.routes.state import emulator_state
-from repro.emulator.vllm_metrics import render
 
 VLLM_VERSION = "0.12.0"
 
@@ -111,4 +110,4 @@ async def metrics(request: Request) -> Response:
         await state.engine.faults_changed()
     elif dead == "500":
         return error_response("injected fault (dead-metrics)", "InternalServerError", 500)
-    return Response(render(state.registry), media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(state.engine.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
