@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from repro.errors import ConfigError
 from repro.experiment.journal import JournalWriter
 from repro.live.proxy.config import Endpoint, ProxyConfig
+from repro.live.proxy.scrape import Scraper
 from repro.routing.cost_model import CostModel
 from repro.routing.policies import make_policy
 from repro.routing.policies.base import Decision, Placement, RequestInfo
@@ -106,6 +107,7 @@ class Proxy:
         self.poll_gaps: dict[str, list[float]] = {e.name: [] for e in cfg.endpoints}  # wall s between good polls
         self.loop_lags: list[float] = []  # wall s: how late the lag ticker woke
         self._lag_task: asyncio.Task[None] | None = None
+        self._scrapers = {e.name: Scraper(e.url, cfg.connect_timeout_s) for e in cfg.endpoints}
         self.engine_stats: dict[str, dict[str, float]] = {e.name: {} for e in cfg.endpoints}
         self.in_flight = 0
         self.registry = CollectorRegistry()
@@ -147,6 +149,8 @@ class Proxy:
         for task in (self._poller, self._lag_task):
             if task is not None:
                 task.cancel()
+        for scraper in self._scrapers.values():
+            scraper.close()
         if self.client is not None:
             await self.client.close()
         if self.journal is not None:
@@ -197,13 +201,16 @@ class Proxy:
         window = self.cfg.health_window_s
         start = time.monotonic()
         wait = max(self._last_ok[e.name] + window - start, 0.05)
-        timeout = aiohttp.ClientTimeout(total=wait, connect=min(self.cfg.connect_timeout_s, wait))
         try:
-            async with self.client.get(e.url.rstrip("/") + "/metrics", timeout=timeout) as r:
-                text = await r.read()
-                if r.status != 200:
-                    raise aiohttp.ClientResponseError(r.request_info, (), status=r.status,
-                                                      message=f"/metrics answered HTTP {r.status}")
+            scraper = self._scrapers[e.name]
+            if scraper.fallback:
+                timeout = aiohttp.ClientTimeout(total=wait, connect=min(self.cfg.connect_timeout_s, wait))
+                async with self.client.get(e.url.rstrip("/") + "/metrics", timeout=timeout) as r:
+                    status, text = r.status, await r.read()
+            else:
+                status, text = await scraper.get(wait)
+            if status != 200:
+                raise ValueError(f"/metrics answered HTTP {status}")
             now = time.monotonic()
             m = _KV_RE.search(text)
             if m:
@@ -220,9 +227,9 @@ class Proxy:
             self._last_ok[e.name] = now
             if e.name in self.dead_reason:
                 self.revive(e)
-        except aiohttp.ClientConnectorError as exc:
-            self.kill(e, f"connection refused ({exc.os_error or exc})")
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
+            self.kill(e, f"connection refused ({getattr(exc, 'os_error', None) or exc})")
+        except (aiohttp.ClientError, TimeoutError, ValueError, OSError, asyncio.IncompleteReadError) as exc:
             silent = time.monotonic() - self._last_ok[e.name]
             if silent >= window:
                 what = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
