@@ -21,7 +21,7 @@ virtual-clock replay of every engine fed the measured arrival times, and the run
 harness's validity verdict (`repro.live.validity.judge`: this driver's send lag, the engines' step
 lateness and lost time, CPU steal). The highest scale that is valid and whose mean errors stay within
 ``--tolerance`` (5%) is reported. ``--hog N`` runs N busy-loop processes meanwhile (background load);
-``--per-engine`` starts one process per engine instead of the shared one (`repro.emulator.server`).
+``--shared`` serves every engine from one process (`repro.emulator.server`) instead of one each.
 
     python benchmarks/bench_emulator.py                 # both parts
     python benchmarks/bench_emulator.py --part capacity --scales 1,2,4,8 --hog 1
@@ -392,7 +392,7 @@ async def capacity(args) -> list[dict]:
     rows = []
     for K in args.scales:
         jobs = make_jobs(args.rate, args.duration, seed=7, workload=args.workload)
-        with launch("2p4d", "emulated", time_scale=K, shared_process=not args.per_engine) as inst:
+        with launch("2p4d", "emulated", time_scale=K, shared_process=args.shared) as inst:
             urls = [i.url for i in inst]
             before = engine_lateness(urls)
             cpu = CpuSampler()
@@ -439,7 +439,7 @@ def _metric(text: str, name: str, label: str = "") -> str:
 
 def print_capacity(rows: list[dict], args) -> None:
     tol = args.tolerance
-    print(f"\n## 2p4d emulated cluster ({'one process per engine' if args.per_engine else 'one shared process'}) "
+    print(f"\n## 2p4d emulated cluster ({'one shared process' if args.shared else 'one process per engine'}) "
           f"on {os.cpu_count()} CPU cores with {args.hog} busy-loop hog(s), {args.workload} at {rows[0]['rate']:g} "
           f"requests per physics second")
     print("| time scale | requests | failed | mean TTFT ref / meas (ms) | err | p90 TTFT err | "
@@ -473,7 +473,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--workload", default="mixed", help="the trace whose arrivals and lengths drive the cluster")
     ap.add_argument("--hog", type=int, default=0, help="busy-loop processes running meanwhile (background load)")
-    ap.add_argument("--per-engine", action="store_true", help="one process per engine (default: one shared process)")
+    ap.add_argument("--shared", action="store_true", help="every engine in one process (default: one process each)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     args.lengths = [int(x) for x in args.lengths.split(",")]

@@ -198,16 +198,18 @@ def traces_label(seeds: Sequence[int]) -> str:
     return f"{len(seeds)} trace" + ("" if len(seeds) == 1 else "s")
 
 
-HEADLINE_COLUMNS = ("notebook", "key", "ours", "paper", "unit", "meaning")
+HEADLINE_COLUMNS = ("notebook", "key", "ours", "paper", "unit", "meaning", "measured")
 
 
-def write_headline(rows: list[dict[str, Any]], notebook: str, out_dir: str | Path = "results") -> Path:
+def write_headline(rows: list[dict[str, Any]], notebook: str, out_dir: str | Path = "results",
+                   measured: str = "") -> Path:
     """``results/<nn>_headline.csv`` (key, ours, paper, unit, meaning): the numbers `repro paper` summarises.
 
     Each row: ``key`` (a paper_reference key when the paper states it, else our own name),
     ``ours``, ``paper`` (NaN when the paper gives none; filled from the reference by key if absent),
     ``unit``, ``meaning`` (what the number is, in the paper's sign convention; from the reference's
-    ``quantity`` by key unless given).
+    ``quantity`` by key unless given), ``measured`` (how: ``sim``, or the live backend, its runs and
+    whether they were all valid; `repro.paper.section.Section.measured`).
     """
     from repro.paper import reference as paper_reference
 
@@ -221,6 +223,6 @@ def write_headline(rows: list[dict[str, Any]], notebook: str, out_dir: str | Pat
         unit = r.get("unit") or (str(ref.loc[key, "unit"]) if key in ref.index else "")
         meaning = r.get("meaning") or (str(ref.loc[key, "quantity"]) if key in ref.index else "")
         out.append({"notebook": notebook, "key": key, "ours": float(r["ours"]), "paper": float(paper), "unit": unit,
-                    "meaning": meaning})
+                    "meaning": meaning, "measured": r.get("measured", measured)})
     nn = notebook.split("_", 1)[0]
     return write_results(pd.DataFrame(out, columns=list(HEADLINE_COLUMNS)), f"{nn}_headline", out_dir)

@@ -272,11 +272,11 @@ def summary_table(summary: pd.DataFrame) -> Table:
         return "" if pd.isna(v) else f"{v:.4g}"
 
     t = Table(title="headline numbers: ours vs the paper")
-    for c in ("notebook", "key", "ours", "paper", "unit", "meaning"):
+    for c in ("notebook", "key", "ours", "paper", "unit", "meaning", "measured"):
         t.add_column(c, justify="right" if c in ("ours", "paper") else "left", overflow="fold")
     for r in summary.itertuples():
         t.add_row(str(r.notebook), str(r.key), fmt(r.ours), fmt(r.paper), text(r.unit),
-                  text(getattr(r, "meaning", "")))
+                  text(getattr(r, "meaning", "")), text(getattr(r, "measured", "")))
     return t
 
 

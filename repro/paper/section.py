@@ -138,6 +138,8 @@ class Section:
     """Journals and manifests of live runs (resumable)."""
     rates: Mapping[str, float] = dataclasses.field(default_factory=dict)
     """The notebook's operating rates, workload -> req/s (`setup`'s ``rate`` or ``rates``; empty when it has none)."""
+    live_runs: list[dict[str, Any]] = dataclasses.field(default_factory=list, compare=False, repr=False)
+    """Every live run this section used: run id, ``valid``, ``time_scale_used`` (`measured` sums them up)."""
 
     @classmethod
     def setup(cls, *, notebook: str, backend: str, scale: str, seeds: Sequence[int], cluster: str = "",
@@ -248,7 +250,8 @@ class Section:
             return pd.DataFrame()
         labelled = isinstance(items[0], tuple)
         plain = [for_this_machine(s) for _, s in items] if labelled else [for_this_machine(s) for s in items]
-        runs = runner.sweep(plain, self.runs_dir, progress=False, row=self.row_of, sim_in_memory=True)
+        runs = runner.sweep(plain, self.runs_dir, progress=False, row=lambda res: self.row_of(self._note(res)),
+                            sim_in_memory=True)
         if not labelled:
             return runs
         extra = pd.DataFrame([{**lab, "policy_options": json.dumps(s.policy_options, sort_keys=True),
@@ -279,13 +282,32 @@ class Section:
 
     def summary_of(self, spec: RunSpec) -> dict[str, Any]:
         """The summary of ``spec`` run as it is: simulated in-process, or a live run (resumed if finished)."""
-        return runner.run_or_simulate(spec, self.runs_dir, sim_in_memory=True).summary
+        return self._note(runner.run_or_simulate(spec, self.runs_dir, sim_in_memory=True)).summary
 
     def run_journal(self, spec: RunSpec) -> pd.DataFrame:
         """Run one spec and return its journal (one row per request, `repro.experiment.journal`)."""
         if spec.backend == "sim":
             return runner.simulate_spec(spec)
-        return runner.run(for_this_machine(spec), self.runs_dir).journal()
+        return self._note(runner.run(for_this_machine(spec), self.runs_dir)).journal()
+
+    def _note(self, res: runner.RunResult) -> runner.RunResult:
+        """Record a live run in `live_runs` (sim runs are not recorded); returns ``res``."""
+        if res.spec.backend != "sim":
+            self.live_runs.append({"run_id": res.spec.run_id, "valid": res.summary.get("valid"),
+                                   "time_scale_used": res.summary.get("time_scale_used", res.spec.live.time_scale)})
+        return res
+
+    def measured(self) -> str:
+        """How this section's numbers were measured, for its headline rows: ``sim``, or the backend,
+        the number of live runs, whether all were valid (`repro.live.validity`) and the time scales."""
+        if not self.live_runs:
+            return "sim" if self.backend == "sim" else f"{self.backend}: no live run"
+        by_id = {r["run_id"]: r for r in self.live_runs}
+        bad = [i for i, r in by_id.items() if not r["valid"]]
+        ks = sorted({float(r["time_scale_used"]) for r in by_id.values()})
+        k = f"K={ks[0]:g}" if len(ks) == 1 else f"K={ks[0]:g}-{ks[-1]:g}"
+        verdict = "all valid" if not bad else f"{len(bad)} INVALID"
+        return f"{self.backend}, {len(by_id)} live runs, {verdict}, {k}"
 
     def live_cluster(self, topology: str = "1p1d") -> AbstractContextManager[list[Instance]]:
         """The live cluster a step needs, up for the ``with`` block: the cluster file, else emulated
@@ -381,7 +403,7 @@ class Section:
     def write_headline(self, rows: list[dict[str, Any]]) -> Path:
         """``<results_dir>/<NN>_headline.csv``: the numbers `repro paper` summarises
         (`repro.paper.figures.write_headline`)."""
-        return figures.write_headline(rows, self.notebook, self.results_dir)
+        return figures.write_headline(rows, self.notebook, self.results_dir, measured=self.measured())
 
     def expected_output(self, index: int) -> AbstractContextManager[None]:
         """Print what the block prints; in the test run compare it with ``notebooks/expected/<notebook>-<index>.txt``

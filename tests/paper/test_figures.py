@@ -42,10 +42,11 @@ def test_write_results_deterministic(tmp_path):
 
 def test_write_headline_fills_paper_values(tmp_path):
     p = F.write_headline([{"key": "table2_mc_mean", "ours": 0.8}, {"key": "ours_only", "ours": 1.0, "unit": "x"}],
-                         "04_test", tmp_path)
+                         "04_test", tmp_path, measured="emulated, 4 live runs, all valid, K=2")
     df = pd.read_csv(p)
     assert p.name == "04_headline.csv"
-    assert list(df.columns) == ["notebook", "key", "ours", "paper", "unit", "meaning"]
+    assert list(df.columns) == ["notebook", "key", "ours", "paper", "unit", "meaning", "measured"]
+    assert (df.measured == "emulated, 4 live runs, all valid, K=2").all()  # validity beside every number
     assert df.loc[0, "paper"] == 0.864 and df.loc[0, "unit"] == "fraction"
     assert "goodput" in df.loc[0, "meaning"]  # the reference's quantity, so summary.csv says what each number is
     assert pd.isna(df.loc[1, "paper"]) and pd.isna(df.loc[1, "meaning"])

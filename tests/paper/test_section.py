@@ -131,3 +131,17 @@ def test_emulated_rows_report_the_capped_time_scale(section, monkeypatch):
     chat = RunSpec.from_flat(backend="emulated", workload="chat", rate=64.0, time_scale=2.0, n_requests=10)
     row = ctx.grid_row(chat)
     assert seen == [1.0] and row["time_scale"] == 1.0  # 64 req/s x 2 would be the CPU's measurement
+
+
+def test_measured_says_how_the_numbers_were_measured(section):
+    from repro.experiment.runner import RunResult
+
+    ctx = section(backend="emulated", time_scale=2.0)
+    assert ctx.measured() == "emulated: no live run"
+    spec = RunSpec.from_flat(backend="emulated", n_requests=10, time_scale=2.0)
+    ctx._note(RunResult(spec, None, {"valid": True, "time_scale_used": 2.0}))
+    ctx._note(RunResult(spec.replace(seed=2), None, {"valid": True, "time_scale_used": 1.0}))
+    assert ctx.measured() == "emulated, 2 live runs, all valid, K=1-2"
+    ctx._note(RunResult(spec.replace(seed=3), None, {"valid": False, "time_scale_used": 2.0}))
+    assert ctx.measured() == "emulated, 3 live runs, 1 INVALID, K=1-2"
+    assert section().measured() == "sim"
