@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections import deque
 from typing import Any
 
 import aiohttp
@@ -46,6 +47,7 @@ _RUN_RE = re.compile(rb"^vllm:num_requests_running\{[^}]*\}\s+([0-9.eE+-]+)", re
 _WAIT_RE = re.compile(rb"^vllm:num_requests_waiting\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 HEAD_CHARS = 1000  # characters of the prompt the length predictor reads
 LAG_TICK_S = 0.02  # wall s between event-loop lag samples
+VALIDITY_SAMPLES = 100_000  # lag / poll-gap samples kept (the latest: ~33 min of ticks)
 KEEPALIVE_S = 2.0  # wall s an idle engine connection is kept (below the servers' 5 s)
 SERVER_KEEPALIVE_S = 75  # wall s the proxy's own server keeps an idle client connection (above clients' pools)
 
@@ -104,8 +106,10 @@ class Proxy:
         self._death: dict[str, asyncio.Future[str] | None] = {e.name: None for e in cfg.endpoints}
         self.dead_reason: dict[str, str] = {}  # engine -> why it is dead now
         self.deaths: list[dict[str, Any]] = []  # every death: engine, wall s since start, reason
-        self.poll_gaps: dict[str, list[float]] = {e.name: [] for e in cfg.endpoints}  # wall s between good polls
-        self.loop_lags: list[float] = []  # wall s: how late the lag ticker woke
+        # bounded (the last VALIDITY_SAMPLES of each): a proxy may serve for days
+        self.poll_gaps: dict[str, deque[float]] = {e.name: deque(maxlen=VALIDITY_SAMPLES)
+                                                   for e in cfg.endpoints}  # wall s between good polls
+        self.loop_lags: deque[float] = deque(maxlen=VALIDITY_SAMPLES)  # wall s: how late the lag ticker woke
         self._lag_task: asyncio.Task[None] | None = None
         self._scrapers = {e.name: Scraper(e.url, cfg.connect_timeout_s) for e in cfg.endpoints}
         self.engine_stats: dict[str, dict[str, float]] = {e.name: {} for e in cfg.endpoints}
@@ -290,7 +294,7 @@ class Proxy:
         the poll period (p99/max over all engines), and the engines that died."""
         import numpy as np
 
-        lags = np.asarray(self.loop_lags or [0.0])
+        lags = np.asarray(self.loop_lags or [0.0], dtype=float)
         period = max(self.cfg.poll_interval_s / self.cfg.time_scale, self.cfg.min_poll_wall_s)
         gaps = [g for v in self.poll_gaps.values() for g in v]
         excess = np.maximum(np.asarray(gaps or [period]) - period, 0.0)
