@@ -203,7 +203,7 @@ def run_external(spec: RunSpec, command_template: str | Sequence[str], run_dir: 
     from repro.experiment.manifest import sha256, versions, write_json_atomic
     from repro.experiment.metrics import summarize
     from repro.live.gates import run_gates
-    from repro.live.loadgen import replay_sync
+    from repro.live.loadgen import replay_process
     from repro.live.run import jsonable, launch_cluster, merge_journals
 
     if spec.backend == "sim":
@@ -227,9 +227,8 @@ def run_external(spec: RunSpec, command_template: str | Sequence[str], run_dir: 
                                    metrics_port=0)
         with external_router(command_template, prefill, decode, log_path=run_dir / "router.log", port=port,
                              health_path=health_path, timeout_s=startup_timeout_s) as url:
-            report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.live.time_scale,
-                                 progress=sys.stderr.isatty())
-        (run_dir / "loadgen.json").write_text(json.dumps(jsonable(report), indent=2, default=str))
+            report = replay_process(trace, url, journal_path=client_path, work_dir=run_dir,
+                                    time_scale=spec.live.time_scale, progress=sys.stderr.isatty())
     client = read_journal(client_path)
     journal = merge_journals(client, frame([]), trace.df)
     write_frame(journal, run_dir / "journal.jsonl")

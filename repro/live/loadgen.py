@@ -43,6 +43,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -473,6 +474,57 @@ def replay_sync(trace: Trace | pd.DataFrame, url: str, **kwargs: Any) -> ReplayR
     return run_sync(replay(trace, url, **kwargs))
 
 
+def replay_process(trace: Trace, url: str, *, journal_path: str | Path, work_dir: str | Path,
+                   time_scale: float = 1.0, progress: bool = False,
+                   lag_threshold_s: float = DEFAULT_LAG_THRESHOLD_S) -> ReplayReport:
+    """`replay` in a process of its own (``python -m repro.live.loadgen``): the same replay, journal
+    and report as `replay_sync`, but the client's event loop shares no interpreter with the caller.
+
+    Why: in a Jupyter kernel (or any busy harness) the caller's interpreter also runs the kernel's
+    threads and holds the GIL at times; a replay there lagged its schedule by 11-16 ms p99 on a
+    2-core machine, which made live runs invalid at time scale 2. Its own process keeps the send lag
+    to the replay's own work.
+
+    ``work_dir`` receives ``trace.parquet`` (the trace the child replays), ``loadgen.json`` (the
+    report) and ``loadgen.log`` (the child's output; with ``progress`` its progress bar goes to this
+    process's stderr instead). The child dies with this process; Ctrl-C here interrupts it, it
+    journals its in-flight requests as failed ("cancelled"), and the KeyboardInterrupt propagates.
+    A child that fails raises RuntimeError with the end of its log.
+    """
+    import signal
+    import subprocess
+    import sys
+
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    trace_path = trace.save(work / "trace.parquet")
+    report_path = work / "loadgen.json"
+    report_path.unlink(missing_ok=True)
+    log_path = work / "loadgen.log"
+    cmd = [sys.executable, "-m", "repro.live.loadgen", "--url", url, "--trace", str(trace_path),
+           "--journal", str(journal_path), "--time-scale", repr(float(time_scale)),
+           "--lag-threshold-ms", repr(lag_threshold_s * 1e3), "--report-json", str(report_path),
+           "--parent-pid", str(os.getpid()), "--progress" if progress else "--no-progress"]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=None if progress else subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C (or any error) here: the child journals what is in flight, then ends
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            raise
+    if rc != 0 or not report_path.exists():
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"load generator exited with code {rc}; {log_path} ends with:\n{tail}")
+    return ReplayReport(**json.loads(report_path.read_text()))
+
+
 # ---- command line (mounted by repro.cli as `repro loadgen`) --------------------------------------
 def _make_cli():
     import typer
@@ -499,10 +551,18 @@ def _make_cli():
         no_slo_header: bool = typer.Option(False, "--no-slo-header", help="do not send X-SLO-Class"),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
         report_json: Path | None = typer.Option(None, "--report-json", help="also write the report as JSON"),
+        parent_pid: int | None = typer.Option(None, "--parent-pid", hidden=True,
+                                              help="exit when this process is no longer our parent"),
     ) -> None:
         """Replay a trace open-loop against URL; journal every request; print the schedule-lag report."""
         from repro.workload.traces import Trace, make_trace
 
+        if parent_pid is not None:
+            from repro.cluster.processes import die_with_parent
+
+            die_with_parent()
+            if os.getppid() != parent_pid:
+                raise typer.Exit(1)
         if (trace_file is None) == (workload is None):
             raise ConfigError("loadgen: give exactly one of --trace FILE or --workload W (with --rate and -n)")
         if trace_file is not None:
@@ -530,3 +590,15 @@ def _make_cli():
 
 
 loadgen_cli = _make_cli()
+
+
+if __name__ == "__main__":  # ``python -m repro.live.loadgen``: what `replay_process` starts
+    import sys
+
+    import typer
+
+    try:
+        typer.run(loadgen_cli)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -8,7 +8,8 @@
    with the spec's policy, cost model and predictor, and wait for its ``/health``;
 3. run the correctness gates (prefix-cache reset, warm-up of every pair, token-count contract,
    greedy equivalence); a failed gate stops the run with the gate's message;
-4. replay the trace open-loop through the proxy with the load generator, measuring meanwhile what
+4. replay the trace open-loop through the proxy with the load generator (a process of its own too,
+   `repro.live.loadgen.replay_process`: in a notebook kernel it lagged its schedule), measuring meanwhile what
    would make the run's numbers about the machine (`repro.live.validity`: send lag, the proxy's
    loop lag and poll gaps, the emulated engines' step lateness, CPU steal) -> ``validity.json``;
 5. stop the proxy, then merge the two journals by request id into ``journal.jsonl``: the client's
@@ -154,13 +155,14 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     """Run one spec on live engines; writes journal.jsonl (+ client, proxy, gates files)."""
     from repro.experiment.inputs import build_trace, router_cost_model
     from repro.live.gates import run_gates
-    from repro.live.loadgen import replay_sync
+    from repro.live.loadgen import replay_process
 
     run_dir = Path(run_dir)
     trace = build_trace(spec)
     client_path = run_dir / "client.jsonl"
     proxy_path = run_dir / "proxy.jsonl"
-    for p in (client_path, proxy_path, run_dir / "validity.json"):  # an earlier attempt is redone from scratch
+    # an earlier attempt is redone from scratch
+    for p in (client_path, proxy_path, run_dir / "validity.json", run_dir / "loadgen.json"):
         if p.exists():
             p.unlink()
     # What the router believes, resolved as the simulator resolves it (`router_cost_model`: the
@@ -186,8 +188,8 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
             cpu.start()
             engines_before = engine_lateness(urls)
             t = time.monotonic()
-            report = replay_sync(trace, url, journal_path=client_path, time_scale=spec.live.time_scale,
-                                 progress=sys.stderr.isatty())
+            report = replay_process(trace, url, journal_path=client_path, work_dir=run_dir,
+                                    time_scale=spec.live.time_scale, progress=sys.stderr.isatty())
             wall = time.monotonic() - t
             proxy_validity = httpx.get(url + "/health", timeout=10.0).json().get("validity")
         late_p99, lost = lateness_between(engines_before, engine_lateness(urls), wall)
@@ -196,7 +198,6 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
                         cpu_steal_fraction=cpu.steal_fraction())
         (run_dir / "validity.json").write_text(json.dumps(
             {**verdict.to_dict(), "proxy": proxy_validity, "wall_s": wall}, indent=2, default=str))
-        (run_dir / "loadgen.json").write_text(json.dumps(jsonable(report), indent=2, default=str))
     client = read_journal(client_path)
     proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])
     check_live_accounting(report, client, proxy)
