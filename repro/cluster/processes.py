@@ -119,6 +119,19 @@ def terminate_pids(pids: Sequence[int], timeout: float = 5.0, procs: dict[int, s
                 pass
 
 
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    """Send ``sig`` to a child we started (in its own session), wait ``timeout`` wall seconds for it
+    to end, then SIGKILL its process group; always reaped. Nothing to do if it already ended."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _signal_group(pid: int, sig: int) -> None:
     try:
         pgid = os.getpgid(pid)

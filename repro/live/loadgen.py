@@ -53,7 +53,7 @@ import aiohttp
 import numpy as np
 import pandas as pd
 
-from repro.cluster.processes import run_sync
+from repro.cluster.processes import run_sync, stop_process
 from repro.errors import ConfigError
 from repro.experiment.journal import JournalWriter, empty_row, tpot
 from repro.live.pd_protocol import SSEParser
@@ -511,13 +511,7 @@ def replay_process(trace: Trace, url: str, *, journal_path: str | Path, work_dir
         try:
             rc = proc.wait()
         except BaseException:  # Ctrl-C (or any error) here: the child journals what is in flight, then ends
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop_process(proc, signal.SIGINT, timeout=30.0)
             raise
     if rc != 0 or not report_path.exists():
         tail = log_path.read_text(errors="replace")[-2000:]
