@@ -197,6 +197,11 @@ class _ProcessLauncher(Launcher):
 class EmulatedLauncher(_ProcessLauncher):
     """Local emulated engines (``python -m repro.emulator``) on free ports.
 
+    Streams carry 16 tokens per chunk (vLLM's ``--stream-interval 16``: the first and the last
+    chunk go at once, so TTFT, TPOT and e2e are those of ``--stream-interval 1``) and no timed
+    flush (``stream_interval_ms`` 0): every chunk is a send, a proxy relay and a client parse on a
+    shared CPU, and no measurement here looks at the chunks in between.
+
     ``shared_process`` (topology option ``emulated: {shared_process: true}``): every engine of the
     cluster in one process and one event loop (``--engines``; `repro.emulator.server`); each
     `Instance` then carries that process's pid, and killing it (or a ``crash`` fault) ends every
@@ -208,7 +213,7 @@ class EmulatedLauncher(_ProcessLauncher):
     name = "emulated"
 
     def __init__(self, topology: Topology, *, time_scale: float = 1.0, host: str = "127.0.0.1",
-                 stream_interval_tokens: int = 16, stream_interval_ms: float = 50.0,
+                 stream_interval_tokens: int = 16, stream_interval_ms: float = 0.0,
                  dev_mode: bool = True, extra_args: Sequence[str] = (), log_dir: Path | None = None,
                  detach: bool = False, startup_timeout: float = 60.0, eos_mean_tokens: int | None = None,
                  shared_process: bool | None = None) -> None:

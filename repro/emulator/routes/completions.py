@@ -238,7 +238,10 @@ async def full_body(state: EmulatorState, c: Completion, request: Request) -> Re
 
 async def stream_body(state: EmulatorState, c: Completion) -> AsyncIterator[bytes]:
     """SSE events as tokens appear (every ``--stream-interval-tokens``), the usage event when asked
-    for, then ``data: [DONE]``. A stream left early (client gone, cut fault) aborts the request."""
+    for, then ``data: [DONE]``. A stream left early (client gone, cut fault) aborts the request.
+
+    The events due at one wake-up go out in one write (the last chunk, the usage event and
+    ``[DONE]`` together): one send per wake-up instead of up to three, the same bytes on the wire."""
     engine = state.engine
     core = engine.core
     model_name = state.model_name
@@ -247,6 +250,7 @@ async def stream_body(state: EmulatorState, c: Completion) -> AsyncIterator[byte
     sent = 0
     head_sent = False
     obj = "chat.completion.chunk" if chat else "text_completion"
+    parts: list[bytes] = []
     try:
         while True:
             st = seq.state
@@ -254,7 +258,7 @@ async def stream_body(state: EmulatorState, c: Completion) -> AsyncIterator[byte
             if st == ABORTED:
                 err = {"error": {"message": "Request was aborted", "type": "InternalServerError", "param": None,
                                  "code": 500}}
-                yield b"data: " + dumps_json(err) + b"\n\n"
+                parts.append(b"data: " + dumps_json(err) + b"\n\n")
                 break
             g = seq.g if done else core.generated(seq)
             cut = engine.faults.cut_after
@@ -273,7 +277,7 @@ async def stream_body(state: EmulatorState, c: Completion) -> AsyncIterator[byte
                             "prompt_token_ids": None}
                         if p.continuous_usage:
                             first["usage"] = usage(0)
-                        yield b"data: " + dumps_json(first) + b"\n\n"
+                        parts.append(b"data: " + dumps_json(first) + b"\n\n")
                         head_sent = True
                     choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None,
                                               "finish_reason": fr}
@@ -291,19 +295,24 @@ async def stream_body(state: EmulatorState, c: Completion) -> AsyncIterator[byte
                              "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fr,
                                           "stop_reason": None, "prompt_token_ids": None, "token_ids": None}],
                              "usage": usage(g) if p.continuous_usage else None}
-                yield b"data: " + dumps_json(chunk) + b"\n\n"
+                parts.append(b"data: " + dumps_json(chunk) + b"\n\n")
                 sent = g
             if cut_now:
+                yield b"".join(parts)
                 raise StreamCut("cut fault")
             if done:
                 if p.include_usage:
                     final = {"id": resp_id, "object": obj, "created": created, "model": model_name,
                              "choices": [], "usage": usage(sent)}
-                    yield b"data: " + dumps_json(final) + b"\n\n"
+                    parts.append(b"data: " + dumps_json(final) + b"\n\n")
                 break
+            if parts:
+                yield b"".join(parts)
+                parts.clear()
             ev.clear()
             await ev.wait()
-        yield b"data: [DONE]\n\n"
+        parts.append(b"data: [DONE]\n\n")
+        yield b"".join(parts)
     finally:
         if seq.state not in (FINISHED, ABORTED):
             engine.abort(seq)
