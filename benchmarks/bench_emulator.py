@@ -22,6 +22,8 @@ harness's validity verdict (`repro.live.validity.judge`: this driver's send lag,
 lateness and lost time, CPU steal). The highest scale that is valid and whose mean errors stay within
 ``--tolerance`` (5%) is reported. ``--hog N`` runs N busy-loop processes meanwhile (background load);
 ``--shared`` serves every engine from one process (`repro.emulator.server`) instead of one each.
+``--nice N`` runs the engines and the driver at niceness N (default: the live runs' `live_nice`,
+-5; ``off``: unchanged); start it with ``setsid`` so that the driver has a session of its own.
 
     python benchmarks/bench_emulator.py                 # both parts
     python benchmarks/bench_emulator.py --part capacity --scales 1,2,4,8 --hog 1
@@ -45,6 +47,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from repro.cluster.launchers import launch
+from repro.cluster.processes import LIVE_NICE_ENV, live_nice, set_priority
 from repro.emulator.core import EngineCore, Seq
 from repro.emulator.http import RawClient
 from repro.engine.physics import Physics
@@ -441,7 +444,7 @@ def print_capacity(rows: list[dict], args) -> None:
     tol = args.tolerance
     print(f"\n## 2p4d emulated cluster ({'one shared process' if args.shared else 'one process per engine'}) "
           f"on {os.cpu_count()} CPU cores with {args.hog} busy-loop hog(s), {args.workload} at {rows[0]['rate']:g} "
-          f"requests per physics second")
+          f"requests per physics second; niceness of engines and driver: {args.nice}")
     print("| time scale | requests | failed | mean TTFT ref / meas (ms) | err | p90 TTFT err | "
           "mean TPOT ref / meas (ms) | err | wall s | valid |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -474,8 +477,15 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", default="mixed", help="the trace whose arrivals and lengths drive the cluster")
     ap.add_argument("--hog", type=int, default=0, help="busy-loop processes running meanwhile (background load)")
     ap.add_argument("--shared", action="store_true", help="every engine in one process (default: one process each)")
+    ap.add_argument("--nice", default=None,
+                    help="niceness of the engines and this driver (default: $REPRO_LIVE_NICE, else -5; 'off': "
+                         "leave it); run the script under `setsid` so that the driver's session is its own")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
+    if args.nice is not None:
+        os.environ[LIVE_NICE_ENV] = args.nice
+    args.nice = live_nice()
+    set_priority(args.nice)
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
     args.scales = [float(x) for x in args.scales.split(",")]
@@ -492,8 +502,10 @@ def main(argv=None) -> int:
 
 @contextlib.contextmanager
 def hogs(n: int):
-    """``n`` busy-loop processes (``while True: pass``) for the block; killed after it."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    """``n`` busy-loop processes (``while True: pass``, each in a session of its own at niceness 0,
+    like another user's job) for the block; killed after it."""
+    procs = [subprocess.Popen([sys.executable, "-c", "import os; os.setpriority(os.PRIO_PROCESS, 0, 0)\n"
+                               "while True: pass"], start_new_session=True) for _ in range(n)]
     try:
         yield procs
     finally:

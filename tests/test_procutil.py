@@ -29,3 +29,38 @@ def test_run_sync_propagates_exceptions_from_the_worker_thread():
 
     with pytest.raises(ValueError, match="from the coroutine"):
         asyncio.run(cell())
+
+
+def test_live_nice_reads_the_environment_and_names_the_variable_when_wrong(monkeypatch):
+    from repro.cluster.processes import DEFAULT_LIVE_NICE, LIVE_NICE_ENV, live_nice
+    from repro.errors import ConfigError
+
+    monkeypatch.delenv(LIVE_NICE_ENV, raising=False)
+    assert live_nice() == DEFAULT_LIVE_NICE == -5
+    for raw, want in (("off", None), ("OFF", None), ("7", 7), (" -20 ", -20), ("19", 19)):
+        monkeypatch.setenv(LIVE_NICE_ENV, raw)
+        assert live_nice() == want
+    for raw in ("-21", "20", "high", "1.5"):
+        monkeypatch.setenv(LIVE_NICE_ENV, raw)
+        with pytest.raises(ConfigError, match=r"REPRO_LIVE_NICE.*-20 to 19"):
+            live_nice()
+
+
+def test_launched_engines_run_at_the_live_niceness(monkeypatch):
+    """The launcher's children get `live_nice` (here +5: raising niceness needs no privilege) on the
+    process and, where Linux has scheduling autogroups, on the session each leads."""
+    import os
+
+    from repro.cluster.launchers import launch
+    from repro.cluster.processes import LIVE_NICE_ENV, priority_of
+
+    monkeypatch.setenv(LIVE_NICE_ENV, "5")
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    with launch("1p1d", "emulated") as instances:
+        pids = {i.pid for i in instances}
+        prios = [priority_of(pid) for pid in pids]
+    assert len(pids) == 2
+    for prio in prios:
+        assert prio["nice"] == max(5, mine)
+        assert prio["autogroup_nice"] in (None, 5)  # None: no autogroups on this kernel
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the caller is untouched

@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import httpx
 
-from repro.cluster.processes import cmdline, die_with_parent, free_ports, pid_alive, terminate_pids
+from repro.cluster.processes import child_setup, cmdline, free_ports, live_nice, pid_alive, terminate_pids
 from repro.cluster.topology import Instance, InstanceSpec, Topology, parse_topology, topology_error
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
@@ -163,14 +163,15 @@ class _ProcessLauncher(Launcher):
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str],
                die_with_us: bool = False) -> tuple[subprocess.Popen, str]:
-        """Start one engine in its own process group, logging to ``<log_dir>/<name>.log``; with
+        """Start one engine in its own session at the live runs' priority (`live_nice`), logging to
+        ``<log_dir>/<name>.log``; with
         ``die_with_us`` (for children that take no ``--parent-pid``) it is also told to die with this
         process, even on ``kill -9`` (Linux), unless the launcher is detached."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         log = open(log_path, "ab")
         self._logs.append(log)
-        preexec = die_with_parent if die_with_us and not self.detach else None
+        preexec = child_setup(live_nice(), die_with_us=die_with_us and not self.detach)
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=preexec)
         self.procs[name] = proc

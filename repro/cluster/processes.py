@@ -1,9 +1,11 @@
 """Process helpers shared by the launchers and the servers they start (engines, proxy): free
-ports, process-group termination, dying with the parent, and running a coroutine from sync code."""
+ports, process-group termination, dying with the parent, a live run's scheduling priority, and
+running a coroutine from sync code."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import signal
@@ -11,11 +13,76 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+LIVE_NICE_ENV = "REPRO_LIVE_NICE"
+DEFAULT_LIVE_NICE = -5
+"""Niceness of a live run's own processes (engines, proxy, load generator), each in a session and
+so (Linux, ``kernel.sched_autogroup_enabled``) a scheduling group of its own: at -5 each weighs
+about 3x an ordinary process, so a busy background job (another user's build, a CPU hog) takes
+what the run leaves idle instead of a fair share of each wake-up. Lowering niceness needs root or
+CAP_SYS_NICE; without it the processes run at the caller's niceness, and the run's validity
+measures say whether that was enough (docs/VALIDITY.md has the numbers)."""
+
+
+
+def live_nice() -> int | None:
+    """The niceness for a live run's processes: ``$REPRO_LIVE_NICE`` (an integer from -20 to 19, or
+    ``off`` to leave priorities alone), default `DEFAULT_LIVE_NICE`."""
+    from repro.errors import ConfigError
+
+    raw = os.environ.get(LIVE_NICE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LIVE_NICE
+    if raw.lower() == "off":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or not -20 <= value <= 19:
+        raise ConfigError(f"${LIVE_NICE_ENV}: must be an integer from -20 to 19 or 'off', got {raw!r}")
+    return value
+
+
+def set_priority(nice: int | None) -> None:
+    """Set this process's niceness and, when it leads a session, its scheduling autogroup's (the
+    weight Linux gives the whole session against other sessions); best effort: a value the process
+    may not set (no CAP_SYS_NICE) is left as it was. ``None``: nothing."""
+    if nice is None:
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    if os.getsid(0) == os.getpid():
+        with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+
+
+def priority_of(pid: int) -> dict[str, int | None]:
+    """``{"nice": .., "autogroup_nice": ..}`` of a running process (None where unreadable)."""
+    out: dict[str, int | None] = {"nice": None, "autogroup_nice": None}
+    with contextlib.suppress(OSError):
+        out["nice"] = os.getpriority(os.PRIO_PROCESS, pid)
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        out["autogroup_nice"] = int(open(f"/proc/{pid}/autogroup").read().split("nice")[1])
+    return out
+
+
+def child_setup(nice: int | None = None, die_with_us: bool = False) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for a child started with ``start_new_session=True`` (runs after its
+    ``setsid``): its priority (`set_priority`) and, with ``die_with_us``, `die_with_parent`."""
+    if nice is None and not die_with_us:
+        return None
+
+    def setup() -> None:
+        set_priority(nice)
+        if die_with_us:
+            die_with_parent()
+
+    return setup
 
 
 def die_with_parent() -> None:

@@ -53,7 +53,7 @@ import aiohttp
 import numpy as np
 import pandas as pd
 
-from repro.cluster.processes import run_sync, stop_process
+from repro.cluster.processes import child_setup, live_nice, run_sync, stop_process
 from repro.errors import ConfigError
 from repro.experiment.journal import JournalWriter, empty_row, tpot
 from repro.live.pd_protocol import SSEParser
@@ -487,8 +487,9 @@ def replay_process(trace: Trace, url: str, *, journal_path: str | Path, work_dir
 
     ``work_dir`` receives ``trace.parquet`` (the trace the child replays), ``loadgen.json`` (the
     report) and ``loadgen.log`` (the child's output; with ``progress`` its progress bar goes to this
-    process's stderr instead). The child dies with this process; Ctrl-C here interrupts it, it
-    journals its in-flight requests as failed ("cancelled"), and the KeyboardInterrupt propagates.
+    process's stderr instead). The child runs at the live runs' priority (`live_nice`) and dies with
+    this process; Ctrl-C here interrupts it, it journals its in-flight requests as failed
+    ("cancelled"), and the KeyboardInterrupt propagates.
     A child that fails raises RuntimeError with the end of its log.
     """
     import signal
@@ -507,7 +508,7 @@ def replay_process(trace: Trace, url: str, *, journal_path: str | Path, work_dir
            "--parent-pid", str(os.getpid()), "--progress" if progress else "--no-progress"]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=None if progress else subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=child_setup(live_nice()))
         try:
             rc = proc.wait()
         except BaseException:  # Ctrl-C (or any error) here: the child journals what is in flight, then ends

@@ -37,7 +37,7 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from repro.cluster.processes import stop_process
+from repro.cluster.processes import child_setup, live_nice, stop_process
 from repro.errors import ConfigError
 from repro.experiment.journal import FIELD_NAMES, frame, write_frame
 from repro.experiment.journal import read as read_journal
@@ -75,7 +75,7 @@ def proxy_process(cfg: ProxyConfig, run_dir: Path, timeout_s: float = 30.0) -> I
     log = open(run_dir / "proxy.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "repro.live.proxy", "--config", str(conf), "--parent-pid", str(os.getpid())],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, preexec_fn=child_setup(live_nice()),
     )
     url = f"http://{cfg.host}:{cfg.port}"
     try:

@@ -291,8 +291,13 @@ class Proxy:
     def validity(self) -> dict[str, Any]:
         """What the proxy measured about the machine (wall seconds): its event loop's lag
         (p50/p99/max over `LAG_TICK_S` ticks), the gaps between good polls of an engine beyond
-        the poll period (p99/max over all engines), and the engines that died."""
+        the poll period (p99/max over all engines), the engines that died, and the proxy's own
+        scheduling priority (niceness and its session's autogroup niceness; `repro.cluster.processes`)."""
+        import os
+
         import numpy as np
+
+        from repro.cluster.processes import priority_of
 
         lags = np.asarray(self.loop_lags or [0.0], dtype=float)
         period = max(self.cfg.poll_interval_s / self.cfg.time_scale, self.cfg.min_poll_wall_s)
@@ -307,6 +312,7 @@ class Proxy:
             "poll_gap_excess_p99_s": float(np.percentile(excess, 99)),
             "poll_gap_excess_max_s": float(excess.max()),
             "deaths": list(self.deaths),
+            "priority": priority_of(os.getpid()),
         }
 
     def health(self) -> dict[str, bool]:
