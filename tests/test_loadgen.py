@@ -210,7 +210,11 @@ def test_cancel_journals_in_flight_as_cancelled_and_nothing_unsent(fake, tmp_pat
 
     async def main():
         task = asyncio.create_task(replay(df, fake.url, journal_path=j, model=MODEL))
-        await asyncio.sleep(0.6)
+        # cancel once the four slow ones are in flight (each answers after 1.5 s), before the rest are due
+        deadline = time.monotonic() + 10.0
+        while sum(1 for e in list(fake.log) if e["rid"].startswith("c-slow")) < 4:
+            assert time.monotonic() < deadline, "the four slow requests were never sent"
+            await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -47,9 +47,13 @@ class Thresholds:
     engine_late_p99_s: float = 0.020
     """Emulated engine step lateness (over all engines' steps; the upper edge of its histogram bucket:
     wall 0.5, 1, 2, 5, 10, 20 ms, ... x K; a backstop). Quiet runs 4-10 ms, distorted runs 10-20 ms."""
-    engine_lost_fraction: float = 0.015
-    """Wall time an emulated engine ran behind its physics (the worst engine; a backstop). Valid
-    quiet runs 0.02-0.14%, distorted runs 0.19-1.3%."""
+    engine_lost_fraction: float = 0.008
+    """Wall time an emulated engine ran behind its physics (the worst engine). Hog experiment: valid
+    quiet runs 0.02-0.14%, distorted runs 0.19-1.3%. README main job, 2026-12-01: its 30 quiet valid
+    runs at most 0.43%; with a one-core hog six runs passed at K = 2 with 0.84-1.41% (and every other
+    measure under its limit) while the same specs at K = 1 agreed with the quiet ones, e.g. Table II's
+    learned router 0.670 at K = 2 against 0.735 quiet and 0.75-0.765 for its siblings at K = 1. The
+    limit was 1.5%; 0.8% flags those six and none of the quiet runs."""
     poll_gap_excess_p99_s: float = 0.050
     """Gap between good ``/metrics`` polls of an engine beyond the poll period (a backstop). Valid
     quiet runs 11-17 ms, distorted runs 18.5-47.5 ms."""
