@@ -28,7 +28,6 @@ CAP_SYS_NICE; without it the processes run at the caller's niceness, and the run
 measures say whether that was enough (docs/VALIDITY.md has the numbers)."""
 
 
-
 def live_nice() -> int | None:
     """The niceness for a live run's processes: ``$REPRO_LIVE_NICE`` (an integer from -20 to 19, or
     ``off`` to leave priorities alone), default `DEFAULT_LIVE_NICE`."""
@@ -67,7 +66,8 @@ def priority_of(pid: int) -> dict[str, int | None]:
     with contextlib.suppress(OSError):
         out["nice"] = os.getpriority(os.PRIO_PROCESS, pid)
     with contextlib.suppress(OSError, ValueError, IndexError):
-        out["autogroup_nice"] = int(open(f"/proc/{pid}/autogroup").read().split("nice")[1])
+        with open(f"/proc/{pid}/autogroup") as f:
+            out["autogroup_nice"] = int(f.read().split("nice")[1])
     return out
 
 
@@ -83,6 +83,13 @@ def child_setup(nice: int | None = None, die_with_us: bool = False) -> Callable[
             die_with_parent()
 
     return setup
+
+
+def orphaned(parent_pid: int) -> bool:
+    """For a child told ``--parent-pid N``: ask to die with the parent (`die_with_parent`), then
+    whether the parent is already gone (this process was re-parented): the caller should exit."""
+    die_with_parent()
+    return os.getppid() != parent_pid
 
 
 def die_with_parent() -> None:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from repro.cluster.processes import die_with_parent
+from repro.cluster.processes import orphaned
 from repro.emulator.engine import EmulatorConfig
 from repro.errors import ConfigError
 
@@ -163,10 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if parent_pid is not None:
-        die_with_parent()
-        if os.getppid() != parent_pid:
-            return 0
+    if parent_pid is not None and orphaned(parent_pid):
+        return 0
     try:
         run_loop(serve(*cfgs))
     except KeyboardInterrupt:

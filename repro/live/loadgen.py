@@ -553,10 +553,9 @@ def _make_cli():
         from repro.workload.traces import Trace, make_trace
 
         if parent_pid is not None:
-            from repro.cluster.processes import die_with_parent
+            from repro.cluster.processes import orphaned
 
-            die_with_parent()
-            if os.getppid() != parent_pid:
+            if orphaned(parent_pid):
                 raise typer.Exit(1)
         if (trace_file is None) == (workload is None):
             raise ConfigError("loadgen: give exactly one of --trace FILE or --workload W (with --rate and -n)")

@@ -66,10 +66,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is no longer our parent")
     args = ap.parse_args(argv)
     if args.parent_pid is not None:
-        from repro.cluster.processes import die_with_parent
+        from repro.cluster.processes import orphaned
 
-        die_with_parent()
-        if os.getppid() != args.parent_pid:
+        if orphaned(args.parent_pid):
             return
     cfg = ProxyConfig.from_json(Path(args.config).read_text())
     if cfg.api_key is None:  # the harness passes the key in the environment, never in a file
