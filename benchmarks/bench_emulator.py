@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from repro.cluster.launchers import launch
-from repro.cluster.processes import LIVE_NICE_ENV, live_nice, set_priority
+from repro.cluster.processes import LIVE_NICE_ENV, live_nice, set_priority, settle_heap
 from repro.emulator.core import EngineCore, Seq
 from repro.emulator.http import RawClient
 from repro.engine.physics import Physics
@@ -395,6 +395,7 @@ async def capacity(args) -> list[dict]:
     rows = []
     for K in args.scales:
         jobs = make_jobs(args.rate, args.duration, seed=7, workload=args.workload)
+        settle_heap()  # as the live processes do: no full collection of the jobs' prompts mid-run
         with launch("2p4d", "emulated", time_scale=K, shared_process=args.shared) as inst:
             urls = [i.url for i in inst]
             before = engine_lateness(urls)

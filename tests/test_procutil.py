@@ -64,3 +64,27 @@ def test_launched_engines_run_at_the_live_niceness(monkeypatch):
         assert prio["nice"] == max(5, mine)
         assert prio["autogroup_nice"] in (None, 5)  # None: no autogroups on this kernel
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the caller is untouched
+
+
+def test_live_servers_settle_their_startup_heap_and_the_caller_does_not(tmp_path):
+    """Engines and the proxy freeze what they allocated while starting (`settle_heap`), so that no
+    full collection of it stalls them mid-run; launching them freezes nothing in the caller."""
+    import gc
+
+    import httpx
+
+    from repro.cluster.launchers import launch
+    from repro.live.proxy.config import Endpoint, ProxyConfig
+    from repro.live.run import free_port, proxy_process
+
+    before = gc.get_freeze_count()
+    with launch("1p1d", "emulated") as instances:
+        frozen = [httpx.get(i.url + "/_emulator/state", trust_env=False).json()["gc_frozen_objects"]
+                  for i in instances]
+        cfg = ProxyConfig(endpoints=[Endpoint(i.name, i.role, i.url) for i in instances],
+                          journal=str(tmp_path / "proxy.jsonl"), port=free_port())
+        with proxy_process(cfg, tmp_path) as url:
+            proxy_frozen = httpx.get(url + "/health", trust_env=False).json()["validity"]["gc_frozen_objects"]
+    assert all(n > 10_000 for n in frozen), frozen  # FastAPI, pydantic, uvicorn, the app
+    assert proxy_frozen > 10_000
+    assert gc.get_freeze_count() == before

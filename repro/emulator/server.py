@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from repro.cluster.processes import orphaned
+from repro.cluster.processes import orphaned, settle_heap
 from repro.emulator.engine import EmulatorConfig
 from repro.errors import ConfigError
 
@@ -94,7 +94,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
 
 
 async def serve(*cfgs: EmulatorConfig) -> None:
-    """Serve every engine of ``cfgs`` in this event loop until a signal stops them."""
+    """Serve every engine of ``cfgs`` in this event loop until a signal stops them (the process's
+    entry: its startup heap is settled first, `repro.cluster.processes.settle_heap`)."""
     import uvicorn
 
     from repro.emulator.app import create_app
@@ -109,6 +110,7 @@ async def serve(*cfgs: EmulatorConfig) -> None:
             configs.append(uvicorn.Config(app, host=cfg.host, port=side, log_level=cfg.log_level,
                                           access_log=False, timeout_graceful_shutdown=1, lifespan="off"))
     servers = [uvicorn.Server(c) for c in configs]
+    settle_heap()
     await asyncio.gather(*(s.serve() for s in servers))
 
 

@@ -53,7 +53,7 @@ import aiohttp
 import numpy as np
 import pandas as pd
 
-from repro.cluster.processes import child_setup, live_nice, run_sync, stop_process
+from repro.cluster.processes import child_setup, live_nice, run_sync, settle_heap, stop_process
 from repro.errors import ConfigError
 from repro.experiment.journal import JournalWriter, empty_row, tpot
 from repro.live.pd_protocol import SSEParser
@@ -258,10 +258,7 @@ async def replay(
             bodies.append(json.dumps(body).encode())
         if progress:
             bar = _Progress(n)
-        # a full collection of everything allocated so far (trace, prompts, imports) would stall
-        # the schedule for tens of ms mid-run: collect now and exempt those objects from later ones
-        gc.collect()
-        gc.freeze()
+        settle_heap()  # a full collection of the trace, prompts and imports would stall the schedule
         froze = True
         loop = asyncio.get_running_loop()
         t0 = loop.time()

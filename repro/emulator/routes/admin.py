@@ -9,6 +9,7 @@ replace the fault switches at run time, see `repro.emulator.faults`).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 
@@ -39,7 +40,8 @@ def register_dev(app: FastAPI) -> None:
 
 
 async def state(request: Request) -> JSONResponse:
-    """Block and queue counts (blocks, requests), pull outcomes and the physics clock (seconds)."""
+    """Block and queue counts (blocks, requests), pull outcomes, the physics clock (seconds), step
+    lateness and the objects exempt from garbage collection (`repro.cluster.processes.settle_heap`)."""
     engine = emulator_state(request).engine
     core = engine.core
     return JSONResponse({
@@ -63,6 +65,7 @@ async def state(request: Request) -> JSONResponse:
         "time_scale": engine.K,
         "step_lateness": {"buckets_wall_s": list(LATENESS_BUCKETS_S), "counts": list(engine.lateness),
                           "lost_wall_s": engine.lost_wall_s},
+        "gc_frozen_objects": gc.get_freeze_count(),  # > 0: the process settled its startup heap
     })
 
 

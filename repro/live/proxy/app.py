@@ -42,13 +42,17 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
 
 
 def serve(cfg: ProxyConfig) -> None:
-    """Run the proxy in this process until interrupted."""
+    """Run the proxy in this process until interrupted (the process's entry: its startup heap is
+    settled first, `repro.cluster.processes.settle_heap`)."""
     import uvicorn
 
+    from repro.cluster.processes import settle_heap
     from repro.live.proxy.core import SERVER_KEEPALIVE_S
 
+    app = create_app(cfg)
+    settle_heap()
     # clients close idle connections first (the load generator after 2 s): no reuse of a closed one
-    uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
                 timeout_keep_alive=SERVER_KEEPALIVE_S)
 
 

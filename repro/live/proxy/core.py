@@ -292,7 +292,9 @@ class Proxy:
         """What the proxy measured about the machine (wall seconds): its event loop's lag
         (p50/p99/max over `LAG_TICK_S` ticks), the gaps between good polls of an engine beyond
         the poll period (p99/max over all engines), the engines that died, and the proxy's own
-        scheduling priority (niceness and its session's autogroup niceness; `repro.cluster.processes`)."""
+        scheduling priority (niceness and its session's autogroup niceness; `repro.cluster.processes`)
+        and the objects its startup exempted from garbage collection (`settle_heap`)."""
+        import gc
         import os
 
         import numpy as np
@@ -313,6 +315,7 @@ class Proxy:
             "poll_gap_excess_max_s": float(excess.max()),
             "deaths": list(self.deaths),
             "priority": priority_of(os.getpid()),
+            "gc_frozen_objects": gc.get_freeze_count(),  # > 0: the process settled its startup heap
         }
 
     def health(self) -> dict[str, bool]:
