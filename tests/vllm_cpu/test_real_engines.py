@@ -24,6 +24,22 @@ def test_gates_pass_on_real_engines(real_instances: list[Instance]) -> None:
     assert len(report["warm_up"].checks) >= 2
 
 
+def test_real_engines_run_nicer_than_the_harness(real_instances: list[Instance]) -> None:
+    """Each real engine leads a session whose niceness (process and Linux autogroup) is the cluster
+    file's ``nice`` (5) above the harness's `live_nice`: its compute yields to the proxy and the
+    load generator, which run at `live_nice` in sessions of their own."""
+    import os
+
+    from repro.cluster.processes import live_nice, priority_of
+
+    harness = live_nice()
+    want = min(19, (os.getpriority(os.PRIO_PROCESS, 0) if harness is None else harness) + 5)
+    for inst in real_instances:
+        prio = priority_of(inst.pid)
+        assert prio["nice"] == want, (inst.name, prio)
+        assert prio["autogroup_nice"] in (None, want), (inst.name, prio)
+
+
 @pytest.mark.parametrize("policy", PAPER_POLICIES)
 def test_every_paper_policy_serves_a_short_run(real_cluster_file, tmp_path, policy: str) -> None:
     spec = RunSpec.from_flat(backend="vllm", cluster=str(real_cluster_file), workload="chat", rate=4.0,
