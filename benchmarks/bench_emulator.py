@@ -23,7 +23,9 @@ lateness and lost time, CPU steal). The highest scale that is valid and whose me
 ``--tolerance`` (5%) is reported. ``--hog N`` runs N busy-loop processes meanwhile (background load);
 ``--shared`` serves every engine from one process (`repro.emulator.server`) instead of one each.
 ``--nice N`` runs the engines and the driver at niceness N (default: the live runs' `live_nice`,
--5; ``off``: unchanged); start it with ``setsid`` so that the driver has a session of its own.
+-5; ``off``: unchanged) and ``--sched rr|normal`` under real-time round-robin or normal scheduling
+(default: the live runs' `live_realtime`, rr; `repro.cluster.processes.enter_live_loop`); start it
+with ``setsid`` so that the driver has a session of its own.
 
     python benchmarks/bench_emulator.py                 # both parts
     python benchmarks/bench_emulator.py --part capacity --scales 1,2,4,8 --hog 1
@@ -47,7 +49,15 @@ from dataclasses import dataclass, field
 import httpx
 
 from repro.cluster.launchers import launch
-from repro.cluster.processes import LIVE_NICE_ENV, live_nice, set_priority, settle_heap
+from repro.cluster.processes import (
+    LIVE_NICE_ENV,
+    LIVE_SCHED_ENV,
+    enter_live_loop,
+    live_nice,
+    live_realtime,
+    policy_name,
+    set_priority,
+)
 from repro.emulator.core import EngineCore, Seq
 from repro.emulator.http import RawClient
 from repro.engine.physics import Physics
@@ -395,7 +405,7 @@ async def capacity(args) -> list[dict]:
     rows = []
     for K in args.scales:
         jobs = make_jobs(args.rate, args.duration, seed=7, workload=args.workload)
-        settle_heap()  # as the live processes do: no full collection of the jobs' prompts mid-run
+        enter_live_loop()  # as the live processes do: settled heap (the jobs' prompts), real-time scheduling
         with launch("2p4d", "emulated", time_scale=K, shared_process=args.shared) as inst:
             urls = [i.url for i in inst]
             before = engine_lateness(urls)
@@ -409,6 +419,8 @@ async def capacity(args) -> list[dict]:
             verdict = judge(time_scale=K, client_lag_p99_s=lags[int(0.99 * (len(lags) - 1))] if lags else None,
                             proxy=None, engine_late_p99_s=late_p99, engine_lost_fraction=lost,
                             cpu_steal_fraction=cpu.steal_fraction())
+            policies = [policy_name(0)] + [httpx.get(i.url + "/_emulator/state", trust_env=False).json()
+                                           .get("priority", {}).get("policy") for i in inst]
             lags = []
             for i in inst:
                 text = httpx.get(i.url + "/metrics", trust_env=False).text
@@ -427,7 +439,8 @@ async def capacity(args) -> list[dict]:
               f"stages (ms, ref/meas): "
               f"prefill {row['stage_prefill_ref'] * 1e3:.1f}/{row['stage_prefill_meas'] * 1e3:.1f}, "
               f"decode-first {row['stage_decode_ref'] * 1e3:.1f}/{row['stage_decode_meas'] * 1e3:.1f}, "
-              f"client gap {row['client_gap'] * 1e3:.1f}; {verdict.line()}",
+              f"client gap {row['client_gap'] * 1e3:.1f}; scheduling at the end (driver, engines): "
+              f"{','.join(str(p) for p in policies)}; {verdict.line()}",
               flush=True)
         if abs(row["ttft_err"]) > 2 * args.tolerance and abs(row["tpot_err"]) > 2 * args.tolerance:
             break  # past what the machine can emulate: higher scales only get worse
@@ -445,7 +458,7 @@ def print_capacity(rows: list[dict], args) -> None:
     tol = args.tolerance
     print(f"\n## 2p4d emulated cluster ({'one shared process' if args.shared else 'one process per engine'}) "
           f"on {os.cpu_count()} CPU cores with {args.hog} busy-loop hog(s), {args.workload} at {rows[0]['rate']:g} "
-          f"requests per physics second; niceness of engines and driver: {args.nice}")
+          f"requests per physics second; engines and driver: niceness {args.nice}, scheduling {args.sched}")
     print("| time scale | requests | failed | mean TTFT ref / meas (ms) | err | p90 TTFT err | "
           "mean TPOT ref / meas (ms) | err | wall s | valid |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -481,11 +494,16 @@ def main(argv=None) -> int:
     ap.add_argument("--nice", default=None,
                     help="niceness of the engines and this driver (default: $REPRO_LIVE_NICE, else -5; 'off': "
                          "leave it); run the script under `setsid` so that the driver's session is its own")
+    ap.add_argument("--sched", default=None, choices=["rr", "normal"],
+                    help="scheduling of the engines and this driver (default: $REPRO_LIVE_SCHED, else rr)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.nice is not None:
         os.environ[LIVE_NICE_ENV] = args.nice
+    if args.sched is not None:
+        os.environ[LIVE_SCHED_ENV] = args.sched
     args.nice = live_nice()
+    args.sched = "rr" if live_realtime() else "normal"
     set_priority(args.nice)
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.concurrency = [int(x) for x in args.concurrency.split(",")]

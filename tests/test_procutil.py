@@ -66,7 +66,7 @@ def test_launched_engines_run_at_the_live_niceness(monkeypatch):
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the caller is untouched
 
 
-def test_live_servers_settle_their_startup_heap_and_the_caller_does_not(tmp_path):
+def test_live_servers_settle_their_startup_heap_and_the_caller_does_not(tmp_path, monkeypatch):
     """Engines and the proxy freeze what they allocated while starting (`settle_heap`), so that no
     full collection of it stalls them mid-run; launching them freezes nothing in the caller."""
     import gc
@@ -77,6 +77,7 @@ def test_live_servers_settle_their_startup_heap_and_the_caller_does_not(tmp_path
     from repro.live.proxy.config import Endpoint, ProxyConfig
     from repro.live.run import free_port, proxy_process
 
+    monkeypatch.delenv("REPRO_LIVE_SCHED", raising=False)
     before = gc.get_freeze_count()
     with launch("1p1d", "emulated") as instances:
         frozen = [httpx.get(i.url + "/_emulator/state", trust_env=False).json()["gc_frozen_objects"]
@@ -85,6 +86,66 @@ def test_live_servers_settle_their_startup_heap_and_the_caller_does_not(tmp_path
                           journal=str(tmp_path / "proxy.jsonl"), port=free_port())
         with proxy_process(cfg, tmp_path) as url:
             proxy_frozen = httpx.get(url + "/health", trust_env=False).json()["validity"]["gc_frozen_objects"]
+        policies = [httpx.get(i.url + "/_emulator/state", trust_env=False).json()["priority"]["policy"]
+                    for i in instances]
     assert all(n > 10_000 for n in frozen), frozen  # FastAPI, pydantic, uvicorn, the app
     assert proxy_frozen > 10_000
+    # each serves under real-time round-robin where this machine allows it ($REPRO_LIVE_SCHED=rr)
+    assert policies == ["rr" if _can_run_realtime() else "other"] * 2
     assert gc.get_freeze_count() == before
+
+
+def _can_run_realtime() -> bool:
+    import subprocess
+    import sys
+
+    probe = "import os; os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+_HOG_THEN_REPORT = """
+import json, os, subprocess, sys, time
+from repro.cluster.processes import enter_live_loop, policy_name
+first = enter_live_loop()
+# a child started meanwhile runs under normal scheduling (and is not killed by the inherited guard)
+child = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
+                       capture_output=True, text=True).stdout.strip()
+t = time.process_time()
+while time.process_time() - t < 1.6:  # computes past RTTIME_GUARD_S without sleeping
+    pass
+time.sleep(0.01)
+print(json.dumps([first, policy_name(0), int(child) == os.SCHED_OTHER]))
+"""
+
+
+@pytest.mark.parametrize("sched", ["rr", "normal"])
+def test_enter_live_loop_runs_real_time_and_a_hogging_process_drops_back(monkeypatch, sched):
+    """`enter_live_loop` puts a live process under SCHED_RR where allowed ($REPRO_LIVE_SCHED=rr, the
+    default), and the RLIMIT_RTTIME guard returns it to normal scheduling once it computes longer
+    than `RTTIME_GUARD_S` without sleeping; ``normal`` leaves it alone."""
+    import json
+    import subprocess
+    import sys
+
+    from repro.cluster.processes import LIVE_SCHED_ENV
+
+    monkeypatch.setenv(LIVE_SCHED_ENV, sched)
+    out = subprocess.run([sys.executable, "-c", _HOG_THEN_REPORT], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    first, after, child = json.loads(out.stdout)
+    assert first == ("rr" if sched == "rr" and _can_run_realtime() else "other")
+    assert after == "other"
+    assert child is True
+
+
+def test_live_sched_names_the_variable_when_wrong(monkeypatch):
+    from repro.cluster.processes import LIVE_SCHED_ENV, live_realtime
+    from repro.errors import ConfigError
+
+    monkeypatch.setenv(LIVE_SCHED_ENV, "fifo")
+    with pytest.raises(ConfigError, match=r"REPRO_LIVE_SCHED.*'rr' or 'normal'.*'fifo'"):
+        live_realtime()
+    monkeypatch.setenv(LIVE_SCHED_ENV, " RR ")
+    assert live_realtime()
+    monkeypatch.delenv(LIVE_SCHED_ENV)
+    assert live_realtime()

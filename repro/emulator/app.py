@@ -69,8 +69,14 @@ class EngineGate:
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Run the engine's step loop while the (main) server runs."""
+    """Run the engine's step loop while the (main) server runs; in an engine process
+    (``app.state.live_process``, set by `repro.emulator.server.serve`) enter the live loop first
+    (`repro.cluster.processes.enter_live_loop`: settled heap, real-time scheduling)."""
     engine: AsyncEngine = app.state.engine
+    if getattr(app.state, "live_process", False):
+        from repro.cluster.processes import enter_live_loop
+
+        enter_live_loop()
     await engine.start()
     try:
         yield

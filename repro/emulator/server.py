@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from repro.cluster.processes import orphaned, settle_heap
+from repro.cluster.processes import orphaned
 from repro.emulator.engine import EmulatorConfig
 from repro.errors import ConfigError
 
@@ -95,7 +95,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> EmulatorConfig:
 
 async def serve(*cfgs: EmulatorConfig) -> None:
     """Serve every engine of ``cfgs`` in this event loop until a signal stops them (the process's
-    entry: its startup heap is settled first, `repro.cluster.processes.settle_heap`)."""
+    entry: each app's lifespan calls `repro.cluster.processes.enter_live_loop` once serving)."""
     import uvicorn
 
     from repro.emulator.app import create_app
@@ -103,6 +103,7 @@ async def serve(*cfgs: EmulatorConfig) -> None:
     configs = []
     for cfg in cfgs:
         app = create_app(cfg)
+        app.state.live_process = True  # its lifespan enters the live loop (heap, scheduling)
         configs.append(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
                                       access_log=False, timeout_graceful_shutdown=1, lifespan="on"))
         side = app.state.side_channel_port
@@ -110,7 +111,6 @@ async def serve(*cfgs: EmulatorConfig) -> None:
             configs.append(uvicorn.Config(app, host=cfg.host, port=side, log_level=cfg.log_level,
                                           access_log=False, timeout_graceful_shutdown=1, lifespan="off"))
     servers = [uvicorn.Server(c) for c in configs]
-    settle_heap()
     await asyncio.gather(*(s.serve() for s in servers))
 
 

@@ -53,7 +53,15 @@ import aiohttp
 import numpy as np
 import pandas as pd
 
-from repro.cluster.processes import child_setup, live_nice, run_sync, settle_heap, stop_process
+from repro.cluster.processes import (
+    child_setup,
+    enter_live_loop,
+    live_nice,
+    policy_name,
+    run_sync,
+    settle_heap,
+    stop_process,
+)
 from repro.errors import ConfigError
 from repro.experiment.journal import JournalWriter, empty_row, tpot
 from repro.live.pd_protocol import SSEParser
@@ -90,6 +98,7 @@ class ReplayReport:
     keeping_up: bool = True
     cancelled: bool = False
     reasons: dict[str, int] = field(default_factory=dict)
+    sched_policy: str | None = None  # the replaying thread's scheduling policy when it started sending
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -204,8 +213,14 @@ async def replay(
     lag_threshold_s: float = DEFAULT_LAG_THRESHOLD_S,
     prompts: Sequence[str] | None = None,
     extra_body: dict[str, Any] | None = None,
+    live_process: bool = False,
 ) -> ReplayReport:
     """Replay ``trace`` open-loop against ``url``; journal every request; return the report.
+
+    ``live_process``: this process is a load generator of its own (``python -m
+    repro.live.loadgen``): once the requests are prepared it enters the live loop
+    (`repro.cluster.processes.enter_live_loop`: real-time scheduling); otherwise (a notebook, a
+    test) only the heap is settled for the replay.
 
     ``prompts`` (optional) replaces the rendered prompt texts (one per request).
     On cancellation (Ctrl-C) every request in flight is journaled as failed ("cancelled") and the
@@ -258,7 +273,8 @@ async def replay(
             bodies.append(json.dumps(body).encode())
         if progress:
             bar = _Progress(n)
-        settle_heap()  # a full collection of the trace, prompts and imports would stall the schedule
+        # a full collection of the trace, prompts and imports would stall the schedule
+        report.sched_policy = enter_live_loop() if live_process else (settle_heap() or policy_name(0))
         froze = True
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -567,7 +583,7 @@ def _make_cli():
         try:
             rep = replay_sync(trace, url, journal_path=journal, path=path, time_scale=time_scale, model=model,
                               api_key=api_key, timeout_s=timeout_s, slo_header=not no_slo_header, progress=progress,
-                              lag_threshold_s=lag_threshold_ms / 1e3)
+                              lag_threshold_s=lag_threshold_ms / 1e3, live_process=True)
         except KeyboardInterrupt:
             typer.echo(f"interrupted: requests in flight were journaled as failed (cancelled) in {journal}", err=True)
             raise typer.Exit(130) from None

@@ -16,6 +16,7 @@ import os
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from repro.cluster.processes import priority_of
 from repro.emulator.engine import LATENESS_BUCKETS_S
 from repro.emulator.faults import Faults
 from repro.emulator.routes.errors import error_response
@@ -66,6 +67,7 @@ async def state(request: Request) -> JSONResponse:
         "step_lateness": {"buckets_wall_s": list(LATENESS_BUCKETS_S), "counts": list(engine.lateness),
                           "lost_wall_s": engine.lost_wall_s},
         "gc_frozen_objects": gc.get_freeze_count(),  # > 0: the process settled its startup heap
+        "priority": priority_of(os.getpid()),  # scheduling policy and niceness (repro.cluster.processes)
     })
 
 

@@ -22,8 +22,14 @@ from repro.live.proxy.routes import ROUTES
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Start the app's proxy (engine client, pollers) while the app serves; stop it after."""
+    """Start the app's proxy (engine client, pollers) while the app serves; stop it after. In the
+    proxy process (``app.state.live_process``, set by `serve`) enter the live loop first
+    (`repro.cluster.processes.enter_live_loop`: settled heap, real-time scheduling)."""
     proxy: Proxy = app.state.proxy
+    if getattr(app.state, "live_process", False):
+        from repro.cluster.processes import enter_live_loop
+
+        enter_live_loop()
     proxy.start()
     try:
         yield
@@ -42,15 +48,14 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
 
 
 def serve(cfg: ProxyConfig) -> None:
-    """Run the proxy in this process until interrupted (the process's entry: its startup heap is
-    settled first, `repro.cluster.processes.settle_heap`)."""
+    """Run the proxy in this process until interrupted (the process's entry: the lifespan enters the
+    live loop, `repro.cluster.processes.enter_live_loop`)."""
     import uvicorn
 
-    from repro.cluster.processes import settle_heap
     from repro.live.proxy.core import SERVER_KEEPALIVE_S
 
     app = create_app(cfg)
-    settle_heap()
+    app.state.live_process = True
     # clients close idle connections first (the load generator after 2 s): no reuse of a closed one
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
                 timeout_keep_alive=SERVER_KEEPALIVE_S)
