@@ -149,3 +149,35 @@ def test_live_sched_names_the_variable_when_wrong(monkeypatch):
     assert live_realtime()
     monkeypatch.delenv(LIVE_SCHED_ENV)
     assert live_realtime()
+
+
+def test_terminate_pids_ends_the_group_of_a_leader_that_already_died():
+    """An engine killed mid-run (SIGKILL, a crash) leaves its own children (vLLM's EngineCore and
+    workers) in its process group: stopping the cluster must end them too."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from repro.cluster.processes import group_alive, terminate_pids
+
+    code = ("import subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            "print('up', flush=True)\n"
+            "time.sleep(600)\n")
+    leader = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        assert leader.stdout.readline().strip() == "up"
+        os.kill(leader.pid, signal.SIGKILL)
+        leader.wait()
+        assert group_alive(leader.pid)  # the child lives on without its leader
+        terminate_pids([leader.pid], timeout=5.0, procs={leader.pid: leader})
+        deadline = time.monotonic() + 5.0
+        while group_alive(leader.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not group_alive(leader.pid)
+    finally:
+        if group_alive(leader.pid):
+            os.killpg(leader.pid, signal.SIGKILL)
+        leader.stdout.close()

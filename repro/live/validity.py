@@ -57,9 +57,13 @@ class Thresholds:
     poll_gap_excess_p99_s: float = 0.050
     """Gap between good ``/metrics`` polls of an engine beyond the poll period (a backstop). Valid
     quiet runs 11-17 ms, distorted runs 18.5-47.5 ms."""
-    cpu_steal_fraction: float = 0.05
-    """CPU time the hypervisor took from this machine (none was seen here: < 0.1% in every run; the
-    limit is a guess, not a measurement)."""
+    cpu_steal_fraction: float = 0.15
+    """CPU time the hypervisor took from this machine (a backstop: steal slows the whole machine, and
+    what that does to a run shows in the lags and lateness above). The first limit, 5%, was a guess;
+    on 2026-12-01 the host got busy during the README main job and two runs were stopped on steal
+    alone (6.4-10.1%, every other measure far under its limit: client lag 2.7-3.5 ms at K = 1), and
+    their last attempts scored what the same specs scored at K = 1 without steal (0.615 vs 0.61,
+    0.76 vs 0.755). No run has yet been seen distorted by steal; 15% is above the most seen clean."""
 
 
 DEFAULT_THRESHOLDS = Thresholds()
