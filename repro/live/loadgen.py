@@ -274,7 +274,11 @@ async def replay(
         if progress:
             bar = _Progress(n)
         # a full collection of the trace, prompts and imports would stall the schedule
-        report.sched_policy = enter_live_loop() if live_process else (settle_heap() or policy_name(0))
+        if live_process:
+            report.sched_policy = enter_live_loop()
+        else:
+            settle_heap()
+            report.sched_policy = policy_name(0)
         froze = True
         loop = asyncio.get_running_loop()
         t0 = loop.time()
