@@ -19,7 +19,8 @@ seed 7) through the two-step P/D flow (this script is its own minimal round-robi
 increasing time scales. For each scale the per-request client TTFT and TPOT are compared with a
 virtual-clock replay of every engine fed the measured arrival times, and the run gets the live
 harness's validity verdict (`repro.live.validity.judge`: this driver's send lag, the engines' step
-lateness and lost time, CPU steal). The highest scale that is valid and whose mean errors stay within
+lateness and lost time, CPU steal, and the harness latency: here the median of measured minus
+replayed TTFT, of which K adds (K - 1) / K). The highest scale that is valid and whose mean errors stay within
 ``--tolerance`` (5%) is reported. ``--hog N`` runs N busy-loop processes meanwhile (background load);
 ``--shared`` serves every engine from one process (`repro.emulator.server`) instead of one each.
 ``--nice N`` runs the engines and the driver at niceness N (default: the live runs' `live_nice`,
@@ -393,6 +394,7 @@ def analyse(jobs: list[Job], t0: float, K: float, phys: Physics) -> dict:
         ttft_p90_meas=pct(mt, 0.9), ttft_p90_ref=pct(rt, 0.9),
         tpot_meas=statistics.mean(mo), tpot_ref=statistics.mean(ro),
         ttft_err=statistics.mean(mt) / statistics.mean(rt) - 1,
+        ttft_excess_p50=statistics.median(m - r for m, r in zip(mt, rt, strict=True)),
         ttft_p90_err=pct(mt, 0.9) / pct(rt, 0.9) - 1,
         tpot_err=statistics.mean(mo) / statistics.mean(ro) - 1,
     )
@@ -415,22 +417,24 @@ async def capacity(args) -> list[dict]:
             t0 = await drive_cluster(inst, jobs, K)
             wall = time.monotonic() - t_start
             late_p99, lost = lateness_between(before, engine_lateness(urls), wall)
+            steal = cpu.steal_fraction()
             lags = sorted(j.res.send - j.res.planned for j in jobs if j.res.planned)
-            verdict = judge(time_scale=K, client_lag_p99_s=lags[int(0.99 * (len(lags) - 1))] if lags else None,
-                            proxy=None, engine_late_p99_s=late_p99, engine_lost_fraction=lost,
-                            cpu_steal_fraction=cpu.steal_fraction())
             policies = [policy_name(0)] + [httpx.get(i.url + "/_emulator/state", trust_env=False).json()
                                            .get("priority", {}).get("policy") for i in inst]
-            lags = []
+            step_lags = []
             for i in inst:
                 text = httpx.get(i.url + "/metrics", trust_env=False).text
                 cnt = float(_metric(text, "emulator:scheduler_lag_seconds_count"))
                 tot = float(_metric(text, "emulator:scheduler_lag_seconds_sum"))
                 over = cnt - float(_metric(text, 'emulator:scheduler_lag_seconds_bucket', 'le="0.005"'))
-                lags.append(f"{i.name}: mean {tot / max(cnt, 1) * 1e3:.2f} ms, >5ms {int(over)}/{int(cnt)}")
+                step_lags.append(f"{i.name}: mean {tot / max(cnt, 1) * 1e3:.2f} ms, >5ms {int(over)}/{int(cnt)}")
             if args.verbose:
-                print("   lag (physics):", "; ".join(lags))
+                print("   lag (physics):", "; ".join(step_lags))
         row = analyse(jobs, t0, K, phys)
+        # the harness latency: measured TTFT minus the physics replay's, median (physics s)
+        verdict = judge(time_scale=K, client_lag_p99_s=lags[int(0.99 * (len(lags) - 1))] if lags else None,
+                        proxy=None, engine_late_p99_s=late_p99, engine_lost_fraction=lost, cpu_steal_fraction=steal,
+                        harness_latency_p50_s=row["ttft_excess_p50"])
         row.update(scale=K, wall_s=wall, rate=args.rate, valid=verdict.valid, reasons=verdict.reasons,
                    measured=verdict.measured)
         rows.append(row)
@@ -460,8 +464,8 @@ def print_capacity(rows: list[dict], args) -> None:
           f"on {os.cpu_count()} CPU cores with {args.hog} busy-loop hog(s), {args.workload} at {rows[0]['rate']:g} "
           f"requests per physics second; engines and driver: niceness {args.nice}, scheduling {args.sched}")
     print("| time scale | requests | failed | mean TTFT ref / meas (ms) | err | p90 TTFT err | "
-          "mean TPOT ref / meas (ms) | err | wall s | valid |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "mean TPOT ref / meas (ms) | err | harness latency p50 / added (ms) | wall s | valid |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     best = None
     for r in rows:
         ok = abs(r["ttft_err"]) <= tol and abs(r["tpot_err"]) <= tol and r["errors"] == 0 and r["valid"]
@@ -469,7 +473,8 @@ def print_capacity(rows: list[dict], args) -> None:
             best = r["scale"]
         print(f"| {r['scale']:g} | {r['n']} | {r['errors']} | {r['ttft_ref'] * 1e3:.1f} / {r['ttft_meas'] * 1e3:.1f} | "
               f"{r['ttft_err'] * 100:+.1f}% | {r['ttft_p90_err'] * 100:+.1f}% | {r['tpot_ref'] * 1e3:.2f} / "
-              f"{r['tpot_meas'] * 1e3:.2f} | {r['tpot_err'] * 100:+.1f}% | {r['wall_s']:.1f} | "
+              f"{r['tpot_meas'] * 1e3:.2f} | {r['tpot_err'] * 100:+.1f}% | {r['ttft_excess_p50'] * 1e3:.1f} / "
+              f"{r['measured']['harness_added_latency_s'] * 1e3:.1f} | {r['wall_s']:.1f} | "
               f"{'yes' if r['valid'] else 'no: ' + '; '.join(r['reasons'])} |")
     print(f"\nhighest valid time scale with |mean TTFT err| and |mean TPOT err| <= {tol * 100:.0f}%: "
           f"{best if best is not None else 'none in the sweep'}")

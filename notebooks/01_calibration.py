@@ -30,7 +30,7 @@ scale: str = "quick"  # quick | full
 seeds: list = [1, 2, 3]  # benchmark noise seed (the first is used)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 1p1d)
 budget_s: float = 60.0  # live benchmark budget in physics seconds at quick scale (full: 300)
-time_scale: float = 2.0  # emulated engines run physics this many times faster than the wall clock
+time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)
 results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
 figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
 

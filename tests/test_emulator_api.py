@@ -161,6 +161,29 @@ def test_reference_proxy_flow_every_field(cluster, api):
     assert d_state["pulls_ok"] >= 1 and d_state["used_blocks"] == 0
 
 
+def test_each_engine_reports_its_physics_times_per_request_and_the_kv_transfer_still_takes_its_time(cluster):
+    P, D = url(cluster, "prefill-0"), url(cluster, "decode-0")
+    phys = Physics.load()
+    rid = f"times-{uuid.uuid4().hex[:8]}"
+    prompt = f"{rid} " + "a long and unique prompt about rivers and stones " * 60  # no prefix-cache hit
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 4, "ignore_eos": True, "temperature": 0}
+    with httpx.Client(trust_env=False, timeout=30) as c:
+        pre = c.post(P + "/v1/completions", json=toy_proxy_prefill_body(body), headers={"X-Request-Id": rid}).json()
+        n = pre["usage"]["prompt_tokens"]
+        c.post(D + "/v1/completions", json=dict(body, kv_transfer_params=pre["kv_transfer_params"]),
+               headers={"X-Request-Id": rid}).raise_for_status()
+        p_rec = [r for r in c.get(P + "/_emulator/requests").json()["requests"] if r["request_id"] == rid]
+        d_rec = [r for r in c.get(D + "/_emulator/requests").json()["requests"] if r["request_id"] == rid]
+    assert len(p_rec) == 1 and len(d_rec) == 1
+    p_rec, d_rec = p_rec[0], d_rec[0]
+    assert p_rec["prefill_only"] and p_rec["state"] == "finished" and not d_rec["prefill_only"]
+    # physics seconds on each engine's clock: the prefill took its compute time, and the decode's
+    # first token came no sooner than the KV transfer (timed from the decode engine's read) allows
+    assert p_rec["finish_s"] - p_rec["arrival_s"] >= phys.prefill_request_time_s(n) * 0.999
+    assert d_rec["first_token_s"] - d_rec["arrival_s"] >= phys.transfer_time_s(n) * 0.999
+    assert d_rec["finish_s"] > d_rec["first_token_s"]
+
+
 def test_null_kv_params_prefill_locally(cluster):
     D = url(cluster, "decode-0")
     before = state(D)["pulls_ok"]

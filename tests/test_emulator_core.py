@@ -273,6 +273,16 @@ def test_greedy_outputs_are_pure_functions_and_diverge_differs():
     assert d.token_ids(0, 20) != a.token_ids(0, 20)
 
 
+def test_short_spans_computed_one_by_one_equal_the_block_computation():
+    for k in range(40):
+        fresh = OutputFunction(prompt_seed([k, 3]), salt=k % 3, diverge=k % 2 == 1)
+        blocked = OutputFunction(prompt_seed([k, 3]), salt=k % 3, diverge=k % 2 == 1)
+        blocked.indices(0, 300)  # computed in blocks and kept
+        for a, b in ((0, 1), (0, 8), (3, 8), (1, 2)):
+            assert fresh.indices(a, b) == blocked.indices(a, b)
+        assert not fresh._idx  # short spans are not kept
+
+
 def test_output_text_retokenizes_to_the_same_ids():
     out = OutputFunction(prompt_seed([5, 6, 7]))
     text = out.text(0, 200)

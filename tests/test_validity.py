@@ -8,7 +8,14 @@ import pytest
 from repro.errors import RunInvalid
 from repro.experiment import runner
 from repro.experiment.spec import RunSpec
-from repro.live.validity import CpuSampler, Thresholds, judge, lateness_between, time_scales_to_try
+from repro.live.validity import (
+    CpuSampler,
+    Thresholds,
+    harness_latency,
+    judge,
+    lateness_between,
+    time_scales_to_try,
+)
 
 
 def test_time_scales_halve_down_to_one_then_retry_once_at_one():
@@ -32,6 +39,37 @@ def test_lags_are_judged_in_physics_seconds():
                                                       "cpu_steal_fraction"]
     assert not judge(time_scale=1, client_lag_p99_s=float("nan"), proxy=None, engine_late_p99_s=None,
                      engine_lost_fraction=None, cpu_steal_fraction=None).valid
+
+
+def test_harness_latency_is_client_ttft_minus_time_in_the_engines():
+    client = pd.DataFrame({"request_id": ["a", "b", "c", "d"], "status": ["ok", "ok", "failed", "ok"],
+                           "ttft_s": [0.300, 0.200, float("nan"), 0.5]})
+    records = {
+        "p0": [{"request_id": "a", "prefill_only": True, "arrival_s": 10.0, "finish_s": 10.2, "first_token_s": 10.2},
+               {"request_id": "b", "prefill_only": True, "arrival_s": 11.0, "finish_s": 11.1, "first_token_s": 11.1},
+               {"request_id": "c", "prefill_only": True, "arrival_s": 12.0, "finish_s": 12.1, "first_token_s": 12.1}],
+        "d0": [{"request_id": "a", "prefill_only": False, "arrival_s": 5.0, "first_token_s": 5.09, "finish_s": 9.0},
+               {"request_id": "b", "prefill_only": False, "arrival_s": 6.0, "first_token_s": 6.07, "finish_s": 7.0},
+               # d never reached a decode engine; gate requests (other ids) are ignored
+               {"request_id": "gate-1", "prefill_only": False, "arrival_s": 1.0, "first_token_s": 1.1,
+                "finish_s": 1.2}],
+    }
+    lat = harness_latency(client, records)
+    # a: 0.300 - 0.2 - 0.09 = 0.010; b: 0.200 - 0.1 - 0.07 = 0.030
+    assert lat["n"] == 2 and lat["mean_s"] == pytest.approx(0.020) and lat["p50_s"] == pytest.approx(0.020)
+    assert harness_latency(client, {}) is None  # real engines: not measured
+
+
+def test_only_what_the_time_scale_adds_to_the_harness_latency_is_judged():
+    t = Thresholds(harness_added_latency_s=0.003)
+    kw = dict(client_lag_p99_s=0.001, proxy=None, engine_late_p99_s=None, engine_lost_fraction=None,
+              cpu_steal_fraction=None, thresholds=t)
+    at1 = judge(time_scale=1, harness_latency_p50_s=0.006, **kw)  # what any run has: not judged
+    assert at1.valid and at1.measured["harness_added_latency_s"] == 0.0
+    at2 = judge(time_scale=2, harness_latency_p50_s=0.010, **kw)  # 5 ms wall: 10 ms physics, 5 ms of it added
+    assert not at2.valid and at2.reasons == ["harness_added_latency_s = 0.005 s > 0.003 s"]
+    assert judge(time_scale=2, harness_latency_p50_s=0.004, **kw).valid
+    assert judge(time_scale=4, harness_latency_p50_s=None, **kw).measured["harness_added_latency_s"] is None
 
 
 def test_lateness_between_two_snapshots():

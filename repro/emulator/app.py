@@ -1,6 +1,7 @@
 """The emulated engine's HTTP API: vLLM 0.12's OpenAI-compatible server, P/D with NixlConnector.
 
-`create_app` assembles one FastAPI app from the route modules of `repro.emulator.routes`:
+`create_app` assembles one FastAPI app from the route modules of `repro.emulator.routes`
+(the hot ones, `HOT_ROUTES`, answered by `repro.asgi.HotRoutes` without FastAPI's router):
 
 - `repro.emulator.routes.completions`: ``POST /v1/completions``, ``POST /v1/chat/completions``
   (streaming SSE and not), with `repro.emulator.routes.params` validating the bodies.
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from repro.asgi import HotRoutes
 from repro.emulator.engine import AsyncEngine, EmulatorConfig
 from repro.emulator.routes import admin, completions, kv_transfer, service
 from repro.emulator.routes.state import EmulatorState
@@ -67,6 +69,15 @@ class EngineGate:
         await self.inner(scope, receive, send)
 
 
+# every request of a live run passes three of these, and the proxy polls /metrics every few ms
+HOT_ROUTES = {
+    ("POST", "/v1/completions"): completions.completions,
+    ("POST", "/v1/chat/completions"): completions.chat_completions,
+    ("POST", kv_transfer.NIXL_READ_PATH): kv_transfer.nixl_read,
+    ("GET", "/metrics"): service.metrics,
+}
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Run the engine's step loop while the (main) server runs; in an engine process
@@ -95,6 +106,7 @@ def create_app(cfg: EmulatorConfig, engine: AsyncEngine | None = None) -> FastAP
     app.state.emulator = state
     app.state.engine = state.engine
     app.state.side_channel_port = state.side_port
+    app.add_middleware(HotRoutes, hot=HOT_ROUTES)  # inside the gate: a hung engine answers nothing
     app.add_middleware(EngineGate, state=state)
     completions.register(app)
     service.register(app)

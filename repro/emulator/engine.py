@@ -27,6 +27,7 @@ import signal
 import time
 import uuid
 from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +109,7 @@ class EmulatorConfig:
 
 _EARLY_WAKE_S = 0.0005
 LOCAL_ENGINES: dict[str, AsyncEngine] = {}  # engine id -> a running engine of this process
+REQUEST_LOG_MAX = 200_000  # finished requests an engine remembers (oldest dropped first)
 LATENESS_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)  # wall s
 
 
@@ -115,7 +117,7 @@ class AsyncEngine:
     """EngineCore + wall clock + the KV pull client.
 
     ``K`` is the time scale; `now` and every time the core sees are physics seconds;
-    ``pull_timeout_s`` is wall seconds on top of a pull's scaled transfer time.
+    ``pull_timeout_s`` is the wall seconds a KV read's answer may take (the transfer time comes on top).
     """
 
     def __init__(self, cfg: EmulatorConfig, physics: Physics | None = None):
@@ -165,6 +167,7 @@ class AsyncEngine:
         self._running = asyncio.Event()  # cleared while the engine hangs
         self._running.set()
         self._fault_change: asyncio.Event | None = None
+        self.requests: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_MAX)  # finished requests (`log_request`)
         self.lateness = [0] * (len(LATENESS_BUCKETS_S) + 1)  # steps per wall-lateness bucket (last: +Inf)
         self.lost_wall_s = 0.0  # wall s the step clock gave up by re-anchoring
         self._arm(self.faults, at_start=True)
@@ -260,6 +263,14 @@ class AsyncEngine:
         self.core.add(seq)
         self._wake.set()
 
+    def log_request(self, request_id: str, seq: Seq) -> None:
+        """Remember a completion request's physics times (``GET /_emulator/requests``; the harness
+        subtracts them from the client's TTFT: `repro.live.validity.harness_latency`)."""
+        self.requests.append({
+            "request_id": request_id, "prefill_only": seq.prefill_only, "state": seq.state,
+            "arrival_s": seq.arrival, "first_token_s": seq.first_token_t, "finish_s": seq.finish_t,
+        })
+
     def abort(self, seq: Seq) -> None:
         """Drop ``seq`` wherever it is (the client went away) and free its blocks."""
         self.core.abort(seq, self.now())
@@ -341,13 +352,20 @@ class AsyncEngine:
                 "duration_s": self.physics.transfer_time_s(seq.transfer_tokens),
                 "requester_engine_id": self.engine_id,
             }
-            wall = body["duration_s"] / self.K + self.pull_timeout_s
+            # The transfer starts now and ends duration/K wall seconds later; the prefill engine
+            # accepts (or refuses) the read at once, so the HTTP round trip overlaps the transfer
+            # instead of adding to it (x K in physics).
+            done_at = time.monotonic() + body["duration_s"] / self.K
             local = LOCAL_ENGINES.get(str(params["remote_engine_id"]))
             if local is not None and local is not self:
-                status, _ = await asyncio.wait_for(local.read_locally(body), wall)
+                status, _ = await asyncio.wait_for(local.read_locally(body), self.pull_timeout_s)
             else:
-                status, _ = await asyncio.wait_for(self._client.post_json(url, body), wall)
+                status, _ = await asyncio.wait_for(self._client.post_json(url, body), self.pull_timeout_s)
             ok = status == 200
+            if ok:
+                rest = done_at - time.monotonic()
+                if rest > 0:
+                    await asyncio.sleep(rest)
         except Exception:
             ok = False
         if seq.state == PULLING:
@@ -367,7 +385,9 @@ class AsyncEngine:
         return await self.serve_read(body)
 
     async def serve_read(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """Handle a decode engine's KV read of a held request."""
+        """Handle a decode engine's KV read of a held request: refused (404/409) or accepted at
+        once (200); the blocks stay held for the transfer time (``duration_s`` physics s, / K wall)
+        from now. The reader times the transfer from its own send."""
         if body.get("remote_engine_id") != self.engine_id:
             return 404, {"error": f"engine id {body.get('remote_engine_id')!r} is not this engine ({self.engine_id!r})"}
         rid = body.get("remote_request_id")
@@ -389,18 +409,22 @@ class AsyncEngine:
         del self.core.handoffs[rid]
         self.reading[rid] = seq
         try:
-            duration = float(body.get("duration_s") or 0.0)
-            if duration > 0:
-                await asyncio.sleep(duration / self.K)
-        finally:
-            self.reading.pop(rid, None)
-            if self.faults.kv_hold:  # the leak: the blocks stay allocated for good
-                self.held_forever.append(seq)
-            else:
-                self.core.pool.release(seq.blocks)
-                seq.blocks = []
-            self._wake.set()
+            duration = max(0.0, float(body.get("duration_s") or 0.0))
+        except (TypeError, ValueError):
+            duration = 0.0
+        # accepted now; the blocks stay held until the transfer is over (duration / K wall s)
+        asyncio.get_running_loop().call_later(duration / self.K, self._read_done, rid, seq)
         return 200, {"ok": True, "num_blocks": len(blocks or []), "request_id": rid}
+
+    def _read_done(self, rid: str, seq: Seq) -> None:
+        """A KV read's transfer time has passed: free the blocks (kept for good under ``kv-hold``)."""
+        self.reading.pop(rid, None)
+        if self.faults.kv_hold:  # the leak: the blocks stay allocated for good
+            self.held_forever.append(seq)
+        else:
+            self.core.pool.release(seq.blocks)
+            seq.blocks = []
+        self._wake.set()
 
 
 def prompt_digest(ids: list[int]) -> str:

@@ -78,6 +78,7 @@ def _mix_array(x: np.ndarray) -> np.ndarray:
 
 
 _BLOCK = 256  # positions whose tokens are computed at once
+_FEW = 8  # up to this many positions from the start are computed one by one (and not kept)
 
 
 def prompt_seed(token_ids: Sequence[int]) -> int:
@@ -104,6 +105,8 @@ class OutputFunction:
         """``[index(p) for p in range(start, stop)]``, computed `_BLOCK` positions at a time and kept
         (a streamed answer asks for its tokens a few at a time)."""
         idx = self._idx
+        if not idx and stop <= _FEW:  # a prefill's one token, a short answer: no block needed
+            return [self.index(p) for p in range(start, stop)]
         while len(idx) < stop:
             a = len(idx)
             pos = np.arange(a, a + _BLOCK, dtype=np.uint64)

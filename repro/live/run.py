@@ -43,7 +43,14 @@ from repro.experiment.journal import FIELD_NAMES, frame, write_frame
 from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import AccountingError, check_accounting
 from repro.live.proxy.config import API_KEY_ENV, Endpoint, ProxyConfig
-from repro.live.validity import CpuSampler, engine_lateness, judge, lateness_between
+from repro.live.validity import (
+    CpuSampler,
+    engine_lateness,
+    engine_requests,
+    harness_latency,
+    judge,
+    lateness_between,
+)
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -187,12 +194,19 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
             wall = time.monotonic() - t
             proxy_validity = httpx.get(url + "/health", timeout=10.0).json().get("validity")
         late_p99, lost = lateness_between(engines_before, engine_lateness(urls), wall)
+        client = read_journal(client_path)
+        records = engine_requests(urls)  # {} on real engines
+        if records:  # each engine's own physics times of every request it served
+            names = {i.url: i.name for i in instances}
+            (run_dir / "engine_requests.json").write_text(json.dumps({names[u]: r for u, r in records.items()}))
+        latency = harness_latency(client, records)  # None on real engines
         verdict = judge(time_scale=spec.live.time_scale, client_lag_p99_s=report.lag_p99_s, proxy=proxy_validity,
                         engine_late_p99_s=late_p99, engine_lost_fraction=lost,
-                        cpu_steal_fraction=cpu.steal_fraction())
+                        cpu_steal_fraction=cpu.steal_fraction(),
+                        harness_latency_p50_s=None if latency is None else latency["p50_s"])
         (run_dir / "validity.json").write_text(json.dumps(
-            {**verdict.to_dict(), "proxy": proxy_validity, "wall_s": wall}, indent=2, default=str))
-    client = read_journal(client_path)
+            {**verdict.to_dict(), "proxy": proxy_validity, "harness_latency": latency, "wall_s": wall},
+            indent=2, default=str))
     proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])
     check_live_accounting(report, client, proxy)
     merged = merge_journals(client, proxy, trace.df)

@@ -1,6 +1,8 @@
 """Emulator-only introspection and vLLM's dev-mode endpoints.
 
-Always: ``GET /_emulator/state`` (allocator and queue state, for tests) and ``GET /_emulator/info``.
+Always: ``GET /_emulator/state`` (allocator and queue state, for tests), ``GET /_emulator/requests``
+(each finished request's physics times: the harness measures its own latency with them) and
+``GET /_emulator/info``.
 Only with ``VLLM_SERVER_DEV_MODE=1`` (`register_dev`; 404 otherwise, as in vLLM):
 ``POST /reset_prefix_cache``, ``GET /is_sleeping`` and ``GET``/``POST /_emulator/faults`` (read or
 replace the fault switches at run time, see `repro.emulator.faults`).
@@ -24,11 +26,13 @@ from repro.emulator.routes.state import emulator_state
 from repro.errors import ConfigError
 
 FAULTS_PATH = "/_emulator/faults"
+REQUESTS_PATH = "/_emulator/requests"
 
 
 def register(app: FastAPI) -> None:
     """Add the introspection routes (always served) to ``app``."""
     app.get("/_emulator/state")(state)
+    app.get(REQUESTS_PATH)(requests)
     app.get("/_emulator/info")(info)
 
 
@@ -69,6 +73,14 @@ async def state(request: Request) -> JSONResponse:
         "gc_frozen_objects": gc.get_freeze_count(),  # > 0: the process settled its startup heap
         "priority": priority_of(os.getpid()),  # scheduling policy and niceness (repro.cluster.processes)
     })
+
+
+async def requests(request: Request) -> JSONResponse:
+    """The completion requests this engine finished or aborted, oldest first (at most
+    `repro.emulator.engine.REQUEST_LOG_MAX`): ``request_id`` (X-Request-Id), ``prefill_only``, ``state`` and the physics
+    times (seconds on this engine's clock) ``arrival_s``, ``first_token_s``, ``finish_s``."""
+    engine = emulator_state(request).engine
+    return JSONResponse({"time_scale": engine.K, "physics_now_s": engine.now(), "requests": list(engine.requests)})
 
 
 async def info(request: Request) -> JSONResponse:

@@ -87,11 +87,12 @@ class Completion:
     (``usage``) and text (``text``) of the first n generated tokens (the EOS token counts as a
     token but renders no text)."""
 
-    __slots__ = ("chat", "resp_id", "rid", "created", "p", "seq", "ev", "out", "eos_pos")
+    __slots__ = ("chat", "request_id", "resp_id", "rid", "created", "p", "seq", "ev", "out", "eos_pos")
 
-    def __init__(self, chat: bool, resp_id: str, rid: str, created: int, p: ParsedRequest, seq: Seq,
-                 ev: asyncio.Event, out: OutputFunction, eos_pos: int | None):
+    def __init__(self, chat: bool, request_id: str, resp_id: str, rid: str, created: int, p: ParsedRequest,
+                 seq: Seq, ev: asyncio.Event, out: OutputFunction, eos_pos: int | None):
         self.chat = chat
+        self.request_id = request_id  # X-Request-Id, else the body's request_id, else random
         self.resp_id = resp_id
         self.rid = rid
         self.created = created  # unix seconds
@@ -170,7 +171,7 @@ def submit(state: EmulatorState, request: Request, body: dict[str, Any], p: Pars
               info={"remote": remote})
     engine.submit(seq)
     eos_pos = target - 1 if kind == "stop" else None
-    return Completion(chat, resp_id, rid, created, p, seq, ev, out, eos_pos)
+    return Completion(chat, base, resp_id, rid, created, p, seq, ev, out, eos_pos)
 
 
 def unique_rid(state: EmulatorState, rid: str) -> str:
@@ -193,6 +194,8 @@ async def full_body(state: EmulatorState, c: Completion, request: Request) -> Re
     except asyncio.CancelledError:
         engine.abort(seq)
         raise
+    finally:
+        engine.log_request(c.request_id, seq)
     if seq.state == ABORTED:
         return error_response("Request was aborted", "InternalServerError", 500)
     n_gen = seq.g
@@ -316,3 +319,4 @@ async def stream_body(state: EmulatorState, c: Completion) -> AsyncIterator[byte
     finally:
         if seq.state not in (FINISHED, ABORTED):
             engine.abort(seq)
+        engine.log_request(c.request_id, seq)

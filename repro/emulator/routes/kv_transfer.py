@@ -29,8 +29,9 @@ def register(app: FastAPI) -> None:
 
 
 async def nixl_read(request: Request) -> JSONResponse:
-    """The decode engine's read of held KV; answers once the transfer time has passed (wall s =
-    physics s / K). 200, or 404/409 with ``{"error": ...}``; 400 for a body that is not JSON."""
+    """The decode engine's read of held KV, answered at once: 200 (the blocks stay held for the
+    transfer time, physics s / K wall, and the reader waits it out from its own send), or 404/409
+    with ``{"error": ...}``; 400 for a body that is not JSON."""
     engine = emulator_state(request).engine
     try:
         body = json.loads(await request.body())

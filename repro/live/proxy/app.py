@@ -2,7 +2,8 @@
 
 `create_app(cfg)` assembles the app: a `repro.live.proxy.core.Proxy` (router, pollers, journal)
 as ``app.state.proxy``, started and stopped with the app's lifespan, and the HTTP routes of
-`repro.live.proxy.routes` (``ROUTES``). `serve(cfg)` runs it with uvicorn on ``cfg.host:cfg.port``;
+`repro.live.proxy.routes` (``ROUTES``; the completions, ``HOT_PATHS``, answered by
+`repro.asgi.HotRoutes` without FastAPI's router). `serve(cfg)` runs it with uvicorn on ``cfg.host:cfg.port``;
 `main` is ``python -m repro.live.proxy --config FILE [--parent-pid N]``.
 """
 
@@ -15,9 +16,10 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from repro.asgi import HotRoutes
 from repro.live.proxy.config import API_KEY_ENV, ProxyConfig
 from repro.live.proxy.core import Proxy
-from repro.live.proxy.routes import ROUTES
+from repro.live.proxy.routes import HOT_PATHS, ROUTES
 
 
 @asynccontextmanager
@@ -44,6 +46,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     app.state.proxy = proxy
     for method, path, handler in ROUTES:
         app.add_api_route(path, handler, methods=[method])
+    app.add_middleware(HotRoutes, hot={(m, p): h for m, p, h in ROUTES if p in HOT_PATHS})
     return app
 
 

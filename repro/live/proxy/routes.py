@@ -262,3 +262,4 @@ ROUTES = (  # (method, path, handler)
     ("POST", "/v1/completions", completions),
     ("POST", "/v1/chat/completions", chat_completions),
 )
+HOT_PATHS = ("/v1/completions", "/v1/chat/completions")  # every request of a run: no FastAPI router
