@@ -70,6 +70,10 @@ def test_only_what_the_time_scale_adds_to_the_harness_latency_is_judged():
     assert not at2.valid and at2.reasons == ["harness_added_latency_s = 0.005 s > 0.003 s"]
     assert judge(time_scale=2, harness_latency_p50_s=0.004, **kw).valid
     assert judge(time_scale=4, harness_latency_p50_s=None, **kw).measured["harness_added_latency_s"] is None
+    assert judge(time_scale=4, harness_latency_p50_s=None, **kw).valid  # real engines: nothing to judge
+    # engines that kept their times, requests that could not be matched (an external router): K = 1 only
+    assert judge(time_scale=1, harness_latency_p50_s=None, harness_latency_unjoinable=True, **kw).valid
+    assert not judge(time_scale=2, harness_latency_p50_s=None, harness_latency_unjoinable=True, **kw).valid
 
 
 def test_lateness_between_two_snapshots():

@@ -80,7 +80,7 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_inv
         journal = simulate_spec(spec)
         write_frame(journal, run_dir / "journal.jsonl")
     else:
-        journal, live = _run_live_valid(spec, run_dir, on_invalid)
+        journal, live = run_live_valid(spec, run_dir, on_invalid)
     summary = summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests)
     if live:  # validity beside every live number
         summary.update(valid=live["valid"], time_scale_used=live["time_scale_used"])
@@ -101,22 +101,27 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_inv
     return RunResult(spec, run_dir, summary)
 
 
-def _run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid) -> tuple[pd.DataFrame, dict[str, Any]]:
+def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry",
+                   attempt: Callable[[RunSpec, Path], pd.DataFrame] | None = None,
+                   ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run a live spec until an attempt is valid (time scales of `time_scales_to_try`; one attempt
-    with ``keep``); the journal and the manifest's validity fields. Every attempt's verdict is kept
-    in ``attempts.jsonl``; an invalid last attempt raises `RunInvalid` (``retry``)."""
+    with ``keep``); the journal and the manifest's validity fields. ``attempt(spec, run_dir)`` runs
+    one attempt and writes its ``validity.json`` (default `repro.live.run.run_live`: our proxy;
+    `repro.live.external_router.run_external` passes its own). Every attempt's verdict is kept in
+    ``attempts.jsonl``; an invalid last attempt raises `RunInvalid` (``retry``)."""
     import json
 
     from repro.errors import RunInvalid
     from repro.live.run import run_live  # emulated / vllm: real HTTP path
     from repro.live.validity import ADVICE, Verdict, time_scales_to_try
 
+    attempt = attempt or run_live
+
     (run_dir / "attempts.jsonl").unlink(missing_ok=True)
     scales = time_scales_to_try(spec.live.time_scale) if on_invalid == "retry" else [spec.live.time_scale]
     attempts = []
     for k, ts in enumerate(scales):
-        attempt = spec if ts == spec.live.time_scale else spec.replace(time_scale=ts)
-        journal = run_live(attempt, run_dir)
+        journal = attempt(spec if ts == spec.live.time_scale else spec.replace(time_scale=ts), run_dir)
         verdict = Verdict.from_dict(json.loads((run_dir / "validity.json").read_text()))
         attempts.append({"attempt": k + 1, "time_scale": ts, "valid": verdict.valid, "reasons": verdict.reasons})
         with open(run_dir / "attempts.jsonl", "a") as f:

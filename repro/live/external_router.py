@@ -28,7 +28,8 @@ Example (vllm-router, P/D mode)::
 `external_router(...)` starts it, waits until it answers ``GET /health`` with 200, yields its
 base URL and always stops it (SIGTERM to its process group, then SIGKILL).
 `run_external(spec, template, run_dir)` = launch the spec's cluster (emulated or a cluster file),
-run the correctness gates, replay the spec's trace through the external router, write
+run the correctness gates, replay the spec's trace through the external router, judge the run's
+validity as our own runs are judged (retried at lower time scales when invalid), write
 ``journal.jsonl`` + ``manifest.json`` (the `repro.experiment.run` layout, with a ``router`` entry
 naming the command).
 """
@@ -51,7 +52,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pandas as pd
 
-from repro.errors import ConfigError
+from repro.errors import ConfigError, check_choice
 
 if TYPE_CHECKING:
     from repro.experiment.spec import RunSpec
@@ -189,49 +190,39 @@ def external_router(template: str | Sequence[str], prefill_urls: Sequence[str], 
 
 def run_external(spec: RunSpec, command_template: str | Sequence[str], run_dir: str | Path, *,
                  health_path: str = "/health", startup_timeout_s: float = 60.0,
-                 label: str | None = None) -> pd.DataFrame:
+                 label: str | None = None, on_invalid: str = "retry") -> pd.DataFrame:
     """Run ``spec``'s trace on its live cluster through an external router; returns the journal.
 
     Writes under ``run_dir``: ``router.log``, ``gates.json``, ``client.jsonl``, ``loadgen.json``,
-    ``journal.jsonl`` (client-side rows; placement columns null) and ``manifest.json`` (spec,
-    ``router`` {label, template, argv}, versions, journal hash, summary). ``spec.policy`` is not
-    used (the external router decides); the spec's backend must be live (``emulated`` or ``vllm``).
+    ``validity.json``, ``attempts.jsonl``, ``journal.jsonl`` (client-side rows; placement columns
+    null) and ``manifest.json`` (spec, ``router`` {label, template, argv}, versions, journal hash,
+    summary, and the validity fields of our own runs: ``valid``, ``validity``, ``attempts``,
+    ``time_scale_used``). The run is judged as ours are (`repro.live.validity`; no proxy loop lag or
+    poll gaps: the router is not ours) and an invalid attempt is retried at lower time scales
+    (`repro.experiment.runner.run_live_valid`; ``on_invalid="keep"``: one attempt, kept). ``spec.policy``
+    is not used (the external router decides); the spec's backend must be live (``emulated`` or ``vllm``).
     """
-    from repro.experiment.inputs import build_trace, truth_cost_model
-    from repro.experiment.journal import frame, write_frame
-    from repro.experiment.journal import read as read_journal
+    from repro.experiment.inputs import truth_cost_model
     from repro.experiment.manifest import sha256, versions, write_json_atomic
     from repro.experiment.metrics import summarize
-    from repro.live.gates import run_gates
-    from repro.live.loadgen import replay_process
-    from repro.live.run import jsonable, launch_cluster, merge_journals
+    from repro.experiment.runner import run_live_valid
 
     if spec.backend == "sim":
         raise ConfigError("external router: spec.backend must be 'emulated' or 'vllm' "
                           "(an external router needs live engines)")
+    check_choice("run_external", "on_invalid", on_invalid, ("retry", "keep"))
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    client_path = run_dir / "client.jsonl"
-    if client_path.exists():
-        client_path.unlink()
-    trace = build_trace(spec)
     started = time.time()
     argv_seen: list[str] = []
-    with launch_cluster(spec) as instances:
-        prefill = [i.url for i in instances if i.role == "prefill"]
-        decode = [i.url for i in instances if i.role == "decode"]
-        gates = run_gates(instances)
-        (run_dir / "gates.json").write_text(json.dumps(jsonable(gates), indent=2, default=str))
-        port = _free_port()
-        argv_seen = render_command(command_template, port=port, prefill_urls=prefill, decode_urls=decode,
-                                   metrics_port=0)
-        with external_router(command_template, prefill, decode, log_path=run_dir / "router.log", port=port,
-                             health_path=health_path, timeout_s=startup_timeout_s) as url:
-            report = replay_process(trace, url, journal_path=client_path, work_dir=run_dir,
-                                    time_scale=spec.live.time_scale, progress=sys.stderr.isatty())
-    client = read_journal(client_path)
-    journal = merge_journals(client, frame([]), trace.df)
-    write_frame(journal, run_dir / "journal.jsonl")
+
+    def attempt(s: RunSpec, d: Path) -> pd.DataFrame:
+        journal, argv = _external_attempt(s, command_template, d, health_path=health_path,
+                                          startup_timeout_s=startup_timeout_s)
+        argv_seen[:] = argv
+        return journal
+
+    journal, live = run_live_valid(spec, run_dir, on_invalid, attempt)
     summary = summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests)
     template_text = command_template if isinstance(command_template, str) else " ".join(command_template)
     manifest = {
@@ -245,7 +236,42 @@ def run_external(spec: RunSpec, command_template: str | Sequence[str], run_dir: 
         "versions": versions(),
         "journal_sha256": sha256(run_dir / "journal.jsonl"),
         "summary": summary,
-        "keeping_up": getattr(report, "keeping_up", None),
+        **live,
     }
     write_json_atomic(run_dir / "manifest.json", manifest)
     return journal
+
+
+def _external_attempt(spec: RunSpec, command_template: str | Sequence[str], run_dir: Path, *,
+                      health_path: str, startup_timeout_s: float) -> tuple[pd.DataFrame, list[str]]:
+    """One attempt of `run_external` at ``spec``'s time scale: its journal (written) and the
+    router's argv; ``validity.json`` judged as for our proxy's runs (`repro.live.run.RunWatch`)."""
+    from repro.experiment.inputs import build_trace
+    from repro.experiment.journal import frame, write_frame
+    from repro.experiment.journal import read as read_journal
+    from repro.live.gates import run_gates
+    from repro.live.loadgen import replay_process
+    from repro.live.run import RunWatch, jsonable, launch_cluster, merge_journals
+
+    client_path = run_dir / "client.jsonl"
+    for p in (client_path, run_dir / "validity.json", run_dir / "loadgen.json"):
+        p.unlink(missing_ok=True)
+    trace = build_trace(spec)
+    with launch_cluster(spec) as instances:
+        prefill = [i.url for i in instances if i.role == "prefill"]
+        decode = [i.url for i in instances if i.role == "decode"]
+        gates = run_gates(instances)
+        (run_dir / "gates.json").write_text(json.dumps(jsonable(gates), indent=2, default=str))
+        port = _free_port()
+        argv = render_command(command_template, port=port, prefill_urls=prefill, decode_urls=decode,
+                              metrics_port=0)
+        with external_router(command_template, prefill, decode, log_path=run_dir / "router.log", port=port,
+                             health_path=health_path, timeout_s=startup_timeout_s) as url:
+            watch = RunWatch(instances)
+            report = replay_process(trace, url, journal_path=client_path, work_dir=run_dir,
+                                    time_scale=spec.live.time_scale, progress=sys.stderr.isatty())
+        client = read_journal(client_path)
+        watch.judge(spec.live.time_scale, report, client, run_dir, None)
+    journal = merge_journals(client, frame([]), trace.df)
+    write_frame(journal, run_dir / "journal.jsonl")
+    return journal, argv

@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from repro.cluster.topology import Instance
     from repro.experiment.spec import RunSpec
     from repro.live.loadgen import ReplayReport
+    from repro.live.validity import Verdict
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -152,6 +153,42 @@ CPU); the engine is declared dead only after 15 s without an answer (emulated en
 5 s). A dead engine is still caught at once by a refused connection."""
 
 
+class RunWatch:
+    """What a live run's verdict needs from the machine and the engines, around its replay: made
+    (CPU steal and the engines' step lateness start counting) just before the replay; `judge` after
+    it, while the engines still run, writes ``validity.json`` (and ``engine_requests.json``: each
+    emulated engine's physics times of every request) and returns the `Verdict`."""
+
+    def __init__(self, instances: Sequence[Instance]):
+        self.instances = list(instances)
+        self.urls = [i.url for i in self.instances]
+        self.cpu = CpuSampler()
+        self.cpu.start()
+        self.engines_before = engine_lateness(self.urls)
+        self.t0 = time.monotonic()
+
+    def judge(self, time_scale: float, report: ReplayReport, client: pd.DataFrame, run_dir: Path,
+              proxy_validity: dict[str, Any] | None) -> Verdict:
+        """The verdict of the replay that just ended (``proxy_validity``: the proxy's ``/health``
+        ``validity``, None without our proxy); written to ``run_dir/validity.json``."""
+        wall = time.monotonic() - self.t0
+        late_p99, lost = lateness_between(self.engines_before, engine_lateness(self.urls), wall)
+        records = engine_requests(self.urls)  # {} on real engines
+        if records:
+            names = {i.url: i.name for i in self.instances}
+            (run_dir / "engine_requests.json").write_text(json.dumps({names[u]: r for u, r in records.items()}))
+        latency = harness_latency(client, records)  # None on real engines
+        verdict = judge(time_scale=time_scale, client_lag_p99_s=report.lag_p99_s, proxy=proxy_validity,
+                        engine_late_p99_s=late_p99, engine_lost_fraction=lost,
+                        cpu_steal_fraction=self.cpu.steal_fraction(),
+                        harness_latency_p50_s=None if latency is None else latency["p50_s"],
+                        harness_latency_unjoinable=bool(records) and latency is None)
+        (run_dir / "validity.json").write_text(json.dumps(
+            {**verdict.to_dict(), "proxy": proxy_validity, "harness_latency": latency, "wall_s": wall},
+            indent=2, default=str))
+        return verdict
+
+
 def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     """Run one spec on live engines; writes journal.jsonl (+ client, proxy, gates files)."""
     from repro.experiment.inputs import build_trace, router_cost_model
@@ -182,31 +219,14 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
         )
         gates = run_gates(instances)
         (run_dir / "gates.json").write_text(json.dumps(jsonable(gates), indent=2, default=str))
-        urls = [i.url for i in instances]
         with proxy_process(cfg, run_dir) as url:
             check_proxy_constants(url, cost_model_path, run_dir)
-            cpu = CpuSampler()
-            cpu.start()
-            engines_before = engine_lateness(urls)
-            t = time.monotonic()
+            watch = RunWatch(instances)
             report = replay_process(trace, url, journal_path=client_path, work_dir=run_dir,
                                     time_scale=spec.live.time_scale, progress=sys.stderr.isatty())
-            wall = time.monotonic() - t
             proxy_validity = httpx.get(url + "/health", timeout=10.0).json().get("validity")
-        late_p99, lost = lateness_between(engines_before, engine_lateness(urls), wall)
         client = read_journal(client_path)
-        records = engine_requests(urls)  # {} on real engines
-        if records:  # each engine's own physics times of every request it served
-            names = {i.url: i.name for i in instances}
-            (run_dir / "engine_requests.json").write_text(json.dumps({names[u]: r for u, r in records.items()}))
-        latency = harness_latency(client, records)  # None on real engines
-        verdict = judge(time_scale=spec.live.time_scale, client_lag_p99_s=report.lag_p99_s, proxy=proxy_validity,
-                        engine_late_p99_s=late_p99, engine_lost_fraction=lost,
-                        cpu_steal_fraction=cpu.steal_fraction(),
-                        harness_latency_p50_s=None if latency is None else latency["p50_s"])
-        (run_dir / "validity.json").write_text(json.dumps(
-            {**verdict.to_dict(), "proxy": proxy_validity, "harness_latency": latency, "wall_s": wall},
-            indent=2, default=str))
+        watch.judge(spec.live.time_scale, report, client, run_dir, proxy_validity)
     proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])
     check_live_accounting(report, client, proxy)
     merged = merge_journals(client, proxy, trace.df)

@@ -226,11 +226,14 @@ def harness_latency(client: pd.DataFrame, records: dict[str, list[dict[str, Any]
 # ---- the verdict ---------------------------------------------------------------------------------------
 def judge(*, time_scale: float, client_lag_p99_s: float | None, proxy: dict[str, Any] | None,
           engine_late_p99_s: float | None, engine_lost_fraction: float | None, cpu_steal_fraction: float | None,
-          harness_latency_p50_s: float | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Verdict:
+          harness_latency_p50_s: float | None = None, harness_latency_unjoinable: bool = False,
+          thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Verdict:
     """The verdict of one run from its measurements (lags in wall s, as measured; judged x ``time_scale``).
 
     ``harness_latency_p50_s`` is physics seconds already (`harness_latency`); what the time scale
-    added to it, ``L x (K - 1) / K`` (the part a run at K = 1 would not have), is judged."""
+    added to it, ``L x (K - 1) / K`` (the part a run at K = 1 would not have), is judged.
+    ``harness_latency_unjoinable``: the engines kept their times but the requests could not be matched
+    with the client's (an external router renames them); then only K = 1 can be valid."""
     K = float(time_scale)
 
     def phys(v: float | None) -> float | None:
@@ -253,6 +256,9 @@ def judge(*, time_scale: float, client_lag_p99_s: float | None, proxy: dict[str,
         if value is not None and name in limits and value > limits[name]:
             unit = "" if name.endswith("fraction") else " s"
             reasons.append(f"{name} = {value:.4g}{unit} > {limits[name]:g}{unit}")
+    if harness_latency_unjoinable and harness_latency_p50_s is None and K > 1:
+        reasons.append("harness_latency_p50_s not measured (the engines' requests could not be matched with the "
+                       "client's): what K adds is unknown, only K = 1 is valid")
     if client_lag_p99_s is not None and not math.isfinite(client_lag_p99_s):
         reasons.append("client_lag_p99_s not measured (no request sent)")
     return Verdict(valid=not reasons, reasons=reasons, measured=measured, time_scale=K, thresholds=limits)

@@ -190,16 +190,17 @@ def vllm_router_runs(ctx: Section, rates: Mapping[str, float], *,
                     time_scale=ctx.time_scale))
                 run_dir = ctx.runs_dir / f"vllm-router-{pol}-{spec.run_id}"
                 manifest = run_dir / "manifest.json"
-                if manifest.exists() and json.loads(manifest.read_text()).get("complete"):
-                    journal = read_journal(run_dir / "journal.jsonl")
-                else:
-                    journal = run_external(spec, vllm_router_template(pol, binary=binary), run_dir,
-                                           label=f"vllm-router {pol}")
+                done = json.loads(manifest.read_text()) if manifest.exists() else {}
+                if not done.get("complete") or "valid" not in done:  # (before validity: run again)
+                    run_external(spec, vllm_router_template(pol, binary=binary), run_dir, label=f"vllm-router {pol}")
+                    done = json.loads(manifest.read_text())
+                journal = read_journal(run_dir / "journal.jsonl")
                 summary = summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests)
                 rows.append({"workload": wl, "topology": spec.topology_parsed().shorthand,
                              "variant": f"vllm-router:{pol}",
                              "policy": f"vllm-router:{pol}", "seed": int(s), "rate": float(rate),
                              "backend": ctx.backend, "n_requests": int(ctx.n_requests),
                              **{k: summary.get(k, np.nan) for k in
-                                ("goodput", "ttft_p99_s", "tpot_p99_s", "rejected", "failed")}})
+                                ("goodput", "ttft_p99_s", "tpot_p99_s", "rejected", "failed")},
+                             "valid": done.get("valid"), "time_scale_used": done.get("time_scale_used")})
     return pd.DataFrame(rows), f"vllm-router ({binary}) in P/D mode, policies {list(policies)}."
