@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import platform
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -67,6 +70,7 @@ def test_cpu_engine_commands(tmp_path):
         assert "--load-format" in argv and argv[argv.index("--load-format") + 1] == "dummy"
         assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
         assert env["REPRO_NIXL_NO_PIN"] == "1" and int(env["REPRO_NIXL_PROGRESS_DELAY_US"]) > 0
+        assert env["REPRO_REQUEST_AMX"] == "1"  # else vLLM's AMX attention dies of SIGILL on AMX CPUs
         sides.add(env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
     assert len(sides) == 3 and not sides & {str(p) for p in ports}
     # 3 engines, 2 cores: none pinned (engines pinned to a shared core stall each other's KV pulls),
@@ -110,6 +114,17 @@ def test_plugin_makes_shm_readers_sleep_instead_of_spinning(monkeypatch):
     assert vllm_plugin._int_from_env(vllm_plugin.ENV_SHM_POLL_MS, 1, 1000) is None
     monkeypatch.setenv(vllm_plugin.ENV_SHM_POLL_MS, "3")
     assert vllm_plugin._int_from_env(vllm_plugin.ENV_SHM_POLL_MS, 1, 1000) == 3
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() != "x86_64",
+                    reason="AMX permission is a Linux x86-64 question")
+def test_plugin_obtains_amx_permission_exactly_where_the_cpu_has_amx():
+    # a fresh process: nothing has asked yet (oneDNN may ask later, vLLM never does)
+    code = ("from repro.cluster import vllm_plugin as p; "
+            "print(p.amx_permitted(), p.request_amx_permission(), p.request_amx_permission(), p.amx_permitted())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    has_amx = " amx_tile" in Path("/proc/cpuinfo").read_text()
+    assert out == ["False", str(has_amx), str(has_amx), str(has_amx)]
 
 
 def test_cpu_cluster_file_errors_name_the_field(tmp_path):

@@ -403,6 +403,7 @@ class VllmLauncher(_ProcessLauncher):
                 "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1",
                 "PYTHONUNBUFFERED": "1",
+                "REPRO_REQUEST_AMX": "1",  # vLLM's AMX kernels need it (repro.cluster.vllm_plugin)
                 **({"REPRO_NIXL_PROGRESS_DELAY_US": str(cpu.nixl_progress_delay_us), "REPRO_NIXL_NO_PIN": "1",
                     **({"REPRO_SHM_POLL_MS": str(cpu.shm_poll_ms)} if cpu.shm_poll_ms else {})}
                    if cpu.plugin else {}),

@@ -46,6 +46,18 @@ environment variables below it changes nothing.
     never spin, re-check every 1 ms       42 / 191 ms      41 / 39 ms       72 %
     ===================================== ================ ================ =========
 
+``REPRO_REQUEST_AMX=1``
+    On an x86 CPU with AMX (Intel Sapphire Rapids and later), vLLM 0.32's CPU attention picks its
+    AMX kernels (``vllm/v1/attention/backends/cpu_attn.py``, ``_get_attn_isa``: bfloat16 and a
+    block size divisible by 32) because ``torch.cpu._is_amx_tile_supported()`` says yes, but
+    nothing in vLLM asks Linux for the permission to use AMX tile data
+    (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``, required since Linux 5.16). A worker
+    whose first AMX instruction comes before oneDNN happened to ask dies of SIGILL ("Fatal Python
+    error: Illegal instruction" in ``cpu_attention_with_kv_cache``): here every decode engine's
+    worker at its first request after a KV pull, the engine then answering HTTP 500. The plugin
+    asks for that permission at start-up in every vLLM process (granted to the whole process; on
+    a CPU without AMX the kernel refuses and nothing changes).
+
 The patches are applied when the target module is imported (a post-import hook on
 ``sys.meta_path``; immediately if it is already loaded), so the plugin imports neither NIXL nor
 the connector itself: vLLM's own order (``UCX_RCACHE_MAX_UNRELEASED`` set before ``nixl`` is
@@ -77,9 +89,11 @@ outputs of the P/D flow equal a single engine's in every column.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.abc
 import logging
 import os
+import platform
 import sys
 import threading
 import types
@@ -88,6 +102,13 @@ from collections.abc import Callable
 ENV_PROGRESS_DELAY_US = "REPRO_NIXL_PROGRESS_DELAY_US"
 ENV_NO_PIN = "REPRO_NIXL_NO_PIN"
 ENV_SHM_POLL_MS = "REPRO_SHM_POLL_MS"
+ENV_REQUEST_AMX = "REPRO_REQUEST_AMX"
+
+# Linux x86-64: arch_prctl(2) codes for dynamically enabled XSAVE features (asm/prctl.h)
+_SYS_ARCH_PRCTL = 158
+_ARCH_GET_XCOMP_PERM = 0x1022
+_ARCH_REQ_XCOMP_PERM = 0x1023
+XFEATURE_XTILEDATA = 18
 
 NIXL_API_MODULES = ("nixl_cu12._api", "nixl_cu13._api", "nixl_rocm._api")
 NIXL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker"
@@ -264,6 +285,40 @@ def _patch_shm_wait(poll_ms: int) -> Callable[[types.ModuleType], None]:
     return hook
 
 
+# --------------------------------------------------------------------------- AMX permission
+
+
+def _arch_prctl(code: int, arg: int | ctypes.c_ulong) -> tuple[int, int]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.syscall(_SYS_ARCH_PRCTL, code, ctypes.byref(arg) if isinstance(arg, ctypes.c_ulong) else arg)
+    return rc, ctypes.get_errno()
+
+
+def amx_permitted() -> bool | None:
+    """Whether this process may use AMX tile data (None: not Linux on x86-64, or the kernel cannot say)."""
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    mask = ctypes.c_ulong(0)
+    rc, _ = _arch_prctl(_ARCH_GET_XCOMP_PERM, mask)
+    return None if rc != 0 else bool(mask.value >> XFEATURE_XTILEDATA & 1)
+
+
+def request_amx_permission() -> bool | None:
+    """Ask Linux to let this whole process use AMX tile data (``ARCH_REQ_XCOMP_PERM``).
+
+    Returns True when permitted (now or before), False when the kernel refuses (a CPU without AMX:
+    ``EINVAL``; the reason is logged at debug level), None where the question does not exist (not
+    Linux on x86-64). Idempotent.
+    """
+    if amx_permitted() is None:
+        return None
+    rc, err = _arch_prctl(_ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+    if rc != 0:
+        logger.debug("repro vLLM plugin: AMX tile data not permitted (%s)", os.strerror(err))
+        return False
+    return True
+
+
 # --------------------------------------------------------------------------- the entry point
 
 
@@ -286,6 +341,9 @@ def _int_from_env(name: str, lo: int, hi: int) -> int | None:
 
 def register() -> None:
     """vLLM's entry point: install the patches the environment asks for (none by default)."""
+    if os.environ.get(ENV_REQUEST_AMX, "").strip().lower() in ("1", "true", "yes", "on") \
+            and request_amx_permission():
+        logger.info("repro vLLM plugin: this process may use AMX tile data (ARCH_REQ_XCOMP_PERM)")
     delay = _int_from_env(ENV_PROGRESS_DELAY_US, 0, 10**7)
     no_pin = os.environ.get(ENV_NO_PIN, "").strip().lower() in ("1", "true", "yes", "on")
     if delay is not None:
