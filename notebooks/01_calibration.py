@@ -31,8 +31,8 @@ seeds: list = [1, 2, 3]  # benchmark noise seed (the first is used)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 1p1d)
 budget_s: float = 60.0  # live benchmark budget in physics seconds at quick scale (full: 300)
 time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
+results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relative: to the repo root)
+figures_dir: str = ""  # PNG + PDF figures; empty means figures/<backend>-<scale>
 
 # %%
 import matplotlib.pyplot as plt
@@ -94,4 +94,7 @@ print(f"wrote {calibration_file}"
       + (f"; add 'calibration: {calibration_file}' to {ctx.cluster}" if ctx.cluster else ""))
 
 # %%
-ctx.write_headline(nb.calibration_headline(fitted, sim_derived))
+ctx.write_headline(nb.calibration_headline(fitted, sim_derived, backend))
+
+# %%
+ctx.findings("calibration (§III-B)")

@@ -27,8 +27,8 @@ backend: str = "sim"  # sim | emulated | vllm (the predictor is backend-independ
 scale: str = "quick"  # quick | full (full plots every held-out point)
 seeds: list = [1, 2, 3]  # plotting subsample seed (the first is used)
 cluster: str = ""  # unused here (the predictor needs no cluster)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
+results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relative: to the repo root)
+figures_dir: str = ""  # PNG + PDF figures; empty means figures/<backend>-<scale>
 
 # %%
 import matplotlib.pyplot as plt
@@ -70,3 +70,6 @@ ctx.save(fig, "02_predicted_vs_true")
 
 # %%
 ctx.write_headline(nb.predictor_headline(table))
+
+# %%
+ctx.findings("the length predictor (§IV-A)")

@@ -29,12 +29,13 @@ n_requests: int = 0  # requests per saturation probe; 0 means the scale default 
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated cluster)
 time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable; relative paths are relative to the repo root)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
+results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relative: to the repo root)
+figures_dir: str = ""  # PNG + PDF figures; empty means figures/<backend>-<scale>
 
 # %%
-import matplotlib.pyplot as plt
+import pandas as pd
 
+from repro.paper import figures as F
 from repro.paper.plans import fixed_rates
 from repro.paper.section import Section
 from repro.paper.sections import methodology as nb
@@ -46,7 +47,7 @@ ctx = Section.setup(notebook="03_methodology", sim_requests=nb.PROBE_REQUESTS,  
                     time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
 t1 = table_one()
 ctx.write_results(t1, "03_table1_workloads")
-t1
+t1[["workload", "stresses", "arrivals", "mix", "tight_share"]]  # its token lengths are printed (and checked) below
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/03_methodology-1.txt in the test run
@@ -68,35 +69,31 @@ workloads = ctx.pick("saturation_workloads", [], WORKLOADS)
 fixed = None if ctx.searches_rates else fixed_rates(workloads)
 rates, probes = ctx.saturation(workloads, n_requests=ctx.probe_requests if ctx.backend == "vllm" else ctx.n_requests,
                                fixed=fixed)
-ctx.write_results(rates, "03_saturation_rates")
 ctx.write_results(probes, "03_saturation_probes")
-rates
+rates = ctx.write_results(rates, "03_saturation_rates")  # printed (and checked) below
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/03_methodology-2.txt in the test run
 with ctx.expected_output(2):
     for r in rates.itertuples():
-        print(f"{r.workload:>10}: {r.saturation_rate:.1f} req/s (round-robin goodput {r.light_goodput:.3f} light "
-              f"-> target {r.target_goodput:.3f})")
+        if pd.isna(r.light_goodput):  # a given rate, checked with one probe: no light-load value, no target
+            g = probes[probes.workload == r.workload].round_robin_goodput
+            print(f"{r.workload:>10}: {r.saturation_rate:.1f} req/s (given, not searched; round-robin goodput "
+                  f"{F.num(g.iloc[0] if len(g) else None)} there)")
+        else:
+            print(f"{r.workload:>10}: {r.saturation_rate:.1f} req/s (round-robin goodput {r.light_goodput:.3f} light "
+                  f"-> target {r.target_goodput:.3f})")
 
 # %%
-fig, axes = plt.subplots(1, len(rates), figsize=(3.0 * len(rates) + 0.5, 3.2), squeeze=False)
-axes = axes[0]
-for ax, r in zip(axes, rates.itertuples(), strict=True):
-    p = probes[probes.workload == r.workload].sort_values("rate")
-    ax.plot(p.rate, p.round_robin_goodput, "o-", ms=3, label="round-robin probes")
-    if fixed is None:
-        ax.axhline(r.target_goodput, color="grey", ls=":", lw=0.8, label="mid-collapse target")
-    ax.axvline(r.saturation_rate, color="black", ls="--", lw=0.8, label="chosen rate")
-    ax.set_xscale("log")
-    ax.set_title(f"{r.workload}: {r.saturation_rate:.1f} req/s")
-    ax.set_xlabel("arrival rate (req/s)")
-axes[0].set_ylabel("goodput (fraction)")
-axes[0].legend(loc="lower left", fontsize=7)
-fig.suptitle(f"§IV-B: saturation search per workload ({backend}, 2p4d)" if fixed is None else
-             f"§IV-B: the simulator's operating point checked with one round-robin probe ({backend}, 2p4d)", y=1.02)
-fig.tight_layout()
+# a given rate is one probe: drawn against the simulator's own search (cheap), which it was taken from
+reference = None if fixed is None else ctx.simulator().saturation(workloads, n_requests=nb.PROBE_REQUESTS[0])
+fig = nb.saturation_figure(rates, probes, reference=reference,
+                           title=f"§IV-B: saturation search per workload ({backend}, 2p4d)" if fixed is None else
+                           f"§IV-B: the simulator's operating point checked with one round-robin probe ({backend}, 2p4d)")
 ctx.save(fig, "03_saturation_search")
 
 # %%
-ctx.write_headline(nb.saturation_headline(rates))
+ctx.write_headline(nb.saturation_headline(rates, searched=fixed is None))
+
+# %%
+ctx.findings("operating points (§IV-B)")

@@ -33,8 +33,8 @@ policies: list = []  # policies to compare; [] means the scale default (the pape
 rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d; live quick: the simulator's rate)
 time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
+results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relative: to the repo root)
+figures_dir: str = ""  # PNG + PDF figures; empty means figures/<backend>-<scale>
 
 # %%
 from repro.paper import figures as F
@@ -53,8 +53,7 @@ runs = ctx.run(specs_grid(ctx, rates=ctx.rate, topologies=topologies, policies=p
 print(ctx.describe_runs(runs, f"mixed, {', '.join(topologies)}, {ctx.rate:.1f} req/s"))
 
 # %%
-tab = ctx.write_results(nb.width_table(runs), "07_pool_width")
-tab
+tab = ctx.write_results(nb.width_table(runs), "07_pool_width")  # printed (and checked) below
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/07_pool_width-1.txt in the test run
@@ -64,14 +63,18 @@ with ctx.expected_output(1):
 
 # %%
 paper = tab[["decode_width", "policy", "paper_goodput"]].rename(columns={"paper_goodput": "paper"})
-fig, ax = F.bar_with_paper(tab.assign(err=tab.goodput_sd), "decode_width", "goodput", hue="policy", paper=paper,
-                           err="err", order=sorted(set(tab.decode_width)), hue_order=policies,
+# error bars: ±1 sd over the traces, or with one trace the 95% interval over its requests
+good, err_label = F.with_interval(tab, "goodput", "goodput_sd", len(ctx.seeds), n_requests=ctx.n_requests)
+fig, ax = F.bar_with_paper(good, "decode_width", "goodput", hue="policy", paper=paper, err=("lo", "hi"),
+                           err_label=err_label, order=sorted(set(tab.decode_width)), hue_order=policies,
                            title=f"§V-D: goodput vs decode width, mixed, 2 prefill, {ctx.rate:.1f} req/s, "
                                  f"{F.traces_label(ctx.seeds)} ({backend})",
                            xlabel="decode instances (2 prefill each)",
-                           ylabel="goodput (fraction meeting SLO, ±1 sd)", ylim=(0.0, 1.0))
-ax.legend(loc="lower right", ncol=2)
+                           ylabel="goodput (fraction meeting SLO)", ylim=(0.0, 1.0))
 ctx.save(fig, "07_pool_width")
 
 # %%
-ctx.write_headline(nb.width_headline(tab))
+ctx.write_headline(nb.width_headline(tab, runs, ctx))
+
+# %%
+ctx.findings("decode pool width (§V-D)")

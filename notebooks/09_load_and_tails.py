@@ -40,11 +40,12 @@ window_s: float = 0.0  # Fig. 7: rolling window (s of arrival time); 0 means a t
 rate: float = 0.0  # the operating point in req/s (top of the sweep, mean of the burst train); 0 means a saturation search (live quick: the simulator's rate)
 time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
+results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relative: to the repo root)
+figures_dir: str = ""  # PNG + PDF figures; empty means figures/<backend>-<scale>
 
 # %%
 import matplotlib.pyplot as plt
+import numpy as np
 
 from repro.paper import figures as F
 from repro.paper.grids import paper_value
@@ -74,8 +75,7 @@ bspecs = nb.burst_specs(ctx, ctx.rate, n_requests=burst_n, policies=policies, bu
 timeline = nb.burst_timeline(ctx, bspecs, window_s=window_s)
 btab = nb.burst_table(timeline)
 ctx.write_results(timeline, "09_fig7_burst_timeline")
-ctx.write_results(btab, "09_fig7_burst")
-btab
+btab = ctx.write_results(btab, "09_fig7_burst")  # printed (and checked) below
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/09_load_and_tails-1.txt in the test run
@@ -87,43 +87,51 @@ with ctx.expected_output(1):
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11.0, 3.6))
+# error bars: ±1 sd over the traces, or with one trace the 95% interval over its requests
+sw, err_label = F.with_interval(sweep, "goodput", "goodput_sd", len(ctx.seeds), n_requests=ctx.n_requests)
+step = float(np.diff(nb.RATE_FRACTIONS).max())  # a line joins neighbouring loads of the sweep's grid only
 for pol in policies:
-    g = sweep[sweep.policy == pol]
-    axes[0].errorbar(g.rate, g.goodput, yerr=g.goodput_sd, marker="o", ms=3.5, capsize=2, label=F.policy_label(pol))
-    axes[1].plot(g.rate, g.ttft_p99_s, marker="o", ms=3.5, label=F.policy_label(pol))
+    g = sw[sw.policy == pol].sort_values("rate")
+    groups = F.contiguous_groups(g.load, step=step)
+    F.policy_line(axes[0], g.rate, g.goodput, pol, lo=g.lo, hi=g.hi, groups=groups)
+    F.policy_line(axes[1], g.rate, g.ttft_p99_s, pol, groups=groups)
 for ax, col in ((axes[0], "paper_goodput"), (axes[1], "paper_ttft_p99_s")):
     pp = sweep.dropna(subset=[col])
-    ax.scatter(pp.rate, pp[col], label="paper (round-robin)", **F.PAPER_MARKER)
+    F.mark_paper(ax, pp.rate, pp[col], label="paper (round-robin)")
     ax.set_xlabel("arrival rate (req/s)")
-axes[0].set_ylabel("goodput (fraction meeting SLO, ±1 sd)")
+axes[0].set_ylabel(f"goodput (fraction meeting SLO)\nbars: {err_label}")
 axes[0].set_ylim(0.0, 1.0)
-axes[1].set_ylabel("P99 TTFT (s, mean over traces)")
-axes[0].legend(loc="lower left", fontsize=7)
+axes[1].set_ylabel(f"P99 TTFT (s, mean over {F.traces_label(ctx.seeds)})")
 fig.suptitle(f"Fig. 5 (§V-F): rising request rate, mixed, 2p4d, {F.traces_label(ctx.seeds)} ({backend})", y=1.02)
 fig.tight_layout()
+handles, labels = F.merged_handles(axes)
+F.legend_outside(axes[1], handles=handles, labels=labels)
 ctx.save(fig, "09_fig5_load_sweep")
 
 # %%
 paper = op[["policy", "paper_ttft_p99_s"]].rename(columns={"paper_ttft_p99_s": "paper"})
-fig, ax = F.bar_with_paper(op.assign(err=(op.ttft_p99_max_s - op.ttft_p99_min_s) / 2), "policy", "ttft_p99_s",
-                           paper=paper, err="err", order=policies,
+n_traces = len(ctx.seeds)  # whiskers: from the lowest to the highest trace (none with one trace)
+fig, ax = F.bar_with_paper(op, "policy", "ttft_p99_s", paper=paper,
+                           err=("ttft_p99_min_s", "ttft_p99_max_s") if n_traces > 1 else None,
+                           err_label=f"range over {n_traces} traces", order=policies,
                            title=f"Fig. 6 (§V-F): P99 TTFT at the operating point ({ctx.rate:.1f} req/s), mixed, "
-                                 f"2p4d ({backend})",
-                           xlabel="policy", ylabel="P99 TTFT (s; bar: mean, whisker: half range over traces)")
+                                 f"2p4d, {F.traces_label(ctx.seeds)} ({backend})",
+                           xlabel="policy", ylabel=f"P99 TTFT (s, mean over {F.traces_label(ctx.seeds)})")
 ctx.save(fig, "09_fig6_operating_point")
 
 # %%
 mean_t = timeline.groupby(["policy", "window_s"], sort=False)[["goodput", "ttft_p95_s"]].mean().reset_index()
 fig, axes = plt.subplots(2, 1, figsize=(10.0, 5.6), sharex=True)
 for pol in policies:
-    g = mean_t[mean_t.policy == pol]
-    axes[0].plot(g.window_s + window_s / 2, g.ttft_p95_s, lw=1.2, label=F.policy_label(pol))
-    axes[1].plot(g.window_s + window_s / 2, g.goodput, lw=1.2, label=F.policy_label(pol))
+    g = mean_t[mean_t.policy == pol]  # every window of the run: a line joins neighbouring windows
+    for ax, col in ((axes[0], "ttft_p95_s"), (axes[1], "goodput")):
+        ax.plot(g.window_s + window_s / 2, g[col], lw=1.2, color=F.policy_color(pol), label=F.policy_label(pol))
 horizon = float(mean_t.window_s.max() + window_s)
-for k in range(int(horizon // burst_period_s) + 1):
+for k in range(int(np.ceil(horizon / burst_period_s))):  # the bursts within the windows shown
     for ax in axes:
-        ax.axvspan(k * burst_period_s, k * burst_period_s + burst_duty * burst_period_s, color="grey", alpha=0.12, lw=0,
-                   label="burst" if (k == 0 and ax is axes[0]) else None)
+        ax.axvspan(k * burst_period_s, min(horizon, k * burst_period_s + burst_duty * burst_period_s), color="grey",
+                   alpha=0.12, lw=0, label="burst" if (k == 0 and ax is axes[0]) else None)
+axes[1].set_xlim(0.0, horizon)
 ref = btab.set_index("policy")
 axes[0].axhline(ref.loc["marginal_cost", "paper_rolling_ttft_p95_s"], color="black", ls="--", lw=0.9,
                 label="paper: learned 0.28 s")
@@ -135,11 +143,14 @@ axes[0].set_ylabel(f"rolling P95 TTFT (s, {window_s:.3g} s windows)")
 axes[1].set_ylabel("rolling goodput (fraction)")
 axes[1].set_ylim(0.0, 1.0)
 axes[1].set_xlabel("arrival time (s)")
-axes[0].legend(loc="upper right", fontsize=6.5, ncol=3)
 axes[0].set_title(f"Fig. 7 (§V-F): burst train (x{burst_factor:g} for {burst_duty:.0%} of every {burst_period_s:g} s, "
                   f"mean {ctx.rate:.1f} req/s), mixed, 2p4d, mean of {F.traces_label(ctx.seeds)} ({backend})")
 fig.tight_layout()
+F.legend_outside(axes[0])
 ctx.save(fig, "09_fig7_burst_train")
 
 # %%
-ctx.write_headline(nb.load_and_tails_headline(sweep, op, btab))
+ctx.write_headline(nb.load_and_tails_headline(sweep, op, btab, runs, ctx))
+
+# %%
+ctx.findings("Figs. 5-7, load and tails (§V-F)")

@@ -40,12 +40,11 @@ operating_points: list = []  # of "steady", "saturation"; [] means the scale def
 rate: float = 0.0  # saturation operating point in req/s; 0 means a saturation search on mixed (live quick: the simulator's rate)
 time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
+results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relative: to the repo root)
+figures_dir: str = ""  # PNG + PDF figures; empty means figures/<backend>-<scale>
 
 # %%
 import matplotlib.pyplot as plt
-from matplotlib.container import BarContainer
 
 from repro.paper import figures as F
 from repro.paper.section import Section
@@ -63,8 +62,7 @@ runs = ctx.run(nb.ablation_specs(ctx, points, uncalibrated_features=("slo",) if 
 print(ctx.describe_runs(runs, "mixed, 2p4d, " + " and ".join(f"{op} {r:.1f}" for op, r in points.items()) + " req/s"))
 
 # %%
-tab = ctx.write_results(nb.ablation_table(runs), "10_fig8_ablation")
-tab
+tab = ctx.write_results(nb.ablation_table(runs), "10_fig8_ablation")  # printed (and checked) below
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/10_feature_ablation-1.txt in the test run
@@ -75,30 +73,37 @@ with ctx.expected_output(1):
 # %%
 op_label = {op: f"{op} ({r:.1f} req/s)" for op, r in points.items()}
 plot = tab.assign(term=tab.feature.map(nb.FEATURE_LABELS), point=tab.operating_point.map(op_label))
-plot["err"] = plot.change_sd
+# error bars: ±1 sd of the paired change over the traces; with one trace none (a change is not a fraction of requests)
+plot, err_label = F.with_interval(plot, "change_points", "change_sd", len(ctx.seeds))
 cal, unc = plot[plot.cost_model == "calibrated"], plot[plot.cost_model == "sim_derived"]
 ncols = 2 if len(unc) else 1
 fig, axes = plt.subplots(1, ncols, figsize=(10.0 if ncols == 2 else 7.0, 3.9), squeeze=False, sharey=True,
                          gridspec_kw={"width_ratios": [4, 1.3] if ncols == 2 else [1]})
 order = [nb.FEATURE_LABELS[f] for f in features]
 hue_order = [op_label[op] for op in nb.OPERATING_POINTS if op in op_label]
+greys = ["#A6A6A6", "#4D4D4D"]  # operating points, not policies: no policy's colour
 F.bar_with_paper(cal, "term", "change_points", hue="point", paper=cal.rename(columns={"paper_change_points": "paper"}),
-                 err="err", order=order, hue_order=hue_order, ax=axes[0][0],
-                 title=f"Fig. 8 (§V-G): one term removed, calibrated ({backend}, mixed, 2p4d)",
+                 err=("lo", "hi"), err_label=err_label, order=order, hue_order=hue_order, palette=greys,
+                 value_fmt="{:+.1f}", ax=axes[0][0], legend=None,
+                 title=f"Fig. 8 (§V-G): one term removed, calibrated ({backend}, mixed, 2p4d, "
+                       f"{F.traces_label(ctx.seeds)})",
                  xlabel="term removed", ylabel="goodput change vs full router (points)")
 if len(unc):
     F.bar_with_paper(unc, "term", "change_points", hue="point",
-                     paper=unc.rename(columns={"paper_change_points": "paper"}), err="err",
-                     order=[nb.FEATURE_LABELS["slo"]], hue_order=hue_order, ax=axes[0][1],
+                     paper=unc.rename(columns={"paper_change_points": "paper"}), err=("lo", "hi"),
+                     err_label=err_label, order=[nb.FEATURE_LABELS["slo"]], hue_order=hue_order, palette=greys,
+                     value_fmt="{:+.1f}", ax=axes[0][1], legend=None,
                      title="simulator-derived constants", xlabel="term removed", ylabel="")
-    axes[0][1].get_legend().remove()
 for ax in axes[0]:
     ax.axhline(0.0, color="black", lw=0.8)
-    for c in ax.containers:
-        if isinstance(c, BarContainer):
-            ax.bar_label(c, fmt="%+.1f", fontsize=7, padding=2)
+    ax.margins(y=0.08)  # room for the values written beyond the bars
 fig.tight_layout()
+handles, labels = F.merged_handles(axes[0], last=(F.PAPER_LABEL, err_label))
+F.legend_outside(axes[0][-1], handles=handles, labels=labels)
 ctx.save(fig, "10_fig8_feature_ablation")
 
 # %%
-ctx.write_headline(nb.ablation_headline(tab))
+ctx.write_headline(nb.ablation_headline(tab, runs, ctx))
+
+# %%
+ctx.findings("Fig. 8, feature ablation (§V-G)")

@@ -35,11 +35,12 @@ policies: list = []  # length-aware policies to perturb; [] means the scale defa
 rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (live quick: the simulator's rate)
 time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
+results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relative: to the repo root)
+figures_dir: str = ""  # PNG + PDF figures; empty means figures/<backend>-<scale>
 
 # %%
 import matplotlib.pyplot as plt
+import numpy as np
 
 from repro.paper import figures as F
 from repro.paper import reference
@@ -55,8 +56,7 @@ runs = ctx.run(nb.noise_specs(ctx, ctx.rate, noise_levels=noise_levels, policies
 print(ctx.describe_runs(runs, f"mixed, 2p4d, {ctx.rate:.1f} req/s"))
 
 # %%
-tab = ctx.write_results(nb.noise_table(runs), "11_fig9_noise")
-tab
+tab = ctx.write_results(nb.noise_table(runs), "11_fig9_noise")  # printed (and checked) below
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/11_predictor_noise-1.txt in the test run
@@ -65,23 +65,29 @@ with ctx.expected_output(1):
 
 # %%
 fig, ax = plt.subplots(figsize=(6.4, 3.8))
-for pol, marker in (("marginal_cost", "o"), ("length_threshold", "s")):
-    if pol not in policies:
-        continue
-    g = tab[(tab.policy == pol) & tab.noise.notna()].sort_values("noise")
-    ax.errorbar(g.noise_pct, g.mean_goodput, yerr=g.sd, marker=marker, ms=4, capsize=2.5, label=F.policy_label(pol))
-ref = tab[tab.noise.isna()]
-for r in ref.itertuples():
-    ax.axhline(r.mean_goodput, color="grey", ls=":", lw=1.0, label=f"{F.policy_label(r.policy)} (no predictor)")
+# error bars: ±1 sd over the traces, or with one trace the 95% interval over its requests
+tb, err_label = F.with_interval(tab, "mean_goodput", "sd", len(ctx.seeds), n_requests=ctx.n_requests)
+step = 100.0 * float(np.diff(nb.NOISE_LEVELS).max())  # a line joins neighbouring levels of the grid only
+for pol in [p for p in nb.NOISE_POLICIES if p in policies]:
+    g = tb[(tb.policy == pol) & tb.noise.notna()].sort_values("noise")
+    F.policy_line(ax, g.noise_pct, g.mean_goodput, pol, lo=g.lo, hi=g.hi,
+                  groups=F.contiguous_groups(g.noise_pct, step=step))
+for r in tb[tb.noise.isna()].itertuples():
+    ax.axhline(r.mean_goodput, color=F.policy_color(r.policy), ls=":", lw=1.0,
+               label=f"{F.policy_label(r.policy)} (no predictor)")
 lo, hi = reference.lookup("fig9_goodput_lo"), reference.lookup("fig9_goodput_hi")
 ax.axhspan(lo, hi, color="black", alpha=0.08, label=f"paper: router within {lo:.3f}–{hi:.3f}")
-ax.scatter([0.0, reference.lookup("fig9_max_noise")], [lo, hi], label="paper (at 0% and 150%)", **F.PAPER_MARKER)
+F.mark_paper(ax, [0.0, reference.lookup("fig9_max_noise")], [lo, hi], label="paper (at 0% and 150%)")  # in %
 ax.set_xlabel("injected relative error of the length predictor (%)")
-ax.set_ylabel("goodput (fraction of requests meeting SLO)")
-ax.set_title(f"Fig. 9 (§V-H): goodput vs predictor error ({backend}, mixed, 2p4d, {ctx.rate:.1f} req/s)")
-ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=7)
+ax.set_ylabel(f"goodput (fraction of requests meeting SLO)\nbars: {err_label}")
+ax.set_title(f"Fig. 9 (§V-H): goodput vs predictor error ({backend}, mixed, 2p4d, {ctx.rate:.1f} req/s, "
+             f"{F.traces_label(ctx.seeds)})")
 fig.tight_layout()
+F.legend_outside(ax)
 ctx.save(fig, "11_fig9_predictor_noise")
 
 # %%
-ctx.write_headline(nb.noise_headline(tab))
+ctx.write_headline(nb.noise_headline(tab, runs, ctx))
+
+# %%
+ctx.findings("Fig. 9, predictor noise (§V-H)")

@@ -50,8 +50,8 @@ vllm_router_policies: list = []  # vllm-router policies to run (live backends); 
 rates: dict = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}  # arrival rate per workload (req/s; the sim saturation rates); {} means a saturation search
 time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
-results_dir: str = "results"  # tidy CSVs (relative paths are relative to the repo root)
-figures_dir: str = "figures"  # PNG + PDF figures (relative paths are relative to the repo root)
+results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relative: to the repo root)
+figures_dir: str = ""  # PNG + PDF figures; empty means figures/<backend>-<scale>
 
 # %%
 import matplotlib.pyplot as plt
@@ -81,8 +81,7 @@ frontier_runs = ctx.run(nb.frontier_specs(ctx, ctx.rate, shapes=shapes, policies
 frontier = nb.mean_by(frontier_runs, "topology")
 frontier.insert(1, "gpus", frontier.topology.map(gpus))
 ctx.write_results(frontier, "13_frontier")
-print(ctx.describe_runs(frontier_runs, f"mixed, {ctx.rate:.1f} req/s", noun="frontier runs"))
-frontier.pivot(index=["gpus", "topology"], columns="variant", values="goodput")[frontier_policies].round(3)
+print(ctx.describe_runs(frontier_runs, f"mixed, {ctx.rate:.1f} req/s", noun="frontier runs"))  # goodputs: below
 
 # %%
 workload_runs = ctx.run(nb.workload_specs(ctx, rates))
@@ -91,12 +90,10 @@ print(router_note)
 all_runs = pd.concat([workload_runs, router_runs], ignore_index=True)
 ctx.write_results(all_runs, "13_workload_runs")
 workloads = ctx.write_results(nb.mean_by(all_runs, "workload"), "13_workloads")
-workload_policies = list(dict.fromkeys(workloads.variant))
-workloads.pivot(index="workload", columns="variant", values="goodput").loc[list(rates), workload_policies].round(3)
+workload_policies = list(dict.fromkeys(workloads.variant))  # goodputs printed (and checked) below
 
 # %%
-goals = ctx.write_results(nb.beyond_goals(frontier, workloads[workloads.kind != "external"]), "13_goals")
-goals
+goals = ctx.write_results(nb.beyond_goals(frontier, workloads[workloads.kind != "external"]), "13_goals")  # below
 
 # %%
 # checked: the values printed here are compared with notebooks/expected/13_beyond-1.txt in the test run
@@ -111,47 +108,55 @@ with ctx.expected_output(1):
 
 # %%
 fig, ax = plt.subplots(figsize=(7.4, 4.0))
-styles = {"round_robin": ("o", ":"), "least_loaded": ("v", ":"), "length_threshold": ("^", ":"),
-          "marginal_cost": ("s", "--"), "marginal_cost+sampling": ("<", "-."), "marginal_cost+guard": (">", "-."),
-          nb.OURS: ("D", "-")}
-for pol in frontier_policies:
-    g = frontier[frontier.variant == pol].sort_values(["gpus", "topology"])
-    x = [f"{t}\n({k} GPUs)" for t, k in zip(g.topology, g.gpus, strict=True)]
-    m, ls = styles[pol]
-    ax.plot(x, g.goodput, marker=m, ls=ls, ms=4, lw=1.6 if pol == nb.OURS else 1.0, label=F.policy_label(pol))
-order = [f"{t}\n({k} GPUs)" for t, k in frontier.sort_values(["gpus", "topology"])[["topology", "gpus"]]
-         .drop_duplicates().itertuples(index=False)]
+# error bars: ±1 sd over the traces, or with one trace the 95% interval over its requests
+fr, err_label = F.with_interval(frontier, "goodput", "sd", len(ctx.seeds), n_requests=ctx.n_requests)
+cols = frontier.sort_values(["gpus", "topology"])[["topology", "gpus"]].drop_duplicates()
+pos = {t: i for i, t in enumerate(cols.topology)}  # pool shapes in GPU order
+line = {"round_robin": ":", "least_loaded": ":", "length_threshold": ":", "marginal_cost": "--",
+        "marginal_cost+sampling": "-.", "marginal_cost+guard": "-.", nb.OURS: "-"}
+dodge = 0.05  # policies side by side at each shape, so that their intervals do not hide each other
+for j, pol in enumerate(frontier_policies):
+    g = fr[fr.variant == pol].sort_values(["gpus", "topology"])
+    x = g.topology.map(pos) + dodge * (j - (len(frontier_policies) - 1) / 2)
+    # a line only between shapes of equal or neighbouring GPU counts (never across an unmeasured count)
+    F.policy_line(ax, x, g.goodput, pol, lo=g.lo, hi=g.hi, groups=F.contiguous_groups(g.gpus),
+                  ls=line.get(pol, "-"), lw=1.6 if pol == nb.OURS else 1.0)
+ax.set_xticks(range(len(cols)))
+ax.set_xticklabels([f"{t}\n({k} GPUs)" for t, k in cols.itertuples(index=False)])
 ref = {("1p2d", "marginal_cost"): "fig4_mc_1p2d", ("1p2d", "round_robin"): "fig4_rr_1p2d",
        ("2p3d", "marginal_cost"): "fig4_mc_5gpu", ("2p4d", "marginal_cost"): "fig4_mc_6gpu"}
-pts = [(f"{t}\n({gpus(t)} GPUs)", reference.lookup(k)) for (t, _), k in ref.items()
-       if f"{t}\n({gpus(t)} GPUs)" in order]
-ax.scatter([p[0] for p in pts], [p[1] for p in pts], label="paper (Fig. 4)", **F.PAPER_MARKER)
+pts = [(pos[t], reference.lookup(k), F.policy_label(p).split(" (")[0]) for (t, p), k in ref.items() if t in pos]
+F.mark_paper(ax, [p[0] for p in pts], [p[1] for p in pts], notes=[p[2] for p in pts], label="paper (Fig. 4)")
 ax.set_ylim(0.0, 1.0)
 ax.set_xlabel("pool shape (prefill p, decode d)")
-ax.set_ylabel("goodput (fraction of requests meeting SLO)")
+ax.set_ylabel(f"goodput (fraction of requests meeting SLO)\nbars: {err_label}")
 ax.set_title(f"Beyond Fig. 4: sampling + admission guard across pool shapes ({backend}, mixed, {ctx.rate:.1f} req/s)")
-ax.legend(loc="lower right", fontsize=7, ncol=2)
 fig.tight_layout()
+F.legend_outside(ax)
 ctx.save(fig, "13_frontier_switches")
 
 # %%
-plot = workloads.copy()
-plot["err"] = plot.sd
+plot, err_label = F.with_interval(workloads, "goodput", "sd", len(ctx.seeds), n_requests=ctx.n_requests)
 fig, ax = plt.subplots(figsize=(11.0, 4.0))
 paper_pts = pd.DataFrame([
     {"workload": wl, "variant": pol, "paper": reference.lookup(k)}
     for wl, pol, k in (("mixed", "marginal_cost", "fig3_mc_mixed"), ("reasoning", "marginal_cost", "fig3_mc_reasoning"),
                        ("chat", "length_threshold", "fig3_lt_chat"), ("chat", "marginal_cost", "fig3_mc_chat"),
                        ("documents", "round_robin", "fig3_rr_documents"))])
-F.bar_with_paper(plot, "workload", "goodput", hue="variant", paper=paper_pts, err="err", order=list(rates),
-                 hue_order=workload_policies, ax=ax,
+F.bar_with_paper(plot, "workload", "goodput", hue="variant", paper=paper_pts, err=("lo", "hi"), err_label=err_label,
+                 order=list(rates), hue_order=workload_policies, ax=ax, legend=None,
                  title="Beyond Fig. 3: production routers beside the paper's policies "
-                       f"({backend}, 2p4d, saturation rates)",
+                       f"({backend}, 2p4d, saturation rates, {F.traces_label(ctx.seeds)})",
                  xlabel="workload", ylabel="goodput (fraction of requests meeting SLO)", ylim=(0.0, 1.0))
 ax.set_xticklabels([f"{wl}\n({rates[wl]:g} req/s)" for wl in rates])
-ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=4, fontsize=7)
 fig.tight_layout()
+handles, labels = F.merged_handles([ax], last=(F.PAPER_LABEL, err_label))  # the policies first
+F.legend_outside(ax, "below", handles=handles, labels=labels, ncol=4)
 ctx.save(fig, "13_production_baselines")
 
 # %%
-ctx.write_headline(nb.beyond_headline(frontier, workloads[workloads.kind != "external"], goals))
+ctx.write_headline(nb.beyond_headline(frontier, workloads[workloads.kind != "external"], goals,
+                                      frontier_runs, workload_runs, ctx))
+
+# %%
+ctx.findings("beyond the paper")

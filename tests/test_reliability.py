@@ -70,8 +70,15 @@ def test_live_accounting_mismatches_are_errors():
         check_accounting(pd.concat([client, client.iloc[:1]], ignore_index=True))  # duplicated id
     from repro.routing.cost_model import CostModel
 
-    s = summarize(client, CostModel.load("calibrated").slo, sent=5)
-    assert s["requests"] == s["completed"] + s["failed"] + s["rejected"] == 5
+    # the counts by status, and goodput over all sent: two of the three completed rows meet the loose
+    # TTFT target (3 x 0.175 s); the failed row's fast TTFT does not make it good
+    slo = CostModel.load("calibrated").slo
+    scored = client.assign(ttft_s=[0.1, 0.5, 1.0, 0.1, None])
+    s = summarize(scored, slo, sent=5)
+    assert {k: s[k] for k in ("requests", "completed", "failed", "rejected")} == {
+        "requests": 5, "completed": 3, "failed": 1, "rejected": 1}
+    assert s["goodput"] == pytest.approx(2 / 5)
+    assert summarize(scored.iloc[:3], slo, sent=3)["goodput"] == pytest.approx(2 / 3)
     with pytest.raises(AccountingError):
         summarize(client, CostModel.load("calibrated").slo, sent=7)
 

@@ -288,9 +288,11 @@ _mount_harness_commands()
 
 
 def _mount_paper() -> None:
+    from repro.paper.report import report_cli
     from repro.paper.runner import paper_cli
 
     app.command("paper")(_boundary(paper_cli))
+    app.command("report")(_boundary(report_cli))
 
 
 _mount_paper()

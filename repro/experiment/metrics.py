@@ -38,6 +38,13 @@ def good_mask(journal: pd.DataFrame, slo: SLOTargets) -> pd.Series:
     return pd.Series(ok & ttft_ok & tpot_ok, index=journal.index)
 
 
+def good_flags(journal: pd.DataFrame, slo: SLOTargets) -> np.ndarray:
+    """`good_mask` as 0/1 floats in request-id order: the same trace gives the same order in every
+    run, so two runs of one trace are paired request by request (`repro.paper.verdicts`)."""
+    order = np.argsort(journal["request_id"].astype(str).to_numpy(), kind="stable")
+    return good_mask(journal, slo).to_numpy(dtype=float)[order]
+
+
 def check_accounting(journal: pd.DataFrame, sent: int | None = None) -> dict[str, int]:
     """Counts by status; raises AccountingError if they do not add up to ``sent``."""
     status = journal["status"].astype(str)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 
 from repro.cluster.topology import pools
@@ -17,7 +18,7 @@ from repro.experiment.inputs import build_predictions, build_trace, length_cap, 
 from repro.experiment.journal import read as read_journal
 from repro.experiment.journal import write_frame
 from repro.experiment.manifest import read_manifest, sha256, versions, write_json_atomic
-from repro.experiment.metrics import summarize
+from repro.experiment.metrics import good_flags, summarize
 from repro.experiment.spec import RunSpec
 from repro.sim.simulator import Simulator
 
@@ -32,6 +33,15 @@ class RunResult:
     run_dir: Path | None
     summary: dict[str, Any]
     skipped: bool = False
+    good: np.ndarray | None = field(default=None, repr=False)
+    """Per-request good flags in request-id order (`repro.experiment.metrics.good_flags`); None until
+    `good_flags` reads them from the journal."""
+
+    def good_flags(self) -> np.ndarray:
+        """Per-request good flags (0/1, request-id order), from memory or from the run's journal."""
+        if self.good is None:
+            self.good = good_flags(self.journal(), truth_cost_model(self.spec).slo)
+        return self.good
 
     @property
     def journal_path(self) -> Path:
@@ -98,7 +108,7 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_inv
     if length_cap(spec) is not None:  # requests were cut to the engines' context: say so beside the numbers
         manifest["length_cap"] = build_trace(spec).meta["length_cap"]
     write_json_atomic(manifest_path, manifest)
-    return RunResult(spec, run_dir, summary)
+    return RunResult(spec, run_dir, summary)  # good flags: read from the journal when asked (good_flags)
 
 
 def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry",
@@ -144,7 +154,8 @@ def run_or_simulate(spec: RunSpec, out_dir: str | Path, *, sim_in_memory: bool =
     if not (sim_in_memory and spec.backend == "sim"):
         return run(spec, out_dir, on_invalid=on_invalid)
     journal = simulate_spec(spec)
-    return RunResult(spec, None, summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests))
+    slo = truth_cost_model(spec).slo
+    return RunResult(spec, None, summarize(journal, slo, sent=spec.n_requests), good=good_flags(journal, slo))
 
 
 RowMaker = Callable[[RunResult], dict[str, Any]]

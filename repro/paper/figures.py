@@ -1,8 +1,15 @@
 """Deterministic figures and result tables for the notebooks.
 
 - `save(fig, name)` writes ``figures/<name>.png`` and ``.pdf`` with fixed dpi and no timestamps,
-  so that rerunning a notebook in ``sim`` gives byte-identical files.
-- `bar_with_paper(...)` draws our values as bars with the paper's value beside each as a marker.
+  so that rerunning a notebook in ``sim`` gives byte-identical files; inside a notebook it also
+  shows the figure.
+- One look for every figure: a policy has one colour and one marker everywhere (`policy_color`,
+  `policy_marker`; `POLICY_COLORS`, a stable fallback for other names), the paper's values one
+  marker (`PAPER_MARKER`, `mark_paper`), legends outside the data (`legend_outside`).
+- Error bars say what they are (`with_interval`): ±1 sd over traces with two or more traces; with
+  one trace a 95% bootstrap interval over the run's requests for goodput, else none.
+- `bar_with_paper(...)` draws our values as bars with the paper's value beside each as a marker;
+  `policy_line(...)` a policy's values over a sweep, joined only between adjacent measured points.
 - `write_results(df, name)` writes ``results/<name>.csv`` with deterministic float formatting.
 """
 
@@ -10,7 +17,9 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import textwrap
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,10 +38,13 @@ import matplotlib.pyplot as plt  # noqa: E402  (pyplot only after the backend is
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
 
 DPI = 150
 FLOAT_FORMAT = "%.6g"
 PAPER_MARKER = dict(marker="D", s=46, color="black", zorder=5, edgecolors="white", linewidths=0.8)
+"""The one marker of a value the paper states, in every figure (a black diamond)."""
+PAPER_LABEL = "paper"
 # Nothing that changes from run to run: no dates, no version strings that vary within one environment.
 PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None}
 PNG_METADATA = {"Software": None}
@@ -48,8 +60,57 @@ POLICY_LABELS = {
     "dynamo_kv": "Dynamo KV router",
     "llmd_weighted": "llm-d weighted scorer",
     "sglang_least_load": "SGLang least-load",
+    "vllm-router:round_robin": "vllm-router round-robin",
+    "vllm-router:power_of_two": "vllm-router power of two",
+    "vllm-router:cache_aware": "vllm-router cache-aware",
 }
 POLICY_ORDER = list(PAPER_POLICIES)
+POLICY_COLORS: dict[str, str] = {
+    # the paper's four: seaborn's colour-blind palette in the paper's order
+    "round_robin": "#0173B2",  # blue
+    "least_loaded": "#DE8F05",  # orange
+    "length_threshold": "#029E73",  # green
+    "marginal_cost": "#D55E00",  # vermilion
+    # the learned router's switches and ours (notebook 13): its warm relatives
+    "marginal_cost+sampling": "#CC78BC",  # lilac
+    "marginal_cost+guard": "#CA9161",  # tan
+    "marginal_cost_plus": "#882255",  # wine
+    # production routers restated (notebook 13): cool hues
+    "power_of_two": "#56B4E9",  # sky blue
+    "dynamo_kv": "#332288",  # indigo
+    "llmd_weighted": "#44AA99",  # teal
+    "sglang_least_load": "#999933",  # olive
+    # vllm-router itself in front of a live cluster (notebook 13): greys and sand
+    "vllm-router:round_robin": "#949494",
+    "vllm-router:power_of_two": "#5C5C5C",
+    "vllm-router:cache_aware": "#DDCC77",
+}
+"""Policy (or variant) name -> its colour in every figure."""
+FALLBACK_COLORS = ("#CC6677", "#117733", "#AA4499", "#6699CC", "#661100", "#E7B800", "#88CCEE", "#4B0092")
+"""Colours of names `POLICY_COLORS` does not know (a user's policy), picked by a stable hash of the name."""
+POLICY_MARKERS: dict[str, str] = {
+    "round_robin": "o", "least_loaded": "v", "length_threshold": "^", "marginal_cost": "s",
+    "marginal_cost+sampling": "<", "marginal_cost+guard": ">", "marginal_cost_plus": "P",
+    "power_of_two": "X", "dynamo_kv": "h", "llmd_weighted": "p", "sglang_least_load": "*",
+}
+"""Policy name -> its marker in line plots (never ``D``: that is the paper's; others: ``o``)."""
+POLICY_COLUMNS = ("policy", "variant")
+"""Columns whose values are policy names: `bar_with_paper` colours bars by them."""
+ERR_COLOR = "#222222"
+SD_LABEL = "±1 sd over {n} traces"
+CI_LABEL = "95% CI over requests (bootstrap), 1 trace"
+NO_INTERVAL_LABEL = "1 trace: no interval"
+CI_LEVEL = 0.95
+BOOTSTRAP_DRAWS = 10_000
+BOOTSTRAP_SEED = 0
+
+
+class SavedFigure(list):
+    """The paths `save` wrote (a plain list of `Path`), shown as nothing in a notebook: the figure
+    itself is shown there, so a cell that ends in ``ctx.save(...)`` does not also echo the paths."""
+
+    def _ipython_display_(self) -> None:  # IPython: the object displays itself, here as nothing
+        return None
 
 
 def set_style() -> None:
@@ -70,11 +131,25 @@ def set_style() -> None:
     })
 
 
-def save(fig: Figure, name: str, out_dir: str | Path = "figures", close: bool = True) -> list[Path]:
-    """Write ``<out_dir>/<name>.png`` and ``.pdf`` deterministically; returns the two paths."""
+def in_notebook() -> bool:
+    """True inside a Jupyter (IPython) kernel, where a figure can be shown inline; False in plain Python."""
+    ipython = sys.modules.get("IPython")  # never imported here: plain Python has no kernel
+    if ipython is None:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def save(fig: Figure, name: str, out_dir: str | Path = "figures", close: bool = True) -> SavedFigure:
+    """Write ``<out_dir>/<name>.png`` and ``.pdf`` deterministically (``bbox_inches='tight'``: a legend
+    outside the axes is kept); returns the two paths.
+
+    In a notebook's kernel the PNG is also shown inline (before the figure is closed), and the
+    returned paths display as nothing (`SavedFigure`); in plain Python nothing is shown.
+    """
     out = resolve_dir(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    paths = SavedFigure([out / f"{name}.png", out / f"{name}.pdf"])
     old = os.environ.pop("SOURCE_DATE_EPOCH", None)
     try:
         fig.savefig(paths[0], format="png", dpi=DPI, metadata=PNG_METADATA, bbox_inches="tight")
@@ -82,6 +157,10 @@ def save(fig: Figure, name: str, out_dir: str | Path = "figures", close: bool = 
     finally:
         if old is not None:
             os.environ["SOURCE_DATE_EPOCH"] = old
+    if in_notebook():
+        from IPython.display import Image, display
+
+        display(Image(filename=str(paths[0])))  # exactly the saved PNG
     if close:
         plt.close(fig)
     return paths
@@ -92,6 +171,181 @@ def policy_label(name: str) -> str:
     return POLICY_LABELS.get(name, name)
 
 
+def policy_color(name: str) -> str:
+    """The colour of a policy (or variant) in every figure: `POLICY_COLORS`, else one of
+    `FALLBACK_COLORS` chosen by a stable hash of the name (the same in every run and figure)."""
+    if name in POLICY_COLORS:
+        return POLICY_COLORS[name]
+    return FALLBACK_COLORS[zlib.crc32(str(name).encode("utf-8")) % len(FALLBACK_COLORS)]
+
+
+def policy_marker(name: str) -> str:
+    """The marker of a policy in line plots (`POLICY_MARKERS`; ``o`` for others)."""
+    return POLICY_MARKERS.get(name, "o")
+
+
+def num(value: Any, spec: str = ".3f", na: str = "n/a") -> str:
+    """``value`` formatted with ``spec``; ``na`` for a missing one (None or NaN), so that no sentence says 'nan'."""
+    if value is None:
+        return na
+    try:
+        if math.isnan(float(value)):
+            return na
+    except (TypeError, ValueError):
+        return str(value)
+    return format(value, spec)
+
+
+# ---- intervals ---------------------------------------------------------------------------------
+def request_interval(goodput: float, n_requests: int, level: float = CI_LEVEL, draws: int = BOOTSTRAP_DRAWS,
+                     seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """Bootstrap ``level`` interval of one run's goodput over its requests: ``(lo, hi)`` (fractions).
+
+    Resampling the run's ``n_requests`` per-request good flags (0/1) with replacement makes the
+    count of good requests Binomial(n, goodput) exactly, so the draws are binomial: the same
+    bootstrap, without the journal. Requests of one run are not independent (they share queues),
+    so this is narrower than the spread over traces; it says how much the number could move with
+    the requests alone. Deterministic (seeded). NaN for a NaN goodput or no requests.
+    """
+    n = int(n_requests)
+    if n <= 0 or goodput is None or math.isnan(float(goodput)):
+        return float("nan"), float("nan")
+    p = min(max(float(goodput), 0.0), 1.0)
+    rng = np.random.default_rng(seed)
+    boot = rng.binomial(n, p, size=int(draws)) / n
+    a = (1.0 - level) / 2.0
+    return float(np.quantile(boot, a)), float(np.quantile(boot, 1.0 - a))
+
+
+def interval_label(n_traces: int, request_ci: bool = False) -> str:
+    """What an error bar is: '±1 sd over N traces' (N >= 2), '95% CI over requests (bootstrap), 1 trace',
+    or '1 trace: no interval'. Never '±1 sd' with one trace."""
+    if n_traces >= 2:
+        return SD_LABEL.format(n=int(n_traces))
+    return CI_LABEL if request_ci else NO_INTERVAL_LABEL
+
+
+def with_interval(tab: pd.DataFrame, y: str, sd: str | None, n_traces: int, *, n_requests: int | None = None,
+                  lo: str = "lo", hi: str = "hi") -> tuple[pd.DataFrame, str]:
+    """``tab`` with the ends of each row's error bar in columns ``lo`` / ``hi`` (NaN: no bar), and what they are.
+
+    Two or more traces: ``y`` ± ``sd`` (the sd over traces). One trace: the sd over one trace is
+    not a spread, so when ``y`` is a fraction of a run's requests (goodput; give ``n_requests``, the
+    requests per run) the 95% bootstrap interval over those requests (`request_interval`), else no
+    bar. The label (`interval_label`) goes into the legend or the axis label.
+    """
+    out = tab.copy()
+    vals = out[y].to_numpy(dtype=float)
+    if n_traces >= 2 and sd is not None:
+        s = out[sd].to_numpy(dtype=float)
+        out[lo], out[hi] = vals - s, vals + s
+        return out, interval_label(n_traces)
+    if n_traces == 1 and n_requests:
+        ends = [request_interval(v, n_requests) for v in vals]
+        out[lo], out[hi] = [e[0] for e in ends], [e[1] for e in ends]
+        return out, interval_label(1, request_ci=True)
+    out[lo], out[hi] = np.nan, np.nan
+    return out, interval_label(n_traces)
+
+
+def draw_interval(ax: Axes, x: Sequence[float], y: Sequence[float], lo: Sequence[float] | None,
+                  hi: Sequence[float] | None, *, label: str | None = None, color: str = ERR_COLOR,
+                  capsize: float = 2.5, zorder: float = 4) -> bool:
+    """Error bars from ``lo`` to ``hi`` at ``x`` (absolute ends; rows with a NaN end get none). True if any drawn."""
+    if lo is None or hi is None:
+        return False
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(y)
+    if not ok.any():
+        return False
+    yerr = np.vstack([np.maximum(y[ok] - lo[ok], 0.0), np.maximum(hi[ok] - y[ok], 0.0)])
+    ax.errorbar(x[ok], y[ok], yerr=yerr, fmt="none", ecolor=color, elinewidth=1.0, capsize=capsize, zorder=zorder,
+                label=label)
+    return True
+
+
+# ---- legends and paper values ------------------------------------------------------------------
+def legend_outside(ax: Axes, where: str = "right", handles: Sequence[Any] | None = None,
+                   labels: Sequence[str] | None = None, **kw: Any) -> Legend:
+    """A legend outside the axes, so that it covers no data: to the ``right`` (top-aligned) or ``below``
+    (under the x tick labels and x label). ``save`` keeps it (``bbox_inches='tight'``).
+
+    ``below`` measures the axes' decorations: call it after ``fig.tight_layout()``.
+    """
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    kw.setdefault("frameon", False)
+    if where == "right":
+        return ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)
+    if where == "below":
+        fig = ax.figure
+        fig.canvas.draw()
+        bottom = ax.get_tightbbox(fig.canvas.get_renderer()).y0  # display units: under the tick labels and x label
+        y = ax.transAxes.inverted().transform((0.0, bottom))[1]
+        return ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, y - 0.02), borderaxespad=0.0, **kw)
+    raise ValueError(f"legend_outside: where={where!r}; allowed: 'right', 'below'")
+
+
+def merged_handles(axes: Iterable[Axes], last: Sequence[str | None] = ()) -> tuple[list[Any], list[str]]:
+    """The legend entries of several axes, each label once (first seen first; those in ``last`` at the
+    end, in that order, e.g. the paper's marker and the interval): for one shared legend."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, h)
+    tail = [lab for lab in dict.fromkeys(last) if lab in seen]
+    labels = [lab for lab in seen if lab not in tail] + tail
+    return [seen[lab] for lab in labels], labels
+
+
+def mark_paper(ax: Axes, x: Sequence[Any], y: Sequence[float], *, notes: Sequence[str] | None = None,
+               label: str | None = PAPER_LABEL) -> None:
+    """The paper's values as `PAPER_MARKER` at (``x``, ``y``); ``notes`` (one per point) say whose value
+    each is where the figure does not (small text above the marker)."""
+    xs, ys = list(x), [float(v) for v in y]
+    if not xs:
+        return
+    ax.scatter(xs, ys, label=label, **PAPER_MARKER)
+    for xi, yi, note in zip(xs, ys, notes or [], strict=False):
+        if note:
+            ax.annotate(note, (xi, yi), xytext=(0, 5), textcoords="offset points", fontsize=6.5, ha="center",
+                        va="bottom")
+
+
+# ---- lines and bars ----------------------------------------------------------------------------
+def contiguous_groups(values: Sequence[float], step: float = 1.0) -> list[int]:
+    """A group id per value (sorted ascending): a new group wherever the gap to the previous value exceeds
+    ``step``. Points of one group are a contiguous sweep that a line may join (e.g. GPUs 3, 4, 5; not 3, 6)."""
+    ids, g, prev = [], 0, None
+    for v in values:
+        if prev is not None and float(v) - float(prev) > step + 1e-9:
+            g += 1
+        ids.append(g)
+        prev = v
+    return ids
+
+
+def policy_line(ax: Axes, x: Sequence[float], y: Sequence[float], policy: str, *, lo: Sequence[float] | None = None,
+                hi: Sequence[float] | None = None, groups: Sequence[Any] | None = None, label: str | None = None,
+                ms: float = 4.0, lw: float = 1.2, ls: str = "-", **kw: Any) -> None:
+    """One policy's values over a sweep in its colour and marker: a marker at every measured point, a
+    line only between neighbours of the same group (``groups``: e.g. `contiguous_groups`; None: one
+    group, a contiguous sweep), error bars from ``lo`` to ``hi`` where given (`with_interval`)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    color = kw.pop("color", policy_color(policy))
+    marker = kw.pop("marker", policy_marker(policy))
+    label = policy_label(policy) if label is None else label
+    groups = [0] * len(x) if groups is None else list(groups)
+    ax.plot([], [], ls=ls, lw=lw, marker=marker, ms=ms, color=color, label=label, **kw)  # the legend's entry
+    ax.plot(x, y, ls="none", marker=marker, ms=ms, color=color, zorder=3, **kw)
+    for g in dict.fromkeys(groups):
+        idx = [i for i, gi in enumerate(groups) if gi == g]
+        if len(idx) > 1:
+            ax.plot(x[idx], y[idx], ls=ls, lw=lw, color=color, zorder=2, **kw)
+    draw_interval(ax, x, y, lo, hi, color=color, capsize=2.0, zorder=2.5)
+
+
 def bar_with_paper(
     df: pd.DataFrame,
     x: str,
@@ -99,20 +353,32 @@ def bar_with_paper(
     hue: str | None = None,
     paper: pd.DataFrame | None = None,
     *,
-    err: str | None = None,
+    err: str | tuple[str, str] | None = None,
+    err_label: str | None = None,
     order: Sequence[Any] | None = None,
     hue_order: Sequence[Any] | None = None,
+    color_by: str | None = None,
+    palette: Sequence[str] | None = None,
+    value_fmt: str | None = None,
     title: str = "",
     xlabel: str | None = None,
     ylabel: str | None = None,
     ax: Axes | None = None,
     ylim: tuple[float, float] | None = None,
+    legend: str | None = "right",
 ) -> tuple[Figure, Axes]:
-    """Bars of our ``y`` per ``x`` (and ``hue``) with the paper's value as a black diamond beside each.
+    """Bars of our ``y`` per ``x`` (and ``hue``) with the paper's value as `PAPER_MARKER` beside each.
 
-    ``df`` has one row per bar (already aggregated; ``err`` names a column of half-widths drawn as
-    error bars, e.g. the spread over seeds). ``paper`` has columns ``x`` (and ``hue``) and
-    ``paper``: rows without a paper value are simply not marked.
+    ``df`` has one row per bar (already aggregated). ``err``: a column of half-widths, or a pair of
+    columns ``(lo, hi)`` with the ends of each bar's interval (`with_interval`); NaN means no bar;
+    ``err_label`` says in the legend what the bars are (`interval_label`). ``paper`` has columns
+    ``x`` (and ``hue``) and ``paper``: rows without a paper value are simply not marked.
+
+    Colours: a bar's policy has its one colour (`policy_color`) when ``color_by`` names a column of
+    policy names (default: ``hue``, else ``x``, if it is ``policy`` or ``variant``); other hues take
+    ``palette`` (default: the style's) in plot order. ``value_fmt`` (e.g. ``"{:+.1f}"``) writes each
+    bar's value beyond the end of its bar or interval. ``legend``: ``right`` / ``below`` of the axes
+    (`legend_outside`), or None for none (a panel of a figure with one shared legend).
     """
     set_style()
     if ax is None:
@@ -124,28 +390,48 @@ def bar_with_paper(
         hue_order = list(hue_order) if hue_order is not None else list(dict.fromkeys(df[hue]))
     else:
         hue_order = [None]
-    palette = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    if color_by is None:
+        color_by = hue if hue in POLICY_COLUMNS else (x if hue is None and x in POLICY_COLUMNS else None)
+    palette = list(palette) if palette is not None else matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     n_h = len(hue_order)
     width = 0.8 / n_h
     xs = np.arange(len(order), dtype=float)
-    paper_drawn = False
+    paper_drawn = err_drawn = False
     for j, h in enumerate(hue_order):
         sub = df if h is None else df[df[hue] == h]
-        vals = [sub.loc[sub[x] == k, y] for k in order]
-        heights = [float(v.iloc[0]) if len(v) else np.nan for v in vals]
-        errs = None
-        if err is not None:
-            errs = [float(sub.loc[sub[x] == k, err].iloc[0]) if (sub[x] == k).any() else 0.0 for k in order]
+        rows = [sub[sub[x] == k] for k in order]
+        heights = np.array([float(r[y].iloc[0]) if len(r) else np.nan for r in rows])
         pos = xs - 0.4 + width * (j + 0.5)
-        label = "ours" if h is None else f"{policy_label(h) if isinstance(h, str) else h}"
-        ax.bar(pos, heights, width * 0.92, yerr=errs, capsize=2.5 if errs else 0, label=label,
-               color=palette[j % len(palette)], edgecolor="white", linewidth=0.5)
+        if color_by is not None:
+            colors = [policy_color(str(r[color_by].iloc[0])) if len(r) else "none" for r in rows]
+        else:
+            colors = [palette[j % len(palette)]] * len(order)
+        per_bar = color_by is not None and color_by != hue  # colours vary along x: the tick labels name them
+        label = None if per_bar else ("ours" if h is None else (policy_label(h) if isinstance(h, str) else str(h)))
+        ax.bar(pos, heights, width * 0.92, label=label, color=colors, edgecolor="white", linewidth=0.5)
+        lo = hi = np.full(len(order), np.nan)
+        if err is not None:
+            if isinstance(err, str):
+                half = np.array([float(r[err].iloc[0]) if len(r) else np.nan for r in rows])
+                lo, hi = heights - half, heights + half
+            else:
+                lo = np.array([float(r[err[0]].iloc[0]) if len(r) else np.nan for r in rows])
+                hi = np.array([float(r[err[1]].iloc[0]) if len(r) else np.nan for r in rows])
+            err_drawn |= draw_interval(ax, pos, heights, lo, hi, label=None if err_drawn else err_label)
+        if value_fmt is not None:  # beyond the bar's end and its whisker, so that neither hides the number
+            for p_i, v, l_i, h_i in zip(pos, heights, lo, hi, strict=True):
+                if np.isfinite(v):
+                    up = v >= 0
+                    end = np.nanmax([v, h_i]) if up else np.nanmin([v, l_i])
+                    ax.annotate(value_fmt.format(v), (p_i, end), xytext=(0, 2 if up else -2),
+                                textcoords="offset points", ha="center", va="bottom" if up else "top", fontsize=7)
         if paper is not None and len(paper):
             psub = paper if h is None else paper[paper[hue] == h]
             for p_i, k in zip(pos, order, strict=True):
                 pv = psub.loc[psub[x] == k, "paper"]
                 if len(pv) and not math.isnan(float(pv.iloc[0])):
-                    ax.scatter([p_i], [float(pv.iloc[0])], label=None if paper_drawn else "paper", **PAPER_MARKER)
+                    ax.scatter([p_i], [float(pv.iloc[0])], label=None if paper_drawn else PAPER_LABEL,
+                               **PAPER_MARKER)
                     paper_drawn = True
     ax.set_xticks(xs)
     # wrapped so that four long policy names do not run into each other
@@ -157,7 +443,9 @@ def bar_with_paper(
         ax.set_ylim(*ylim)
     if title:
         ax.set_title(title)
-    ax.legend(loc="best", frameon=True)
+    if legend is not None and ax.get_legend_handles_labels()[0]:
+        handles, labels = merged_handles([ax], last=(PAPER_LABEL, err_label))  # the bars first
+        legend_outside(ax, legend, handles=handles, labels=labels)
     return fig, ax
 
 
@@ -198,31 +486,3 @@ def traces_label(seeds: Sequence[int]) -> str:
     return f"{len(seeds)} trace" + ("" if len(seeds) == 1 else "s")
 
 
-HEADLINE_COLUMNS = ("notebook", "key", "ours", "paper", "unit", "meaning", "measured")
-
-
-def write_headline(rows: list[dict[str, Any]], notebook: str, out_dir: str | Path = "results",
-                   measured: str = "") -> Path:
-    """``results/<nn>_headline.csv`` (key, ours, paper, unit, meaning): the numbers `repro paper` summarises.
-
-    Each row: ``key`` (a paper_reference key when the paper states it, else our own name),
-    ``ours``, ``paper`` (NaN when the paper gives none; filled from the reference by key if absent),
-    ``unit``, ``meaning`` (what the number is, in the paper's sign convention; from the reference's
-    ``quantity`` by key unless given), ``measured`` (how: ``sim``, or the live backend, its runs and
-    whether they were all valid; `repro.paper.section.Section.measured`).
-    """
-    from repro.paper import reference as paper_reference
-
-    ref = paper_reference.load().set_index("key")
-    out = []
-    for r in rows:
-        key = r["key"]
-        paper = r.get("paper")
-        if paper is None:
-            paper = float(ref.loc[key, "value"]) if key in ref.index else float("nan")
-        unit = r.get("unit") or (str(ref.loc[key, "unit"]) if key in ref.index else "")
-        meaning = r.get("meaning") or (str(ref.loc[key, "quantity"]) if key in ref.index else "")
-        out.append({"notebook": notebook, "key": key, "ours": float(r["ours"]), "paper": float(paper), "unit": unit,
-                    "meaning": meaning, "measured": r.get("measured", measured)})
-    nn = notebook.split("_", 1)[0]
-    return write_results(pd.DataFrame(out, columns=list(HEADLINE_COLUMNS)), f"{nn}_headline", out_dir)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from repro.errors import ConfigError, parse_assignments
+from repro.paper.summary import collect_headlines, commit_id, default_dirs, verdict_counts
 from repro.paths import CLUSTERS_DIR, NOTEBOOK_DIR, resolve_dir
 from repro.vocab import BACKENDS, SCALES
 
@@ -60,6 +61,10 @@ class NotebookResult:
 
 
 # ---- discovery and the parameters cell ---------------------------------------------------------
+OVERVIEW = "00_overview"
+"""The notebook that reads the run's ``summary.csv``: `run_paper` runs it after the sections."""
+
+
 def discover(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
     """The section notebooks, ``NN_name.ipynb``, in order."""
     return sorted(p for p in Path(notebook_dir).glob("[0-9][0-9]_*.ipynb"))
@@ -175,26 +180,15 @@ def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = 
     return NotebookResult(path.stem, output, True, time.perf_counter() - t0)
 
 
-def collect_headlines(names: Sequence[str], results_dir: Path) -> pd.DataFrame:
-    """The ``<NN>_headline.csv`` rows of the named notebooks, concatenated (`HEADLINE_COLUMNS`)."""
-    frames = []
-    for name in names:
-        p = results_dir / f"{name.split('_', 1)[0]}_headline.csv"
-        if p.exists():
-            frames.append(pd.read_csv(p, keep_default_na=True))
-    if not frames:
-        from repro.paper.figures import HEADLINE_COLUMNS
-
-        return pd.DataFrame(columns=list(HEADLINE_COLUMNS))
-    return pd.concat(frames, ignore_index=True)
-
-
-def run_paper(*, backend: str = "emulated", scale: str = "quick", only: str | None = None,
+def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = None,
               cluster: str | None = None, out: str | Path = "build/notebooks",
-              results_dir: str | Path = "results", figures_dir: str | Path = "figures",
-              extra: dict[str, Any] | None = None,
+              results_dir: str | Path | None = None, figures_dir: str | Path | None = None,
+              extra: dict[str, Any] | None = None, jobs: int = 0,
               console: Console | None = None) -> tuple[list[NotebookResult], pd.DataFrame]:
-    """Run the selected notebooks; returns their results and the summary table (also written)."""
+    """Run the selected notebooks; returns their results and the summary table (also written).
+    Results and figures go to `default_dirs` unless given. ``jobs`` notebooks run at once (0: one per
+    core on ``sim``, whose notebooks share nothing and are deterministic; one on a live backend, whose
+    runs need the machine to themselves)."""
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
@@ -212,7 +206,10 @@ def run_paper(*, backend: str = "emulated", scale: str = "quick", only: str | No
     # a log file or pipe gets a wide table (Rich would fold it to 80 columns and cut the keys)
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     nbs = select(only)
-    out_dir, res_dir, fig_dir = resolve_dir(out), resolve_dir(results_dir), resolve_dir(figures_dir)
+    res_default, fig_default = default_dirs(backend, scale)
+    out_dir = resolve_dir(out)
+    res_dir = resolve_dir(results_dir) if results_dir is not None else res_default
+    fig_dir = resolve_dir(figures_dir) if figures_dir is not None else fig_default
     if out_dir.resolve() == NOTEBOOK_DIR.resolve():
         raise ConfigError("paper: --out must not be notebooks/ (executed notebooks go to a build folder)")
     cluster_param = str(Path(cluster).resolve()) if cluster and Path(cluster).exists() else (cluster or "")
@@ -243,17 +240,57 @@ def run_paper(*, backend: str = "emulated", scale: str = "quick", only: str | No
             console.print(f"starting the engines of {cluster_param} (once for all notebooks) ...")
             params["cluster"] = stack.enter_context(hold_cluster(cluster_param, out_dir / "cluster"))
         stack.enter_context(live := Live(render(), console=console, refresh_per_second=4, transient=False))
-        for nb in nbs:
+        summary = pd.DataFrame()
+        sections = [n for n in nbs if n.stem != OVERVIEW]
+        workers = jobs if jobs else (min(len(sections), os.cpu_count() or 1) if backend == "sim" else 1)
+
+        def started(nb: Path) -> None:
             status[nb.stem] = ("running", None)
             live.update(render())
-            res = run_notebook(nb, out_dir, params)
+
+        def finished(res: NotebookResult) -> None:
             results.append(res)
-            status[nb.stem] = ("done" if res.ok else "FAILED", res.wall_s)
+            status[res.name] = ("done" if res.ok else "FAILED", res.wall_s)
             live.update(render())
-    summary = collect_headlines([r.name for r in results if r.ok], res_dir)
+
+        # the sections first (in parallel where they share nothing: sim), then the summary they make,
+        # then the overview that reads it
+        if workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = [pool.submit(run_notebook, nb, out_dir, params) for nb in sections]
+                for nb in sections:
+                    started(nb)
+                for fut in as_completed(futures):
+                    finished(fut.result())
+            results.sort(key=lambda r: r.name)
+        else:
+            for nb in sections:
+                started(nb)
+                finished(run_notebook(nb, out_dir, params))
+        for nb in [n for n in nbs if n.stem == OVERVIEW]:
+            summary = collect_headlines([r.name for r in results if r.ok], res_dir, backend=backend,
+                                        scale=scale, commit=commit_id())
+            if not len(summary):
+                status[nb.stem] = ("skipped: no summary", None)
+                live.update(render())
+                continue
+            write_results(summary, "summary", res_dir)
+            started(nb)
+            finished(run_notebook(nb, out_dir, params))
+    if not any(n.stem == OVERVIEW for n in nbs):
+        summary = collect_headlines([r.name for r in results if r.ok], res_dir, backend=backend, scale=scale,
+                                    commit=commit_id())
     if len(summary):
-        write_results(summary, "summary", res_dir)
+        path = write_results(summary, "summary", res_dir)
         console.print(summary_table(summary))
+        counts = ", ".join(f"{n} {v}" for v, n in verdict_counts(summary).items() if n)
+        console.print(f"verdicts (each measurement once): {counts}; written to {path}")
+        from repro.paper.report import write_report
+
+        console.print(f"report (one page, opens offline): {write_report(res_dir, fig_dir)}")
     for r in results:
         if not r.ok:
             console.print(f"[red]{r.name} failed[/red]; executed notebook: {r.output}")
@@ -262,8 +299,10 @@ def run_paper(*, backend: str = "emulated", scale: str = "quick", only: str | No
 
 
 def summary_table(summary: pd.DataFrame) -> Table:
-    """The headline numbers as a Rich table: ours beside the paper's (4 significant digits)."""
+    """The headline numbers as a Rich table: ours with its 95 % interval beside the paper's, and the verdict."""
     from rich.table import Table
+
+    from repro.paper.verdicts import Estimate
 
     def text(v: Any) -> str:
         return "" if pd.isna(v) else str(v)
@@ -271,11 +310,18 @@ def summary_table(summary: pd.DataFrame) -> Table:
     def fmt(v: float) -> str:
         return "" if pd.isna(v) else f"{v:.4g}"
 
-    t = Table(title="headline numbers: ours vs the paper")
-    for c in ("notebook", "key", "ours", "paper", "unit", "meaning", "measured"):
-        t.add_column(c, justify="right" if c in ("ours", "paper") else "left", overflow="fold")
+    colours = {"reproduced": "green", "not reproduced": "red", "contradicted": "bold red", "within noise": "yellow",
+               "input": "dim", "context": "dim"}
+    t = Table(title="headline numbers: ours [95% interval] vs the paper")
+    for c in ("notebook", "key", "ours [95% CI]", "paper", "verdict", "unit", "meaning", "measured"):
+        t.add_column(c, justify="right" if c in ("ours [95% CI]", "paper") else "left", overflow="fold")
     for r in summary.itertuples():
-        t.add_row(str(r.notebook), str(r.key), fmt(r.ours), fmt(r.paper), text(r.unit),
+        ours = Estimate(float(r.ours), float(getattr(r, "ours_lo", float("nan"))),
+                        float(getattr(r, "ours_hi", float("nan")))).text(4)
+        v = text(getattr(r, "verdict", ""))
+        same = text(getattr(r, "same_as", ""))
+        t.add_row(str(r.notebook), str(r.key), ours, fmt(r.paper),
+                  f"[{colours.get(v, 'default')}]{v}[/]" + (f" (= {same})" if same else ""), text(r.unit),
                   text(getattr(r, "meaning", "")), text(getattr(r, "measured", "")))
     return t
 
@@ -289,26 +335,38 @@ def _make_cli() -> Callable[..., None]:
     import typer
 
     def paper_cmd(
-        backend: str = typer.Option("emulated", "--backend",
-                                    help="emulated (default: local emulated vLLM engines over real HTTP) | sim | vllm"),
-        scale: str = typer.Option("quick", "--scale", help="quick | full"),
+        backend: str = typer.Option("sim", "--backend",
+                                    help="sim (default: the deterministic simulator) | emulated (local emulated vLLM "
+                                         "engines over real HTTP) | vllm"),
+        scale: str | None = typer.Option(None, "--scale", help="quick | full (default: full on sim, quick live)"),
         only: str | None = typer.Option(None, "--only", help="notebooks to run, e.g. 01,04 (default: all)"),
         cluster: str | None = typer.Option(None, "--cluster", help="cluster YAML for emulated/vllm"),
         out: Path = typer.Option(Path("build/notebooks"), "--out", help="folder for the executed notebooks"),
-        results_dir: Path = typer.Option(Path("results"), "--results-dir",
-                                         help="tidy CSVs (relative: to the repo root)"),
-        figures_dir: Path = typer.Option(Path("figures"), "--figures-dir",
-                                         help="PNG + PDF figures (relative: to the repo root)"),
+        results_dir: Path | None = typer.Option(None, "--results-dir",
+                                                help="tidy CSVs (relative: to the repo root; default "
+                                                     "results/<backend>-<scale>)"),
+        figures_dir: Path | None = typer.Option(None, "--figures-dir",
+                                                help="PNG + PDF figures (relative: to the repo root; default "
+                                                     "figures/<backend>-<scale>)"),
         param: list[str] = typer.Option([], "--param", "-p", help="extra notebook parameter NAME=VALUE (repeatable)"),
+        jobs: int = typer.Option(0, "--jobs", "-j", min=0, max=64,
+                                 help="notebooks at once (0: one per core on sim, 1 on live backends)"),
     ) -> None:
         """Rerun the paper: execute the section notebooks and print ours vs the paper's numbers.
 
-        Default: the emulated cluster at quick scale (the real proxy and load generator over HTTP
-        against local emulated vLLM engines; ~20 minutes on 2 cores; see repro.paper.plans for what
-        quick cuts). --backend sim runs the deterministic simulator (quick ~2 min, full ~8 min).
+        Default: the deterministic simulator at the paper's protocol (3 traces x 10,000 requests; the
+        same numbers on every machine; notebooks in parallel, one per core). --backend emulated runs
+        the real proxy and load generator over HTTP against local emulated vLLM engines (quick scale
+        by default, ~45 min on 2 cores; see repro.paper.plans for what quick cuts). Every number gets
+        a 95% interval and a verdict; the run ends with summary.csv and report.html.
         """
+        scale = scale or ("full" if backend == "sim" else "quick")
+        if jobs > 1 and backend != "sim":
+            raise ConfigError(f"paper: --jobs {jobs} with --backend {backend}: live runs need the machine to "
+                              "themselves (their validity depends on it); --jobs runs sim notebooks in parallel")
         results, _ = run_paper(backend=backend, scale=scale, only=only, cluster=cluster, out=out,
-                               results_dir=results_dir, figures_dir=figures_dir, extra=_parse_extra(param))
+                               results_dir=results_dir, figures_dir=figures_dir, extra=_parse_extra(param),
+                               jobs=jobs)
         if not all(r.ok for r in results):
             raise typer.Exit(1)
 

@@ -52,6 +52,7 @@ from repro.paper.plans import (
     seeds_and_requests,
     value,
 )
+from repro.paper.verdicts import Estimate, goodput_estimate, over_traces, paired_difference
 from repro.paths import resolve_dir
 from repro.vocab import WORKLOADS
 
@@ -140,10 +141,12 @@ class Section:
     """The notebook's operating rates, workload -> req/s (`setup`'s ``rate`` or ``rates``; empty when it has none)."""
     live_runs: list[dict[str, Any]] = dataclasses.field(default_factory=list, compare=False, repr=False)
     """Every live run this section used: run id, ``valid``, ``time_scale_used`` (`measured` sums them up)."""
+    request_good: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    """Run id -> its per-request good flags (request-id order): the intervals of `goodput` and `difference`."""
 
     @classmethod
     def setup(cls, *, notebook: str, backend: str, scale: str, seeds: Sequence[int], cluster: str = "",
-              results_dir: str | Path = "results", figures_dir: str | Path = "figures",
+              results_dir: str | Path = "", figures_dir: str | Path = "",
               runs_dir: str | Path = "runs/paper", time_scale: float = 1.0, n_requests: int = 0,
               quick_seeds: Sequence[int] | None = None, sim_requests: tuple[int, int] = SIM_REQUESTS,
               uses_cluster: bool = True, need_calibration: bool = True, shape_sweep: bool = False,
@@ -165,7 +168,9 @@ class Section:
         Operating rates (`rates`, req/s): with ``rate`` those of ``workloads`` (`operating_rates`:
         ``rate`` when > 0, else each one's saturation rate); with ``rates`` a rate per workload of
         `repro.vocab.WORKLOADS` (`workload_rates`: ``{}`` means a saturation search).
-        Relative folders are relative to the repository root. Bad values raise `ConfigError`.
+        Relative folders are relative to the repository root; empty ``results_dir`` / ``figures_dir``
+        mean ``results/<backend>-<scale>`` / ``figures/<backend>-<scale>`` (as `repro paper`). Bad values
+        raise `ConfigError`.
         """
         check_backend_scale(backend, scale)
         if quick_seeds is None:
@@ -182,7 +187,8 @@ class Section:
         ctx = cls(notebook=notebook, backend=backend, scale=scale, seeds=tuple(chosen), n_requests=n,
                   cluster=cluster_file, pool_cluster=(cluster or None) if shape_sweep else cluster_file,
                   time_scale=time_scale if backend == "emulated" else 1.0,
-                  results_dir=resolve_dir(results_dir), figures_dir=resolve_dir(figures_dir),
+                  results_dir=resolve_dir(results_dir or f"results/{backend}-{scale}"),
+                  figures_dir=resolve_dir(figures_dir or f"figures/{backend}-{scale}"),
                   runs_dir=resolve_dir(runs_dir))
         if rate is not None and rates is not None:
             raise ConfigError("Section.setup: give 'rate' (one operating rate) or 'rates' (per workload), not both")
@@ -270,7 +276,8 @@ class Section:
         """One row of `run`: the spec's grid fields (time scale as run; the topology as run: a cluster
         file's, e.g. ``1p2d``) and its summary (`SUMMARY_COLUMNS`)."""
         spec, summary = res.spec, res.summary
-        return {"workload": spec.workload, "topology": spec.topology_parsed().shorthand, "policy": spec.policy,
+        return {"run_id": spec.run_id, "workload": spec.workload, "topology": spec.topology_parsed().shorthand,
+                "policy": spec.policy,
                 "cost_model": spec.cost_model, "seed": spec.seed, "rate": spec.rate,
                 "n_requests": spec.n_requests, "backend": spec.backend, "time_scale": spec.live.time_scale,
                 **{k: summary.get(k, np.nan) for k in SUMMARY_COLUMNS},
@@ -291,11 +298,54 @@ class Section:
         return self._note(runner.run(for_this_machine(spec), self.runs_dir)).journal()
 
     def _note(self, res: runner.RunResult) -> runner.RunResult:
-        """Record a live run in `live_runs` (sim runs are not recorded); returns ``res``."""
+        """Keep a run's per-request good flags (`request_good`) and record a live run in `live_runs`;
+        returns ``res``."""
+        if res.good is not None or res.run_dir is not None:  # (a summary alone carries no per-request flags)
+            self.request_good[res.spec.run_id] = res.good_flags()
         if res.spec.backend != "sim":
             self.live_runs.append({"run_id": res.spec.run_id, "valid": res.summary.get("valid"),
                                    "time_scale_used": res.summary.get("time_scale_used", res.spec.live.time_scale)})
         return res
+
+    # ---- uncertainty (repro.paper.verdicts) -----------------------------------------------------
+    def _flags(self, runs: pd.DataFrame) -> list[np.ndarray] | None:
+        if "run_id" not in runs.columns or not all(r in self.request_good for r in runs.run_id):
+            return None
+        return [self.request_good[r] for r in runs.sort_values("seed").run_id]
+
+    def goodput(self, runs: pd.DataFrame) -> Estimate:
+        """The mean goodput of ``runs`` (rows of `run`: one configuration, one row per trace) with its 95 %
+        interval (`repro.paper.verdicts.goodput_estimate`; over the traces' goodputs alone when the
+        per-request flags are not at hand)."""
+        if runs.empty:
+            raise ConfigError(f"{self.notebook}: goodput of no runs")
+        flags = self._flags(runs)
+        if flags is None:
+            return over_traces(runs.sort_values("seed").goodput.to_list())
+        return goodput_estimate(flags)
+
+    def difference(self, a: pd.DataFrame, b: pd.DataFrame, column: str = "goodput") -> Estimate:
+        """``column`` of ``a`` minus that of ``b``, paired trace by trace (rows matched on ``seed``; each
+        side one row per trace), with its 95 % interval: goodput by the paired bootstrap over traces and
+        requests (`repro.paper.verdicts.paired_difference`), any other column by a bootstrap over the
+        traces' differences (`repro.paper.verdicts.over_traces`; none with one trace). For goodput,
+        positive means ``a`` is better."""
+        seeds = sorted(set(a.seed) & set(b.seed))
+        if not seeds or len(seeds) != len(a) or len(seeds) != len(b):
+            raise ConfigError(f"{self.notebook}: a paired difference needs the same traces on both sides, one row "
+                              f"each (got seeds {sorted(a.seed)} vs {sorted(b.seed)})")
+        fa, fb = (self._flags(a), self._flags(b)) if column == "goodput" else (None, None)
+        if fa is None or fb is None or any(len(x) != len(y) for x, y in zip(fa, fb, strict=True)):
+            ga, gb = a.set_index("seed")[column], b.set_index("seed")[column]
+            return over_traces([float(ga[s] - gb[s]) for s in seeds])
+        return paired_difference(fa, fb)
+
+    def run_ids(self, *frames: pd.DataFrame) -> list[str]:
+        """The run ids of the given rows of `run`, each once, in order."""
+        ids: list[str] = []
+        for f in frames:
+            ids += [str(r) for r in f.get("run_id", pd.Series(dtype=str))]
+        return list(dict.fromkeys(ids))
 
     def measured(self) -> str:
         """How this section's numbers were measured, for its headline rows: ``sim``, or the backend,
@@ -400,10 +450,31 @@ class Section:
         """``<figures_dir>/<name>.png`` and ``.pdf``, byte-identical on rerun (`repro.paper.figures.save`)."""
         return figures.save(fig, name, self.figures_dir)
 
-    def write_headline(self, rows: list[dict[str, Any]]) -> Path:
-        """``<results_dir>/<NN>_headline.csv``: the numbers `repro paper` summarises
-        (`repro.paper.figures.write_headline`)."""
-        return figures.write_headline(rows, self.notebook, self.results_dir, measured=self.measured())
+    def write_headline(self, rows: list[dict[str, Any]]) -> None:
+        """Judge the section's headline rows and write ``<results_dir>/<NN>_headline.csv``, the numbers
+        `repro paper` summarises and `findings` shows (`repro.paper.headline.write_headline`)."""
+        from repro.paper.headline import write_headline
+
+        write_headline(rows, self.notebook, self.results_dir, measured=self.measured())
+
+    def findings(self, title: str = "") -> Any:
+        """The notebook's **Findings** (`repro.paper.findings`): the verdict table of the rows `write_headline`
+        wrote, with the caveats of this backend, scale and validity. Markdown in a notebook (shown as the
+        cell's output), plain text elsewhere."""
+        from repro.paper.findings import findings_markdown
+
+        nn = self.notebook.split("_", 1)[0]
+        path = self.results_dir / f"{nn}_headline.csv"
+        if not path.exists():
+            raise ConfigError(f"{self.notebook}: no {path.name} yet: call ctx.write_headline(...) first")
+        head = pd.read_csv(path, keep_default_na=True)
+        text = findings_markdown(head, title=title or self.notebook, backend=self.backend, scale=self.scale,
+                                 traces=len(self.seeds), requests=self.n_requests, measured=self.measured())
+        try:
+            from IPython.display import Markdown
+        except ImportError:  # pragma: no cover - IPython comes with the notebooks extra
+            return text
+        return Markdown(text)
 
     def expected_output(self, index: int) -> AbstractContextManager[None]:
         """Print what the block prints; in the test run compare it with ``notebooks/expected/<notebook>-<index>.txt``

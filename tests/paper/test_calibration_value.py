@@ -15,9 +15,14 @@ def test_calibration_small_grid(section):
     assert t.loc["learned, calibrated", "paper_goodput"] == pytest.approx(0.864)
     assert t.loc["learned, simulator-derived", "paper_ttft_p99_hi_s"] == pytest.approx(0.52)
     assert t.loc["round-robin", "request_skew"] == pytest.approx(1.0, abs=0.02)
-    head = {r["key"]: r for r in nb.calibration_headline(tab)}
-    assert head["calib_goodput_gain"]["ours"] == pytest.approx(
+    head = {r["key"]: r for r in nb.calibration_headline(tab, runs, ctx)}
+    gain = head["calib_goodput_gain"]["ours"]  # in points, paired over the two traces' 400 requests
+    assert gain.value == pytest.approx(
         100 * (t.loc["learned, calibrated", "goodput"] - t.loc["learned, simulator-derived", "goodput"]))
-    assert {"calib_tail_share", "calib_simderived_token_skew_worse_than_jsq"} <= set(head)
+    assert gain.lo <= gain.value <= gain.hi and (gain.traces, gain.requests) == (2, 400)
+    skew = head["calib_simderived_token_skew_minus_jsq"]["ours"]
+    assert skew.value == pytest.approx(t.loc["learned, simulator-derived", "token_skew"]
+                                       - t.loc["least-loaded (JSQ)", "token_skew"])
+    assert "calib_tail_share" in head
     load = nb.calibration_load(runs)
     assert set(load.kind) == {"request count", "token load"} and len(load) == 16

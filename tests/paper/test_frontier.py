@@ -5,7 +5,7 @@ import pytest
 from repro.paper.sections import frontier as nb
 
 
-def test_frontier_best_shape_and_gpu_saving(fake_runs):
+def test_frontier_best_shape_and_gpu_saving(fake_runs, section):
     runs = fake_runs(topology=["1p2d", "2p2d", "1p3d", "2p4d", "3p4d"], policy=["marginal_cost", "round_robin"],
                      seed=[1])
     g = {("1p2d", "marginal_cost"): 0.2, ("1p2d", "round_robin"): 0.6, ("2p2d", "marginal_cost"): 0.5,
@@ -19,5 +19,8 @@ def test_frontier_best_shape_and_gpu_saving(fake_runs):
     assert f.loc[(6, "marginal_cost"), "paper_goodput"] == pytest.approx(0.870)
     sv = nb.gpu_saving(front, 6)
     assert sv["baseline_gpus"] == 7 and sv["saving_pct"] == pytest.approx(100 / 7)
-    head = {r["key"]: r["ours"] for r in nb.frontier_headline(shapes, front)}
-    assert head["fig4_inversion_at_1p2d"] == 1.0 and head["fig4_rr_1p2d"] == 0.6
+    head = {r["key"]: r for r in nb.frontier_headline(shapes, front, runs, section())}
+    inv = head["fig4_rr_minus_mc_1p2d"]
+    assert inv["ours"].value == pytest.approx(0.6 - 0.2) and inv["paper"] == pytest.approx(0.680 - 0.292)
+    assert not inv["ours"].has_interval  # one trace and no per-request flags: no interval, so no ordering shown
+    assert head["fig4_rr_1p2d"]["ours"].value == 0.6 and head["fig4_mc_6gpu"]["ours"].value == 0.85

@@ -1,5 +1,6 @@
 """Notebook 09 (§V-F, Figs. 5-7): repro.paper.sections.load_and_tails, and RunSpec's arrival field."""
 
+import pandas as pd
 import pytest
 
 from repro.errors import ConfigError
@@ -35,6 +36,24 @@ def test_burst_requests():
         nb.burst_requests(16.0, 0.0, 200)
 
 
+def test_burst_table_by_hand():
+    """Two seeds of three windows: round robin and marginal cost paired by (seed, window)."""
+    rows = []
+    for seed, rr, mc in ((1, (0.8, 0.6, 0.9), (0.9, 0.6, 0.7)), (2, (0.5, 0.5, 0.5), (0.4, 0.4, 0.4))):
+        for w, (a, b) in enumerate(zip(rr, mc, strict=True)):
+            rows.append({"policy": "round_robin", "seed": seed, "window_s": 5.0 * w, "goodput": a,
+                         "ttft_p95_s": 0.2 + w})
+            rows.append({"policy": "marginal_cost", "seed": seed, "window_s": 5.0 * w, "goodput": b,
+                         "ttft_p95_s": 0.1 * (w + 1)})
+    bt = nb.burst_table(pd.DataFrame(rows)).set_index("policy")
+    # seed 1: above, equal, below; seed 2: below three times -> 2 of 6 windows at or above
+    assert bt.loc["marginal_cost", "windows_at_or_above_rr"] == pytest.approx(2 / 6)
+    assert bt.loc["marginal_cost", "rolling_ttft_p95_s_mean"] == pytest.approx(0.2)
+    assert bt.loc["marginal_cost", "rolling_ttft_p95_s_max"] == pytest.approx(0.3)
+    assert bt.loc["round_robin", "rolling_goodput_mean"] == pytest.approx((0.8 + 0.6 + 0.9 + 1.5) / 6)
+    assert bt.loc["marginal_cost", "windows"] == 6
+
+
 def test_load_and_tails_small(section):
     ctx = section(seeds=(1,), n_requests=300)
     specs = [s for f in (0.25, 1.0) for s in specs_grid(ctx, rates=16.0 * f)]
@@ -55,6 +74,15 @@ def test_load_and_tails_small(section):
     tl = nb.burst_timeline(ctx, bspecs, window_s=5.0)
     assert {"policy", "seed", "window_s", "goodput", "ttft_p95_s"} <= set(tl.columns)
     bt = nb.burst_table(tl)
-    assert bt.set_index("policy").loc["round_robin", "windows_at_or_above_rr"] == 1.0
-    keys = {r["key"] for r in nb.load_and_tails_headline(sweep, op, bt)}
-    assert {"fig5_rr_goodput_light", "fig6_mc_ttft_p99", "fig7_tail_reduction", "fig7_mc_ttft_p95_rolling"} <= keys
+    # marginal cost's share of windows at or above round robin, recounted window by window
+    rr = tl[tl.policy == "round_robin"].set_index("window_s").goodput
+    mc = tl[tl.policy == "marginal_cost"].set_index("window_s").goodput
+    assert len(mc) == len(rr) > 1
+    assert bt.set_index("policy").loc["marginal_cost", "windows_at_or_above_rr"] == pytest.approx((mc >= rr).mean())
+    head = {r["key"]: r for r in nb.load_and_tails_headline(sweep, op, bt, runs, ctx)}
+    assert {"fig5_rr_goodput_light", "fig6_mc_ttft_p99", "fig7_tail_reduction", "fig7_mc_ttft_p95_rolling"} <= set(head)
+    light = runs[(runs.policy == "round_robin") & (runs.rate == 4.0)]
+    assert head["fig5_rr_goodput_light"]["ours"].value == pytest.approx(light.goodput.iloc[0])
+    assert head["fig5_rr_goodput_light"]["ours"].requests == 300
+    held = head["fig7_mc_windows_at_or_above_rr"]["ours"]  # Wilson over the windows
+    assert held.requests == len(mc) and held.value == pytest.approx((mc >= rr).mean())

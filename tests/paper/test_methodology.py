@@ -11,5 +11,7 @@ def test_gates_are_live_only_and_saturation_headline(section):
     rates = pd.DataFrame({"workload": ["chat", "mixed"], "saturation_rate": [64.0, 16.0]})
     assert [(r["key"], r["ours"], r["unit"]) for r in nb.saturation_headline(rates)] == [
         ("saturation_rate_chat", 64.0, "req/s"), ("saturation_rate_mixed", 16.0, "req/s")]
+    assert all(r.get("kind", "value") == "value" for r in nb.saturation_headline(rates))
+    assert {r["kind"] for r in nb.saturation_headline(rates, searched=False)} == {"input"}  # given, not measured
     assert nb.gates_table(type("R", (), {"reports": []})()).columns.tolist() == ["gate", "instance", "ok", "detail",
                                                                                 "latency_s"]

@@ -16,5 +16,16 @@ def test_table_two_small_grid(section):
     mc = tab.set_index("policy").loc["marginal_cost"]
     assert mc.paper_mean_goodput == pytest.approx(0.864)
     assert mc.mean_goodput == pytest.approx(np.mean([mc.trace1_goodput, mc.trace2_goodput]))
-    keys = [r["key"] for r in nb.table_two_headline(tab)]
-    assert "table2_mc_mean" in keys and "table2_ll_worst" in keys
+    rows = {r["key"]: r for r in nb.table_two_headline(tab, runs, ctx)}
+    assert set(rows) == {"table2_mc_mean", "table2_mc_trace1", "table2_mc_trace2", "table2_ll_worst",
+                         "table2_mc_minus_best_baseline"}
+    # the mean's interval rests on both traces' requests; each trace's on its own 200
+    mean, t1 = rows["table2_mc_mean"]["ours"], rows["table2_mc_trace1"]["ours"]
+    assert mean.value == pytest.approx(mc.mean_goodput) and (mean.traces, mean.requests) == (2, 400)
+    assert (t1.traces, t1.requests) == (1, 200) and t1.lo < t1.value < t1.hi
+    # the margin is paired against the best baseline by mean goodput, over the same two traces
+    margin = rows["table2_mc_minus_best_baseline"]
+    best = tab[tab.policy != "marginal_cost"].sort_values("mean_goodput").iloc[-1]
+    assert margin["kind"] == "ordering" and margin["claim"] == 1
+    assert margin["ours"].value == pytest.approx(mc.mean_goodput - best.mean_goodput)
+    assert len(margin["runs"]) == 4 and margin["ours"].traces == 2

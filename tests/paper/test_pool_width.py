@@ -13,12 +13,16 @@ def test_width_topologies():
         nb.width_topologies([0])
 
 
-def test_width_table_margins(fake_runs):
+def test_width_table_margins(fake_runs, section):
     runs = fake_runs(topology=["2p3d", "2p4d", "2p6d"], policy=list(PAPER_POLICIES), seed=[1])
     tab = nb.width_table(runs)
     assert sorted(set(tab.decode_width)) == [3, 4, 6]
     w4 = tab[tab.decode_width == 4].set_index("policy").goodput
     assert tab[tab.decode_width == 4].mc_margin_over_best_baseline.iloc[0] == pytest.approx(
         w4["marginal_cost"] - w4.drop("marginal_cost").max())
-    keys = {r["key"] for r in nb.width_headline(tab)}
-    assert {"width3_mc", "width4_ll", "width6_rr", "width4_mc_margin"} <= keys
+    head = {r["key"]: r for r in nb.width_headline(tab, runs, section())}
+    assert {"width3_mc", "width4_ll", "width6_rr", "width4_mc_margin"} <= set(head)
+    m4 = head["width4_mc_margin"]
+    assert m4["ours"].value == pytest.approx(tab[tab.decode_width == 4].mc_margin_over_best_baseline.iloc[0])
+    assert (m4["claim"], head["width3_mc_margin"]["claim"]) == (1, 0)  # width 4 leads, width 3 ties
+    assert m4["paper"] == pytest.approx(0.864 - 0.835)

@@ -11,11 +11,15 @@ def test_noise_grid_and_headline(section):
     items = nb.noise_specs(ctx, 16.0, noise_levels=(0.0, 1.5))
     assert [s.predictor_noise for _, s in items] == [0.0, 1.5, 0.0, 1.5, 0.0]
     assert items[-1][1].policy == "round_robin"
-    tab = nb.noise_table(ctx.run(items))
+    runs = ctx.run(items)
+    tab = nb.noise_table(runs)
     assert set(tab.policy) == {"marginal_cost", "length_threshold", "round_robin"}
-    head = {r["key"]: r for r in nb.noise_headline(tab)}
-    assert head["fig9_goodput_lo"]["ours"] <= head["fig9_goodput_hi"]["ours"]
-    assert head["fig9_max_noise"]["ours"] == pytest.approx(150.0)
+    head = {r["key"]: r for r in nb.noise_headline(tab, runs, ctx)}
+    lo, hi = head["fig9_goodput_lo"]["ours"], head["fig9_goodput_hi"]["ours"]
+    mc = tab[tab.policy == "marginal_cost"]
+    assert (lo.value, hi.value) == (mc.mean_goodput.min(), mc.mean_goodput.max())
+    assert head["fig9_range_points"]["ours"].value == pytest.approx(100 * (hi.value - lo.value))
+    assert head["fig9_max_noise"]["ours"] == pytest.approx(150.0) and head["fig9_max_noise"]["kind"] == "input"
     assert head["fig9_range_points"]["paper"] == pytest.approx(4.2)
     with pytest.raises(ConfigError, match="noise_levels"):
         nb.noise_specs(ctx, 16.0, noise_levels=(-1.0,))

@@ -31,7 +31,8 @@ def test_notebooks_declare_common_parameters_and_are_stripped(nb):
     code = [c for c in book.cells if c.cell_type == "code"]
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "outputs must be stripped"
     checked = [c for c in code if paper.is_checked(c)]
-    assert checked, "each notebook pins a few deterministic values (expected_output)"
+    # each section pins a few deterministic values (expected_output); the overview only reads their results
+    assert checked or nb.stem == paper.OVERVIEW, "each notebook pins a few deterministic values (expected_output)"
     for k in range(1, len(checked) + 1):
         assert (paper.EXPECTED_DIR / f"{nb.stem}-{k}.txt").exists(), f"golden file {nb.stem}-{k}.txt missing"
     assert nb.with_suffix(".py").exists(), "jupytext py:percent twin missing"

@@ -4,31 +4,154 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.engine.physics import Physics
 from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
-from repro.paper import reference as paper_reference
+from repro.paper.headline import write_headline
 from repro.paper.sections import sim_vs_hardware as nb
+from repro.routing.cost_model import CostModel
+from repro.routing.policies import make_policy
+from repro.routing.router import Router
+from repro.sim.config import SimConfig
+from repro.sim.simulator import Simulator
+
+PHYS = Physics.load()
+CM = CostModel.load("calibrated")
 
 
-def test_batching_physics_matches_paper_at_batch_8():
-    t = nb.batching_physics_table().set_index("batch")
-    assert t.loc[8, "batching_per_token_increase_pct"] == pytest.approx(paper_reference.lookup("decode_batch8_penalty"),
-                                                                       abs=0.5)
-    assert t.loc[8, "serial_wait_factor"] == 8.0
+def _all_at_once(n, prompt, output, service):
+    """Journal of ``n`` equal requests arriving together on ``n`` prefill engines (round robin: one
+    each, so their prefills end together) and one decode engine with ``service``."""
+    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_s": 0.0, "family": "chat",
+                       "source_index": 0, "prompt_tokens": prompt, "output_tokens": output, "slo_class": "loose"})
+    router = Router(make_policy("round_robin", CM), CM, [f"p{i}" for i in range(n)], ["d0"])
+    sim = Simulator(df, df["output_tokens"].to_numpy(float), router, [PHYS] * n, [PHYS], SimConfig(service=service))
+    j = sim.run()
+    assert (j.status == "ok").all() and j.prefill_end_s.nunique() == 1
+    return j
 
 
-def test_anchor_rate_bisects_a_monotone_curve():
-    base = RunSpec(workload="mixed", rate=100.0, n_requests=100)
+def test_batching_physics_table_is_what_the_two_simulators_do():
+    """The table's two columns, measured on the simulators: with continuous batching, n sequences of
+    800 context tokens share a step, so each token costs step(n) / step(1) of a lone one; with serial
+    service the n-th of n equal requests waits for the n - 1 before it, each one whole decode service."""
+    t = nb.batching_physics_table(batch_sizes=(1, 2, 8)).set_index("batch")
+    # batching: 2 output tokens after a 799-token prompt; the second step runs over 800 context tokens each
+    tpot = {n: _all_at_once(n, 799, 2, "batching").tpot_s for n in (1, 2, 8)}
+    for n in (1, 2, 8):
+        assert tpot[n].nunique() == 1  # one batch: every sequence gets the same step time
+        measured_pct = (tpot[n].iloc[0] / tpot[1].iloc[0] - 1.0) * 100.0
+        assert t.loc[n, "batching_per_token_increase_pct"] == pytest.approx(measured_pct, rel=1e-9, abs=1e-9)
+    # by hand from the profile: step(8, 6400) / step(1, 800) - 1
+    c = PHYS.kv_bytes_per_token / PHYS.hbm_bandwidth_bytes_per_s
+    by_hand = (PHYS.decode_base_s + 8 * PHYS.decode_per_seq_s + 6400 * c) / (
+        PHYS.decode_base_s + PHYS.decode_per_seq_s + 800 * c) - 1.0
+    assert t.loc[8, "batching_per_token_increase_pct"] == pytest.approx(100 * by_hand, rel=1e-9)
+    # serial: one decode service = the KV transfer, then 40 steps of one sequence, each over one more token
+    L, o = 799, 40
+    service = PHYS.transfer_time_s(L) + sum(PHYS.decode_step_s(1, L + k) for k in range(o))
+    for n in (2, 8):
+        first = _all_at_once(n, L, o, "serial").sort_values("first_token_s").first_token_s.to_numpy()
+        # the n-th request's first token comes n - 1 whole services after the first request's
+        assert first[-1] - first[0] == pytest.approx((n - 1) * service, rel=1e-9)
+        assert np.diff(first) == pytest.approx(np.full(n - 1, service), rel=1e-9)
+        # so, counting its own service, the n-th waits n services: the table's factor
+        assert t.loc[n, "serial_wait_factor"] == pytest.approx((first[-1] - first[0]) / service + 1.0, rel=1e-9)
+    # with batching the same 8 requests get their first tokens together
+    assert _all_at_once(8, L, o, "batching").first_token_s.nunique() == 1
 
-    def curve(spec):  # goodput 0.5 at 5 req/s
-        return 1.0 / (1.0 + spec.rate / 5.0)
 
-    rate, probes = nb.anchor_rate(base, 0.5, probe=curve, band=0.001)
-    assert rate == pytest.approx(5.0, rel=0.02)
-    assert probes[0][0] == 100.0 and probes[1][0] == pytest.approx(10.0)
-    assert nb.anchor_rate(base, 0.001, probe=curve)[0] == 100.0  # already below target at the start
-    with pytest.raises(ConfigError, match="does not reach"):
-        nb.anchor_rate(base, 0.999, probe=lambda s: 0.1)
+def _curve(half: float):
+    """A monotone goodput curve: 0.5 at ``half`` req/s, falling with the rate."""
+    def probe(spec):
+        return 1.0 / (1.0 + spec.rate / half)
+    return probe
+
+
+BASE = RunSpec(workload="mixed", rate=100.0, n_requests=100)
+
+
+def test_anchor_steps_up_when_the_start_rate_is_too_low():
+    # at 1 req/s goodput is ~0.999, far above 0.05: the old search returned the start rate at once
+    a = nb.anchor_rate(BASE, 0.05, start_rate=1.0, probe=_curve(5.0), band=0.002)
+    assert a.found and a.reason == ""
+    assert a.rate == pytest.approx(95.0, rel=0.05) and abs(a.goodput - 0.05) <= 0.002
+    assert [r for r, _ in a.probes[:3]] == [1.0, 10.0, 100.0]  # stepped up by 10x
+    assert all(r > 1.0 for r, _ in a.probes[1:])
+
+
+def test_anchor_steps_down_when_the_start_rate_is_too_high():
+    a = nb.anchor_rate(BASE, 0.9, probe=_curve(5.0), band=0.002)
+    assert a.found and a.rate == pytest.approx(5.0 / 9.0, rel=0.05) and abs(a.goodput - 0.9) <= 0.002
+    assert [r for r, _ in a.probes[:3]] == [100.0, 10.0, 1.0]
+    assert a.probes[0][1] < 0.9 - 0.002  # the start was below the band, not a silent return
+
+
+def test_anchor_bisects_an_exact_bracket_to_within_the_band():
+    specs = []
+
+    def probe(spec):  # goodput 0.5 at 5 req/s: 10 req/s is below (0.33), 1 req/s above (0.83)
+        specs.append(spec)
+        return _curve(5.0)(spec)
+
+    a = nb.anchor_rate(BASE, 0.5, start_rate=10.0, probe=probe, band=0.001)
+    assert all(s.policy == "round_robin" for s in specs)
+    assert a.found and a.rate == pytest.approx(5.0, rel=0.01) and abs(a.goodput - 0.5) <= 0.001
+    rates = [r for r, _ in a.probes]
+    assert rates[:3] == [10.0, 1.0, pytest.approx(10 ** 0.5)]  # bracket (1, 10), then its log-midpoint
+    lo, hi = 1.0, 10.0
+    for r, g in a.probes[2:]:  # each probe bisects the current bracket in log-rate, which keeps the target
+        assert r == pytest.approx((lo * hi) ** 0.5)
+        lo, hi = (r, hi) if g > 0.5 else (lo, r)
+    assert len(a.probes) < 24 and all(abs(g - 0.5) > 0.001 for _, g in a.probes[:-1])
+
+
+def test_anchor_at_the_start_rate_only_when_within_the_band():
+    a = nb.anchor_rate(BASE, 1.0 / 21.0, probe=_curve(5.0))
+    assert a.found and a.rate == 100.0 and len(a.probes) == 1
+
+
+@pytest.mark.parametrize(("level", "side"), [(0.95, "above"), (0.1, "below")])
+def test_failed_anchor_is_reported_not_raised(level, side):
+    a = nb.anchor_rate(BASE, 0.5, probe=lambda s: level, max_rate=1e4, min_rate=1e-4)
+    assert not a.found and np.isnan(a.rate) and np.isnan(a.goodput)
+    assert f"stays {side} the band" in a.reason and "mixed" in a.reason
+    assert a.probes[-1][0] == (1e4 if side == "above" else 1e-4)  # the bound itself was probed, then gave up
+    assert a.closest[1] == level
+
+
+def test_failed_anchor_when_out_of_probes_or_the_curve_jumps():
+    a = nb.anchor_rate(BASE, 0.05, start_rate=1.0, probe=_curve(5.0), max_probes=2)
+    assert not a.found and "no bracket within 2 probes" in a.reason and len(a.probes) == 2
+    step = nb.anchor_rate(BASE, 0.5, probe=lambda s: 0.9 if s.rate < 7.0 else 0.1, max_probes=12)
+    assert not step.found and "bisection" in step.reason and len(step.probes) == 12
+
+
+def test_anchor_rejects_bad_arguments():
+    with pytest.raises(ConfigError, match="target goodput"):
+        nb.anchor_rate(BASE, 1.5, probe=_curve(5.0))
+    with pytest.raises(ConfigError, match="start rate"):
+        nb.anchor_rate(BASE, 0.5, start_rate=1e6, probe=_curve(5.0))
+
+
+def _anchors():
+    ok = nb.anchor_rate(BASE, 0.5, probe=_curve(5.0), band=0.001)
+    bad = nb.anchor_rate(BASE.replace(workload="chat"), 0.5, probe=lambda s: 0.95)
+    return {"serial": {"mixed": ok, "chat": bad}, "batching": {"mixed": ok, "chat": ok}}, ok
+
+
+def test_anchor_helpers_leave_failed_anchors_out():
+    anchors, ok = _anchors()
+    assert nb.anchored_rates(anchors) == {"serial": {"mixed": ok.rate},
+                                          "batching": {"mixed": ok.rate, "chat": ok.rate}}
+    lines = nb.failed_anchors(anchors)
+    assert len(lines) == 1 and lines[0].startswith("serial simulator, chat")
+    tab = nb.anchor_table(anchors)
+    assert list(tab.found) == [True, False, True, True] and tab.reason.iloc[1] == lines[0].split(", ", 1)[1]
+    assert nb.rate_headline(anchors, {"mixed": 16.0}) == [{"key": "sim_rate_batching", "ours": ok.rate},
+                                                          {"key": "hw_rate_batching", "ours": 16.0}]
+    failed = {"batching": {"mixed": anchors["serial"]["chat"]}}
+    assert nb.rate_headline(failed, {"mixed": 16.0}) == []  # not the reference rate twice
 
 
 def _runs(goodput):
@@ -56,11 +179,33 @@ def test_calibration_in_sim_oracle_vs_ledger(section):
     items = nb.calibration_in_sim_specs(ctx, {"batching": 16.0})
     assert {(s.sim.backlog, s.cost_model) for _, s in items} == {(b, c) for b in ("oracle", "ledger")
                                                                   for c in ("calibrated", "sim_derived")}
-    tab = nb.calibration_in_sim_table(ctx.run(items))
+    runs = ctx.run(items)
+    tab = nb.calibration_in_sim_table(runs)
     assert list(tab.backlog) == ["oracle", "ledger"]
-    led = tab.set_index("backlog").loc["ledger"]
-    assert led.paper_gain_points == pytest.approx(0.1) and led.paper_hardware_gain_points == pytest.approx(4.5)
+    # the gain is the calibrated run's goodput minus the simulator-derived run's, in points, per backlog
+    for backlog, row in tab.set_index("backlog").iterrows():
+        g = runs[runs.backlog == backlog].set_index("cost_model").goodput
+        assert row.calibration_gain_points == pytest.approx(100 * (g["calibrated"] - g["sim_derived"]), abs=1e-9)
     assert np.isnan(tab.set_index("backlog").loc["oracle", "paper_gain_points"])
+
+
+def test_calibration_in_sim_table_pairs_seeds_by_hand():
+    """Hand-made runs: the gain is averaged over the seeds both cost models ran (seed 3 has no pair),
+    the goodputs over each model's own runs."""
+    rows = []
+    for backlog, cal, der in (("ledger", {1: 0.80, 2: 0.90, 3: 0.50}, {1: 0.70, 2: 0.86}),
+                              ("oracle", {1: 0.80, 2: 0.80}, {1: 0.80, 2: 0.80})):
+        for cm, goodput in (("calibrated", cal), ("sim_derived", der)):
+            rows += [{"service": "batching", "backlog": backlog, "rate": 16.0, "cost_model": cm, "seed": seed,
+                      "goodput": g, "ttft_p99_s": 0.3 if cm == "calibrated" else 0.6} for seed, g in goodput.items()]
+    tab = nb.calibration_in_sim_table(pd.DataFrame(rows)).set_index("backlog")
+    led = tab.loc["ledger"]
+    assert led.calibration_gain_points == pytest.approx((10.0 + 4.0) / 2)
+    assert led.gain_sd == pytest.approx(np.std([10.0, 4.0], ddof=1))
+    assert led.goodput_calibrated == pytest.approx((0.80 + 0.90 + 0.50) / 3)
+    assert led.goodput_sim_derived == pytest.approx((0.70 + 0.86) / 2)
+    assert (led.ttft_p99_calibrated_s, led.ttft_p99_sim_derived_s) == (pytest.approx(0.3), pytest.approx(0.6))
+    assert tab.loc["oracle", "calibration_gain_points"] == 0.0 and tab.loc["oracle", "gain_sd"] == 0.0
 
 
 def test_reference_and_models_per_backend(section):
@@ -72,3 +217,31 @@ def test_reference_and_models_per_backend(section):
     grid = nb.grid_specs(sim, {"chat": 64.0, "mixed": 16.0}, policies=("round_robin",), service="serial")
     assert [(s.workload, s.rate, s.sim.service, s.backend) for _, s in grid] == [("chat", 64.0, "serial", "sim"),
                                                                                  ("mixed", 16.0, "serial", "sim")]
+
+
+def _summary(*models):
+    return pd.DataFrame([{"model": m, "cells": 16, "mean_abs_residual": 0.04, "winners_reproduced": 1, "workloads": 4,
+                          "ttft_p99_ratio_lo": 5.0, "ttft_p99_ratio_hi": 59.0, "rate_ratio_lo": 14.0,
+                          "rate_ratio_hi": 111.0, "bursty_spread_model": 0.02, "bursty_spread_reference": 0.03}
+                         for m in models])
+
+
+def test_headline_labels_serial_vs_batching_sim_rows(tmp_path):
+
+    calib = pd.DataFrame(columns=["service", "backlog"])
+    phys = nb.batching_physics_table()
+    sim = nb.sim_vs_hardware_headline(_summary("serial"), calib, phys, primary="", reference=nb.SIM_REFERENCE)
+    keys = [r["key"] for r in sim]
+    assert set(nb.SERIAL_VS_BATCHING_SIM) <= set(keys)
+    assert not {"sim_mar_serial", "sim_rate_gap_serial", "sim_ttft_p99_overstated_serial_lo",
+                "sim_ttft_p99_overstated_serial_hi"} & set(keys)
+    out = pd.read_csv(write_headline(sim, "12_sim_vs_hardware", tmp_path)).set_index("key")
+    rows = out.loc[list(nb.SERIAL_VS_BATCHING_SIM)]
+    assert rows.paper.isna().all() and rows.meaning.str.startswith("sim vs sim").all()
+    assert rows.loc["serial_vs_batching_sim_mar", "ours"] == pytest.approx(0.04)
+    assert rows.loc["serial_vs_batching_sim_rate_gap", "ours"] == pytest.approx(111.0)
+    live = nb.sim_vs_hardware_headline(_summary("serial", "batching"), calib, phys, primary="batching",
+                                       reference="emulated")
+    head = {r["key"]: r for r in live}
+    assert set(nb.SERIAL_VS_REFERENCE) <= set(head) and not set(nb.SERIAL_VS_BATCHING_SIM) & set(head)
+    assert "paper" not in head["sim_mar_serial"]  # filled from the paper's serial-sim-vs-A40 value

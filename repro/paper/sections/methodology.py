@@ -5,11 +5,14 @@ per-workload saturation search (each family driven where round-robin is mid-coll
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from repro.live.gates import GateResult, GatesReport
     from repro.paper.section import Section
 
@@ -45,7 +48,54 @@ def check_gates(ctx: Section) -> tuple[str, pd.DataFrame | None]:
     return render_text(report), gates_table(report)
 
 
-def saturation_headline(rates: pd.DataFrame) -> list[dict[str, float | str]]:
-    """One headline row per workload: its saturation rate (req/s)."""
-    return [{"key": f"saturation_rate_{r.workload}", "ours": r.saturation_rate, "unit": "req/s"}
+def saturation_headline(rates: pd.DataFrame, searched: bool = True) -> list[dict[str, float | str]]:
+    """One headline row per workload: its saturation rate (req/s). Rates given rather than searched
+    (``searched`` False: a live quick run checks the simulator's rate with one probe) are ``input``."""
+    given = {} if searched else {"kind": "input", "meaning": "the simulator's saturation rate, given (not searched)"}
+    return [{"key": f"saturation_rate_{r.workload}", "ours": r.saturation_rate, "unit": "req/s", **given}
             for r in rates.itertuples()]
+
+
+def saturation_figure(rates: pd.DataFrame, probes: pd.DataFrame, *, title: str,
+                      reference: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Figure:
+    """One panel per workload: round-robin goodput of each saturation probe against its arrival rate
+    (req/s, log axis), the chosen rate (dashed) and the mid-collapse target (dotted) when searched.
+
+    ``reference``: the simulator's own search, ``(rates, probes)`` of `Section.saturation`, drawn in
+    grey beneath: a live check of one fixed rate (one probe) is read against the curve it came from.
+    """
+    import matplotlib.pyplot as plt
+
+    from repro.paper import figures as F
+
+    rr = F.policy_color("round_robin")
+    n = len(rates)
+    fig, axes = plt.subplots(1, n, figsize=(3.0 * n + 0.5, 3.2), squeeze=False)
+    for ax, r in zip(axes[0], rates.itertuples(), strict=True):
+        if reference is not None:
+            ref_rates, ref_probes = reference
+            rp = ref_probes[ref_probes.workload == r.workload].sort_values("rate")
+            ax.plot(rp.rate, rp.round_robin_goodput, "o-", ms=3, lw=1.0, color="#999999",
+                    label="simulator's search (probes)")
+            for rr_row in ref_rates[ref_rates.workload == r.workload].itertuples():
+                if pd.notna(rr_row.target_goodput):
+                    ax.axhline(rr_row.target_goodput, color="#999999", ls=":", lw=0.8,
+                               label="simulator's mid-collapse target")
+        p = probes[probes.workload == r.workload].sort_values("rate")
+        searched = len(p) > 1
+        ax.plot(p.rate, p.round_robin_goodput, "o-" if searched else "o", ms=3 if searched else 6, color=rr,
+                label="round-robin probes" if searched else f"round-robin probe ({len(p)} run)", zorder=4)
+        if pd.notna(r.target_goodput):
+            ax.axhline(r.target_goodput, color="black", ls=":", lw=0.8, label="mid-collapse target")
+        ax.axvline(r.saturation_rate, color="black", ls="--", lw=0.8,
+                   label="chosen rate" if searched else "rate checked (given)")
+        ax.set_xscale("log")
+        F.plain_log_axis(ax, "x")
+        ax.set_title(f"{r.workload}: {r.saturation_rate:.1f} req/s")
+        ax.set_xlabel("arrival rate (req/s)")
+    axes[0][0].set_ylabel("round-robin goodput (fraction)")
+    fig.suptitle(textwrap.fill(title, max(60, 45 * n)), y=1.02)
+    fig.tight_layout()
+    handles, labels = F.merged_handles(axes[0])  # one legend for all panels, outside the last one
+    F.legend_outside(axes[0][-1], handles=handles, labels=labels)
+    return fig

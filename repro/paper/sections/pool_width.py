@@ -7,13 +7,16 @@ vs 0.835), at width 6 the policies reconverge (0.858 vs 0.860 for round-robin). 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from repro.errors import ConfigError
 from repro.paper.grids import PAPER_POLICY_RANK, paper_value, policy_summary
+
+if TYPE_CHECKING:
+    from repro.paper.section import Section
 
 WIDTHS = (3, 4, 6)
 WIDTH_KEYS = {(3, "marginal_cost"): "width3_mc", (3, "least_loaded"): "width3_ll",
@@ -47,15 +50,33 @@ def width_table(runs: pd.DataFrame) -> pd.DataFrame:
                            key=lambda s: s.map(PAPER_POLICY_RANK) if s.name == "policy" else s).reset_index(drop=True)
 
 
-def width_headline(tab: pd.DataFrame) -> list[dict[str, Any]]:
-    """Headline rows: the stated (width, policy) goodputs and the learned router's margin per width."""
+WIDTH_CLAIMS = {3: (0, "width3_mc", "width3_ll", "ties JSQ"), 4: (1, "width4_mc", "width4_ll", "leads outright"),
+                6: (0, "width6_mc", "width6_rr", "policies reconverge")}
+"""Decode width -> (the paper's side of the learned router's margin: +1 leads, 0 a tie; its two
+reference keys; the paper's words)."""
+
+
+def width_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any]]:
+    """Headline rows, each with its 95 % interval: the stated (width, policy) goodputs, and per width the
+    learned router's margin over the best baseline there, paired by trace (an ordering: a lead or a tie)."""
+    runs = runs.assign(decode_width=[int(t.split("p")[1].rstrip("d")) for t in runs.topology])
+
+    def of(width: int, policy: str) -> pd.DataFrame:
+        return runs[(runs.decode_width == width) & (runs.policy == policy)]
+
     t = tab.set_index(["decode_width", "policy"])
-    out = [{"key": k, "ours": t.loc[wp, "goodput"]} for wp, k in WIDTH_KEYS.items() if wp in t.index]
-    margins = tab.drop_duplicates("decode_width").set_index("decode_width")["mc_margin_over_best_baseline"]
-    paper_margin = {3: paper_value("width3_mc") - paper_value("width3_ll"),
-                    4: paper_value("width4_mc") - paper_value("width4_ll"),
-                    6: paper_value("width6_mc") - paper_value("width6_rr")}
-    for w, m in margins.items():
-        out.append({"key": f"width{w}_mc_margin", "ours": m, "paper": paper_margin.get(int(w), np.nan),
-                    "unit": "fraction"})
+    out: list[dict[str, Any]] = [{"key": k, "ours": ctx.goodput(of(*wp)), "runs": ctx.run_ids(of(*wp))}
+                                 for wp, k in WIDTH_KEYS.items() if wp in t.index]
+    for w, g in tab.groupby("decode_width"):
+        base = g[g.policy != "marginal_cost"].sort_values("goodput", ascending=False)
+        if "marginal_cost" not in set(g.policy) or base.empty:
+            continue
+        best = str(base.iloc[0].policy)
+        claim, k_mc, k_other, words = WIDTH_CLAIMS.get(int(w), (None, "", "", ""))
+        mc, rival = of(int(w), "marginal_cost"), of(int(w), best)
+        out.append({"key": f"width{w}_mc_margin", "ours": ctx.difference(mc, rival), "kind": "ordering",
+                    "claim": claim, "paper": paper_value(k_mc) - paper_value(k_other) if k_mc else np.nan,
+                    "unit": "fraction", "runs": ctx.run_ids(mc, rival),
+                    "meaning": f"learned router minus the best baseline here ({best}) at decode width {w}, paired by "
+                               f"trace" + (f"; the paper: {words}" if words else "")})
     return out

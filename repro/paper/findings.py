@@ -1,0 +1,82 @@
+"""A section's **Findings**: its verdict table and the caveats that follow from how it was measured.
+
+`findings_markdown` turns a notebook's judged headline rows (`repro.paper.headline`) into Markdown:
+one line per claim (ours with its 95 % interval, the paper's value, the verdict), a tally, and
+caveats derived from the backend, the scale, the traces and requests behind the numbers and the
+live runs' validity. `repro.paper.section.Section.findings` shows it as the notebook's last cell.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from repro.paper.verdicts import VERDICTS, Estimate
+
+VERDICT_MARK = {"reproduced": "✅ reproduced", "not reproduced": "❌ not reproduced", "contradicted": "⛔ contradicted",
+                "within noise": "〰 within noise", "input": "▫ input", "context": "· context"}
+
+
+def _num(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return f"{v:.4g}"
+
+
+def verdict_lines(head: pd.DataFrame) -> list[str]:
+    """The Markdown table of judged rows: claim, ours [95 % CI], paper, verdict."""
+    lines = ["| claim | ours [95% CI] | paper | verdict |", "|---|---:|---:|---|"]
+    for r in head.itertuples():
+        est = Estimate(float(r.ours), float(r.ours_lo), float(r.ours_hi))
+        unit = "" if pd.isna(r.unit) or r.unit in ("fraction", "") else f" {r.unit}"
+        meaning = "" if pd.isna(r.meaning) else str(r.meaning)
+        claim = f"`{r.key}`" + (f": {meaning}" if meaning else "")
+        lines.append(f"| {claim} | {est.text(3)}{unit} | {_num(float(r.paper))} | "
+                     f"{VERDICT_MARK.get(str(r.verdict), str(r.verdict))} |")
+    return lines
+
+
+def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, requests: int,
+            measured: str) -> list[str]:
+    """What a reader must know before trusting the table, from how it was measured."""
+    out = []
+    if scale == "quick":
+        out.append(f"quick scale: {traces} trace(s) x {requests} requests per run, below the paper's protocol "
+                   "(3 x 10,000); intervals are wide and orderings often within noise (`--scale full`).")
+    if traces == 1:
+        out.append("one trace: intervals are over requests only; trace-to-trace variation (the paper's Table II "
+                   "spread) is not in them.")
+    if backend == "sim":
+        out.append("sim: the deterministic simulator with the A40 physics profile; the same seed gives the same "
+                   "numbers on every machine. It speaks to the policies' logic under the paper's timing, not to "
+                   "real engines.")
+    elif backend == "emulated":
+        out.append("emulated: the real proxy and load generator over HTTP against emulated engines on this machine; "
+                   "numbers depend on the machine keeping up (each run's validity is in `measured`).")
+    else:
+        out.append("vllm: real engines; the paper's values are from A40 GPUs, so value claims on other hardware are "
+                   "not expected to match (orderings may).")
+    if "INVALID" in measured:
+        out.append(f"**some live runs were invalid** ({measured}): their numbers are not results.")
+    if (head.kind == "input").any():
+        out.append("rows marked input are numbers the model was given (or tuned to hit): never counted as "
+                   "reproduced.")
+    if ((head.kind == "ordering") & (head.verdict == "within noise")).any():
+        out.append("within noise: the paired 95% interval includes zero, so no ordering is shown, whichever "
+                   "point estimate is larger.")
+    return out
+
+
+def findings_markdown(head: pd.DataFrame, *, title: str, backend: str, scale: str, traces: int, requests: int,
+                      measured: str) -> str:
+    """The Findings cell's Markdown for one section's judged rows."""
+    tally = ", ".join(f"{int((head.verdict == v).sum())} {v}" for v in VERDICTS if (head.verdict == v).any())
+    parts = [f"### Findings: {title}", "",
+             f"*{backend}, {scale} scale, {traces} trace(s) x {requests} requests per run; {measured}.* "
+             f"Verdicts: {tally or 'none'}.", ""]
+    parts += verdict_lines(head) if len(head) else ["(no headline numbers)"]
+    notes = caveats(head, backend=backend, scale=scale, traces=traces, requests=requests, measured=measured)
+    if notes:
+        parts += ["", "**Caveats**", ""] + [f"- {n}" for n in notes]
+    return "\n".join(parts)

@@ -1,0 +1,87 @@
+"""Headline rows: the numbers `repro paper` summarises, each with its interval and verdict.
+
+A section's headline function returns rows (dicts); `write_headline` fills in what the reference
+knows (`data/paper_reference.csv`: the paper's value, unit, meaning by key), judges each row
+(`repro.paper.verdicts.verdict`) and writes ``<results_dir>/<NN>_headline.csv`` with
+`HEADLINE_COLUMNS`. A row's fields:
+
+``key``
+    one key per quantity (a reference key when the paper states the number).
+``ours``
+    our value: a float, or a `repro.paper.verdicts.Estimate` (value with its 95 % interval).
+``kind``
+    ``value`` (default), ``ordering`` (``ours`` is a paired difference A - B; sign convention:
+    positive means A is better, and the paper's value carries the paper's sign) or ``input``.
+``paper``, ``unit``, ``meaning``
+    default from the reference by key; ``paper`` NaN when the paper states none.
+``claim``
+    an ordering's side of zero in the paper (+1: A better, -1: B better) when ``paper`` is not the
+    paper's gap (NaN: the paper states the ordering, not the number).
+``tolerance``
+    the band for a value claim (default `repro.paper.verdicts.default_tolerance`).
+``runs``
+    the run ids the number rests on (a run feeding several rows is named in each, once).
+``measured``
+    how (`repro.paper.section.Section.measured`: the backend, live runs and their validity).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from repro.paper.verdicts import Estimate, verdict
+
+HEADLINE_COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "verdict", "kind", "unit",
+                    "meaning", "interval", "traces", "requests", "measured", "runs")
+"""The columns of a headline file and of ``summary.csv`` (before the run context columns)."""
+
+
+def judge(row: dict[str, Any], ref: pd.DataFrame | None = None, measured: str = "") -> dict[str, Any]:
+    """One headline row, completed from the reference (indexed by key) and judged."""
+    from repro.paper import reference as paper_reference
+
+    ref = paper_reference.load().set_index("key") if ref is None else ref
+    key = str(row["key"])
+    ours = row["ours"]
+    est = ours if isinstance(ours, Estimate) else Estimate(float(ours))
+    paper = row.get("paper")
+    if paper is None:
+        paper = float(ref.loc[key, "value"]) if key in ref.index else math.nan
+    unit = row.get("unit") or (str(ref.loc[key, "unit"]) if key in ref.index else "")
+    meaning = row.get("meaning") or (str(ref.loc[key, "quantity"]) if key in ref.index else "")
+    kind = row.get("kind", "value")
+    runs: Sequence[str] = row.get("runs") or ()
+    return {"key": key, "ours": est.value, "ours_lo": est.lo, "ours_hi": est.hi, "paper": float(paper),
+            "verdict": verdict(kind, est, float(paper), unit=unit, tolerance=row.get("tolerance"),
+                               claim=row.get("claim")),
+            "kind": kind, "unit": unit, "meaning": meaning,
+            "interval": est.method if est.has_interval else (est.method if est.method != "none" else "none"),
+            "traces": est.traces, "requests": est.requests, "measured": row.get("measured", measured),
+            "runs": " ".join(dict.fromkeys(runs))}
+
+
+def headline_frame(rows: list[dict[str, Any]], notebook: str, measured: str = "") -> pd.DataFrame:
+    """The judged rows of one notebook (`HEADLINE_COLUMNS`); a key given twice is an error."""
+    from repro.paper import reference as paper_reference
+
+    keys = [str(r["key"]) for r in rows]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise ValueError(f"{notebook}: headline keys given twice: {dup} (one key per quantity)")
+    ref = paper_reference.load().set_index("key")
+    out = [{"notebook": notebook, **judge(r, ref, measured)} for r in rows]
+    return pd.DataFrame(out, columns=list(HEADLINE_COLUMNS))
+
+
+def write_headline(rows: list[dict[str, Any]], notebook: str, out_dir: str | Path = "results",
+                   measured: str = "") -> Path:
+    """``<out_dir>/<NN>_headline.csv``: the judged rows of one notebook."""
+    from repro.paper.figures import write_results
+
+    nn = notebook.split("_", 1)[0]
+    return write_results(headline_frame(rows, notebook, measured), f"{nn}_headline", out_dir)

@@ -1,0 +1,166 @@
+"""`repro report`: one self-contained HTML page of a `repro paper` run.
+
+The page holds the run's context (backend, scale, commit; no clock time, so a rerun is
+byte-identical), the verdict tally, the verdict table of every headline row
+(``results/<backend>-<scale>/summary.csv``: ours with its 95 % interval, the paper's value, the
+verdict, how it was measured) and every figure of ``figures/<backend>-<scale>/`` (PNG, embedded as
+data URIs), grouped by notebook. Nothing is fetched: it opens offline, from a file, in any
+browser. A small inline script counts the figures that decoded and writes ``figures loaded N of M``
+into the element ``#figures-status`` (the test's headless browser reads it).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from repro.errors import ConfigError
+from repro.paper.findings import VERDICT_MARK
+from repro.paper.summary import own_rows
+from repro.paper.verdicts import VERDICTS, Estimate
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1100px;color:#222;
+line-height:1.4;padding:0 1rem}
+h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:.85rem;width:100%}th,td{padding:.25rem .45rem;border-bottom:1px solid #eee;
+vertical-align:top}th{text-align:left;background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums;
+white-space:nowrap}.v-reproduced{color:#176a2c}.v-not-reproduced,.v-contradicted{color:#a61b1b;font-weight:600}
+.v-within-noise{color:#8a6d00}.v-input,.v-context{color:#777}.same{color:#999}
+figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.8rem;color:#555}
+.tally span{margin-right:1rem}.ctx{color:#555;font-size:.9rem}code{font-size:.85em}
+"""
+
+SCRIPT = """
+window.addEventListener('load', function () {
+  var figs = Array.prototype.slice.call(document.querySelectorAll('img.fig'));
+  var ok = figs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  document.getElementById('figures-status').textContent = 'figures loaded ' + ok + ' of ' + figs.length;
+});
+"""
+
+
+def _cls(verdict: str) -> str:
+    return "v-" + verdict.replace(" ", "-")
+
+
+def _num(v: float) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
+
+
+def _text(v: object) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else html.escape(str(v))
+
+
+def verdict_table(summary: pd.DataFrame) -> str:
+    """The verdict table as HTML rows (every headline row; a repeated measurement says which key it repeats)."""
+    head = ("<tr><th>notebook</th><th>claim</th><th>ours [95% CI]</th><th>paper</th><th>verdict</th>"
+            "<th>measured</th></tr>")
+    rows = []
+    for r in summary.itertuples():
+        est = Estimate(float(r.ours), float(r.ours_lo), float(r.ours_hi))
+        unit = _text(r.unit)
+        meaning = _text(getattr(r, "meaning", ""))
+        same = _text(getattr(r, "same_as", ""))
+        verdict = str(r.verdict)
+        rows.append(
+            f"<tr><td>{_text(r.notebook)}</td><td><code>{_text(r.key)}</code><br>{meaning}</td>"
+            f"<td class=num>{html.escape(est.text(3))} {unit}<br><small>{_text(r.interval)}</small></td>"
+            f"<td class=num>{_num(float(r.paper))}</td>"
+            f"<td class='{_cls(verdict)}'>{html.escape(VERDICT_MARK.get(verdict, verdict))}"
+            + (f"<br><span class=same>same measurement as <code>{same}</code></span>" if same else "")
+            + f"</td><td>{_text(getattr(r, 'measured', ''))}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def figure_html(path: Path) -> str:
+    """One figure, embedded (PNG as a data URI), captioned with its file name."""
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return (f"<figure><img class=fig alt='{html.escape(path.stem)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{html.escape(path.name)}</figcaption></figure>")
+
+
+def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str = "") -> str:
+    """The report's HTML from a `repro paper` run's ``summary.csv`` and figures."""
+    results_dir, figures_dir = Path(results_dir), Path(figures_dir)
+    path = results_dir / "summary.csv"
+    if not path.exists():
+        raise ConfigError(f"report: {path} not found: run `repro paper` first (or pass --results-dir)")
+    summary = pd.read_csv(path, keep_default_na=True)
+    missing = {"verdict", "ours_lo", "ours_hi", "interval"} - set(summary.columns)
+    if missing:
+        raise ConfigError(f"report: {path} has no {sorted(missing)} (written by an older version): rerun `repro paper`")
+    own = own_rows(summary)
+    tally = "".join(f"<span class='{_cls(v)}'>{int((own.verdict == v).sum())} {v}</span>" for v in VERDICTS)
+
+    def first(col: str) -> str:
+        return _text(summary[col].iloc[0]) if col in summary.columns and len(summary) else "?"
+
+    backend, scale, commit = first("backend"), first("scale"), first("commit")
+    figs = sorted(figures_dir.glob("*.png")) if figures_dir.is_dir() else []
+    by_nb: dict[str, list[Path]] = {}
+    for f in figs:
+        by_nb.setdefault(f.name.split("_", 1)[0], []).append(f)
+    names = dict(zip(summary.notebook.astype(str).str.split("_", n=1).str[0], summary.notebook.astype(str),
+                     strict=False))
+    sections = []
+    for nn in sorted(set(by_nb) | set(names)):
+        rows = summary[summary.notebook.astype(str).str.startswith(nn + "_")]
+        body = verdict_table(rows) if len(rows) else "<p>(no headline numbers)</p>"
+        body += "".join(figure_html(f) for f in by_nb.get(nn, []))
+        sections.append(f"<h2 id='nb{html.escape(nn)}'>{html.escape(names.get(nn, nn))}</h2>{body}")
+    title = title or f"Calibrate, Then Route: reproduction report ({backend}, {scale})"
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<p class=ctx>backend <b>{backend}</b>, scale <b>{scale}</b>, commit <code>{commit}</code>, "
+            f"{len(summary)} headline rows, {len(figs)} figures. Each measurement counted once "
+            f"in the tally (rows that repeat another say so). Intervals: 95%, see each row.</p>"
+            f"<p class=tally>{tally}</p><p id=figures-status>figures not checked (no script)</p>"
+            f"{''.join(sections)}<script>{SCRIPT}</script></body></html>")
+
+
+def write_report(results_dir: str | Path, figures_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the report (default ``<results_dir>/report.html``) and return its path."""
+    out = Path(out) if out else Path(results_dir) / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(build_report(results_dir, figures_dir), encoding="utf-8")
+    return out
+
+
+# ---- command line (mounted by repro.cli as `repro report`) ---------------------------------------
+def _make_cli() -> Callable[..., None]:
+    import typer
+
+    def report_cmd(
+        backend: str = typer.Option("sim", "--backend", help="the run's backend: sim | emulated | vllm"),
+        scale: str = typer.Option("full", "--scale", help="the run's scale: quick | full"),
+        results_dir: Path | None = typer.Option(None, "--results-dir",
+                                                help="the run's results (default results/<backend>-<scale>)"),
+        figures_dir: Path | None = typer.Option(None, "--figures-dir",
+                                                help="the run's figures (default figures/<backend>-<scale>)"),
+        out: Path | None = typer.Option(None, "--out", "-o", help="the HTML file (default <results-dir>/report.html)"),
+    ) -> None:
+        """Write one self-contained HTML page (verdict table, every figure, the run's context) of a
+        `repro paper` run; it opens offline. `repro paper` writes it at its end."""
+        from repro.paper.summary import default_dirs
+        from repro.paths import resolve_dir
+        from repro.vocab import BACKENDS, SCALES
+
+        if backend not in BACKENDS:
+            raise ConfigError(f"report: --backend {backend!r}; allowed: {list(BACKENDS)}")
+        if scale not in SCALES:
+            raise ConfigError(f"report: --scale {scale!r}; allowed: {list(SCALES)}")
+        res, fig = default_dirs(backend, scale)
+        path = write_report(resolve_dir(results_dir) if results_dir else res,
+                            resolve_dir(figures_dir) if figures_dir else fig, out)
+        typer.echo(f"report: {path}")
+
+    return report_cmd
+
+
+report_cli = _make_cli()

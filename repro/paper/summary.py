@@ -1,0 +1,74 @@
+"""A `repro paper` run's summary: every notebook's judged headline rows in one table.
+
+``results/<backend>-<scale>/summary.csv`` (`default_dirs`) holds `repro.paper.headline.HEADLINE_COLUMNS`
+plus `SUMMARY_CONTEXT`. `own_rows` leaves out rows that repeat a measurement under another key,
+so that one run feeding several claims is counted once (`verdict_counts`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from repro.paths import NOTEBOOK_DIR, resolve_dir
+
+
+def own_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """The rows that are their own measurement (``same_as`` empty or absent)."""
+    if "same_as" not in summary.columns:
+        return summary
+    return summary[summary["same_as"].astype(object).fillna("").astype(str) == ""]
+
+
+SUMMARY_CONTEXT = ("same_as", "backend", "scale", "commit")
+"""What ``summary.csv`` adds to `repro.paper.headline.HEADLINE_COLUMNS`: ``same_as`` (the first key
+with the same runs and value: one measurement feeding several claims is counted once), and the
+conditions of the whole run (backend, scale, the commit of the code, ``-dirty`` when it had
+uncommitted changes). Traces, requests, validity and run ids are per row."""
+
+
+def commit_id(repo: Path = NOTEBOOK_DIR.parent) -> str:
+    """The code's commit (short), ``-dirty`` with uncommitted changes to tracked files; ``unknown`` outside git."""
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def collect_headlines(names: Sequence[str], results_dir: Path, *, backend: str = "", scale: str = "",
+                      commit: str = "") -> pd.DataFrame:
+    """The ``<NN>_headline.csv`` rows of the named notebooks, concatenated, with `SUMMARY_CONTEXT`."""
+    from repro.paper.headline import HEADLINE_COLUMNS
+
+    frames = [pd.read_csv(p, keep_default_na=True) for name in names
+              if (p := results_dir / f"{name.split('_', 1)[0]}_headline.csv").exists()]
+    out = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(HEADLINE_COLUMNS)))
+    first: dict[tuple[str, float], str] = {}
+    same = []
+    for r in out.itertuples():
+        runs = "" if pd.isna(getattr(r, "runs", "")) else str(r.runs)
+        k = (runs, round(float(r.ours), 12)) if runs else None
+        same.append(first.setdefault(k, r.key) if k else r.key)
+    out["same_as"] = ["" if s == k else s for s, k in zip(same, out.key, strict=True)]
+    return out.assign(backend=backend, scale=scale, commit=commit)
+
+
+def verdict_counts(summary: pd.DataFrame) -> dict[str, int]:
+    """Rows per verdict, each measurement once (rows with ``same_as`` left out)."""
+    from repro.paper.verdicts import VERDICTS
+
+    own = own_rows(summary)
+    return {v: int((own.verdict == v).sum()) for v in VERDICTS}
+
+
+def default_dirs(backend: str, scale: str) -> tuple[Path, Path]:
+    """Where `run_paper` writes by default: ``results/<backend>-<scale>`` and ``figures/<backend>-<scale>``
+    (backends and scales never overwrite each other)."""
+    return resolve_dir(f"results/{backend}-{scale}"), resolve_dir(f"figures/{backend}-{scale}")

@@ -1,0 +1,78 @@
+"""`repro report`: one self-contained page of a `repro paper` run (repro.paper.report)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from repro.errors import ConfigError  # noqa: E402
+from repro.paper.headline import write_headline  # noqa: E402
+from repro.paper.report import build_report, write_report  # noqa: E402
+from repro.paper.summary import collect_headlines  # noqa: E402
+from repro.paper.verdicts import Estimate  # noqa: E402
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def _run_dirs(tmp_path, n_figures=2):
+    res, fig = tmp_path / "results", tmp_path / "figures"
+    write_headline([{"key": "table2_mc_mean", "ours": Estimate(0.81, 0.79, 0.83), "runs": ["r1", "r2"]},
+                    {"key": "x_gap", "ours": Estimate(0.01, -0.01, 0.03), "paper": 0.3, "kind": "ordering"}],
+                   "04_mixed_goodput", res, measured="sim")
+    write_headline([{"key": "calib_calibrated_goodput", "ours": Estimate(0.81, 0.79, 0.83), "runs": ["r1", "r2"]}],
+                   "05_calibration_value", res, measured="sim")
+    collect_headlines(["04_mixed_goodput", "05_calibration_value"], res, backend="sim", scale="full",
+                      commit="abc").to_csv(res / "summary.csv", index=False)
+    fig.mkdir()
+    for i in range(n_figures):
+        f, ax = plt.subplots(figsize=(2, 2))
+        ax.plot([0, 1], [i, 1])
+        f.savefig(fig / f"0{4 + i}_figure.png")
+        plt.close(f)
+    return res, fig
+
+
+def test_report_is_one_offline_page_with_every_row_and_figure(tmp_path):
+    res, fig = _run_dirs(tmp_path)
+    page = build_report(res, fig)
+    assert page.count("<img class=fig") == 2 and page.count("data:image/png;base64,") == 2
+    assert not re.search(r"(src|href)=['\"]?(https?:)?//", page)  # nothing fetched
+    assert "table2_mc_mean" in page and "0.810 [0.790, 0.830]" in page
+    # the same measurement under another key is said to be one, and counted once in the tally
+    assert "same measurement as <code>table2_mc_mean</code>" in page
+    assert "1 reproduced" in page and "1 within noise" in page
+    assert "backend <b>sim</b>, scale <b>full</b>, commit <code>abc</code>" in page
+    assert write_report(res, fig).read_text() == page  # deterministic: no clock time in it
+
+
+def test_report_refuses_a_missing_or_old_summary(tmp_path):
+    with pytest.raises(ConfigError, match="repro paper"):
+        build_report(tmp_path, tmp_path)
+    (tmp_path / "summary.csv").write_text("notebook,key,ours,paper\n04,x,1,1\n")
+    with pytest.raises(ConfigError, match="older version"):
+        build_report(tmp_path, tmp_path)
+
+
+@pytest.mark.browser
+def test_every_figure_loads_in_a_real_headless_browser(tmp_path):
+    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
+    if browser is None:
+        pytest.skip("no Chromium here (Debian: apt-get install chromium; .ci/run's browser tier installs it)")
+    res, fig = _run_dirs(tmp_path, n_figures=3)
+    (fig / "07_broken.png").write_bytes(b"not a png")  # a figure that cannot load must be counted as such
+    path = write_report(res, fig)
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+                          "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert re.search(r"id=\"figures-status\">figures loaded 3 of 4<", dom), dom[-500:]
+    (fig / "07_broken.png").unlink()
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+                          "--dump-dom", write_report(res, fig).as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "figures loaded 3 of 3" in dom
