@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
+
+# Tests simulate for real: a cached result (repro.experiment.simcache) would hide a monkeypatched
+# simulator; tests of the cache turn it on for themselves.
+os.environ["REPRO_SIM_CACHE"] = "off"
 
 
 def synthetic_trace(n: int, rate: float, prompt, output, seed: int = 0, slo=None) -> pd.DataFrame:

@@ -153,9 +153,23 @@ def run_or_simulate(spec: RunSpec, out_dir: str | Path, *, sim_in_memory: bool =
     (they are resumed from it)."""
     if not (sim_in_memory and spec.backend == "sim"):
         return run(spec, out_dir, on_invalid=on_invalid)
+    summary, good = simulated_summary(spec)
+    return RunResult(spec, None, summary, good=good)
+
+
+def simulated_summary(spec: RunSpec) -> tuple[dict[str, Any], np.ndarray]:
+    """A ``sim`` spec's summary (``sent`` = its requests) and per-request good flags, simulated once per
+    spec and code (`repro.experiment.simcache`; identical to simulating it again)."""
+    from repro.experiment import simcache
+
+    hit = simcache.load(spec)
+    if hit is not None:
+        return hit
     journal = simulate_spec(spec)
     slo = truth_cost_model(spec).slo
-    return RunResult(spec, None, summarize(journal, slo, sent=spec.n_requests), good=good_flags(journal, slo))
+    summary, good = summarize(journal, slo, sent=spec.n_requests), good_flags(journal, slo)
+    simcache.store(spec, summary, good)
+    return summary, good
 
 
 RowMaker = Callable[[RunResult], dict[str, Any]]

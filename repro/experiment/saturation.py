@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 from repro.errors import ConfigError
 from repro.experiment.inputs import truth_cost_model
-from repro.experiment.metrics import summarize
-from repro.experiment.runner import simulate_spec
+from repro.experiment.runner import simulated_summary
 from repro.experiment.spec import RunSpec
 
 # ---- saturation search ----------------------------------------------------------------------
@@ -80,7 +79,7 @@ def saturation_search(
     rr = base.replace(policy="round_robin", policy_options={})
 
     def default_probe(spec: RunSpec) -> float:
-        return summarize(simulate_spec(spec), truth_cost_model(spec).slo)["goodput"]
+        return simulated_summary(spec)[0]["goodput"]
 
     probe = probe or default_probe
     probes: list[tuple[float, float]] = []

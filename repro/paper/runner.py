@@ -260,7 +260,8 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = [pool.submit(run_notebook, nb, out_dir, params) for nb in sections]
+                # later sections run longer (sweeps, grids): start them first so no long one starts last
+                futures = [pool.submit(run_notebook, nb, out_dir, params) for nb in reversed(sections)]
                 for nb in sections:
                     started(nb)
                 for fut in as_completed(futures):

@@ -374,8 +374,6 @@ class Section:
         ``fixed`` (workload -> req/s) there is no search: one round-robin probe per workload at the
         given rate checks that operating point (``light_goodput`` and ``target_goodput`` NaN).
         """
-        from repro.experiment.inputs import truth_cost_model
-        from repro.experiment.metrics import summarize
         from repro.experiment.saturation import light_rate_for, saturation_search
 
         cluster = shape_cluster(self.pool_cluster, "2p4d", sweep=False)
@@ -395,7 +393,7 @@ class Section:
                     raise ConfigError(f"saturation: no fixed rate for workload {wl!r}; given: {sorted(fixed)}")
                 spec = base.replace(policy="round_robin", policy_options={}, rate=float(fixed[wl]))
                 if probe is None:
-                    g = summarize(runner.simulate_spec(spec), truth_cost_model(spec).slo)["goodput"]
+                    g = runner.simulated_summary(spec)[0]["goodput"]
                 else:
                     g = probe(spec)
                 rates.append({"workload": wl, "saturation_rate": float(fixed[wl]), "light_goodput": np.nan,

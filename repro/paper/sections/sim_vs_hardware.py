@@ -117,11 +117,9 @@ def anchor_rate(base: RunSpec, target_goodput: float, *, start_rate: float | Non
     rr = base.replace(policy="round_robin", policy_options={})
 
     def default_probe(spec: RunSpec) -> float:
-        from repro.experiment.inputs import truth_cost_model
-        from repro.experiment.metrics import summarize
-        from repro.experiment.runner import simulate_spec
+        from repro.experiment.runner import simulated_summary
 
-        return float(summarize(simulate_spec(spec), truth_cost_model(spec).slo, sent=spec.n_requests)["goodput"])
+        return float(simulated_summary(spec)[0]["goodput"])
 
     probe = probe or default_probe
     probes: list[tuple[float, float]] = []
