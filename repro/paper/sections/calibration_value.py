@@ -90,9 +90,10 @@ def calibration_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) ->
     out: list[dict[str, Any]] = [
         {"key": "calib_calibrated_goodput", "ours": ctx.goodput(r_cal), "runs": ctx.run_ids(r_cal)},
         {"key": "calib_simderived_goodput", "ours": ctx.goodput(r_sim), "runs": ctx.run_ids(r_sim)},
-        {"key": "calib_goodput_gain", "ours": ctx.difference(r_cal, r_sim).scaled(100.0), "kind": "ordering",
+        {"key": "calib_goodput_gain", "ours": ctx.difference(r_cal, r_sim).scaled(100.0),
          "runs": ctx.run_ids(r_cal, r_sim),
-         "meaning": "goodput gain from calibration (calibrated minus simulator-derived, paired by trace)"},
+         "meaning": "goodput gain from calibration in points (calibrated minus simulator-derived, paired by trace; "
+                    "the paper's claim is its size: an interval above zero but far below 4.5 is not reproduced)"},
     ]
     for key, row in (("calib_calibrated_ttft_p99", cal), ("calib_simderived_ttft_p99", sim)):
         rng = Estimate(float(row.ttft_p99_s), method="none: a range over traces")
