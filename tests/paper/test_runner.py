@@ -3,6 +3,7 @@
 import hashlib
 
 import nbformat
+import pandas as pd
 import pytest
 
 from repro.errors import ConfigError
@@ -72,12 +73,17 @@ def test_repro_paper_twice_is_byte_identical(tmp_path):
 
     app = typer.Typer()
     app.command()(paper.paper_cli)
-    args = ["--backend", "sim", "--only", "01,04", "--out", str(tmp_path / "build"),
+    args = ["--backend", "sim", "--scale", "quick", "--only", "01,04", "--out", str(tmp_path / "build"),
             "--results-dir", str(tmp_path / "results"), "--figures-dir", str(tmp_path / "figures")]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     before = _digests(tmp_path / "results"), _digests(tmp_path / "figures")
-    assert "summary.csv" in before[0] and "04_table2_goodput.pdf" in before[1]
-    second = CliRunner().invoke(app, args)
+    assert {"summary.csv", "report.html"} <= set(before[0]) and "04_table2_goodput.pdf" in before[1]
+    summary = pd.read_csv(tmp_path / "results" / "summary.csv")
+    assert summary.verdict.notna().all() and set(summary.backend) == {"sim"} and set(summary.scale) == {"quick"}
+    # the second run one notebook at a time: the same bytes as the first, two at a time (sim's default here)
+    second = CliRunner().invoke(app, [*args, "--jobs", "1"])
     assert second.exit_code == 0, second.output
     assert (_digests(tmp_path / "results"), _digests(tmp_path / "figures")) == before
+    live = CliRunner().invoke(app, ["--backend", "emulated", "--jobs", "2", "--only", "04"])
+    assert live.exit_code != 0 and "machine to" in str(live.exception or live.output)
