@@ -53,7 +53,7 @@ constants = ctx.write_results(nb.constants_table(fitted, shipped, sim_derived), 
 ctx.write_results(samples, "01_samples")
 constants
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/01_calibration-1.txt in the test run
 with ctx.expected_output(1):
     ratio_shipped = shipped.tau_dec_s / sim_derived.tau_dec_s

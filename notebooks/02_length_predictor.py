@@ -42,7 +42,7 @@ table, points = nb.predictor_accuracy()
 ctx.write_results(table, "02_predictor_accuracy")
 table
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/02_length_predictor-1.txt in the test run
 with ctx.expected_output(1):
     pooled = table[table.group == "families_pooled"].set_index("model")

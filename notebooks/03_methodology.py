@@ -49,7 +49,7 @@ t1 = table_one()
 ctx.write_results(t1, "03_table1_workloads")
 t1[["workload", "stresses", "arrivals", "mix", "tight_share"]]  # its token lengths are printed (and checked) below
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/03_methodology-1.txt in the test run
 with ctx.expected_output(1):
     print(t1[["workload", "prompt_p50", "prompt_p99", "output_p50", "output_p99"]].to_string(index=False))
@@ -72,7 +72,7 @@ rates, probes = ctx.saturation(workloads, n_requests=ctx.probe_requests if ctx.b
 ctx.write_results(probes, "03_saturation_probes")
 rates = ctx.write_results(rates, "03_saturation_rates")  # printed (and checked) below
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/03_methodology-2.txt in the test run
 with ctx.expected_output(2):
     for r in rates.itertuples():

@@ -53,7 +53,7 @@ print(ctx.describe_runs(runs, f"mixed, {topo}, {ctx.rate:.3g} req/s"))
 tab = ctx.write_results(nb.table_two(runs), "04_table2")
 tab.drop(columns=["mean_goodput", "spread", "worst", "paper_mean_goodput", "paper_worst"])  # those: printed below
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/04_mixed_goodput-1.txt in the test run
 with ctx.expected_output(1):
     print(tab[["policy", "mean_goodput", "spread", "worst", "paper_mean_goodput", "paper_worst"]].round(3)

@@ -63,7 +63,7 @@ load = nb.calibration_load(runs)
 ctx.write_results(load, "05_calibration_load_skew")
 tab = ctx.write_results(tab, "05_calibration")  # printed (and checked) below
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/05_calibration_value-1.txt in the test run
 with ctx.expected_output(1):
     print(tab[["condition", "goodput", "ttft_p99_min_s", "ttft_p99_max_s", "token_skew", "request_skew",

@@ -60,7 +60,7 @@ print(f"{len(runs)} runs, 2p4d, {ctx.n_requests} requests each, seeds {list(ctx.
 # %%
 tab = ctx.write_results(nb.heterogeneity_table(runs), "06_fig3")  # printed (and checked) below; drawn in the figure
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/06_heterogeneity-1.txt in the test run
 with ctx.expected_output(1):
     print(tab.pivot(index="policy", columns="workload", values="goodput").loc[policies, list(WORKLOADS)]

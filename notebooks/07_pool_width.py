@@ -55,7 +55,7 @@ print(ctx.describe_runs(runs, f"mixed, {', '.join(topologies)}, {ctx.rate:.1f} r
 # %%
 tab = ctx.write_results(nb.width_table(runs), "07_pool_width")  # printed (and checked) below
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/07_pool_width-1.txt in the test run
 with ctx.expected_output(1):
     print(tab[["decode_width", "policy", "goodput", "goodput_sd", "paper_goodput", "mc_margin_over_best_baseline"]]

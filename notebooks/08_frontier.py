@@ -63,7 +63,7 @@ ctx.write_results(front, "08_fig4_frontier")
 saving = nb.gpu_saving(front, 6, tol=match_tolerance)
 front.pivot(index="gpus", columns="policy", values="best_shape")[policies]  # the best shape per GPU count
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/08_frontier-1.txt in the test run
 with ctx.expected_output(1):
     print(front.pivot(index="gpus", columns="policy", values="goodput")[policies].round(3).to_string())

@@ -77,7 +77,7 @@ btab = nb.burst_table(timeline)
 ctx.write_results(timeline, "09_fig7_burst_timeline")
 btab = ctx.write_results(btab, "09_fig7_burst")  # printed (and checked) below
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/09_load_and_tails-1.txt in the test run
 with ctx.expected_output(1):
     print(sweep.pivot(index="load", columns="policy", values="goodput")[policies].round(3).to_string())

@@ -64,7 +64,7 @@ print(ctx.describe_runs(runs, "mixed, 2p4d, " + " and ".join(f"{op} {r:.1f}" for
 # %%
 tab = ctx.write_results(nb.ablation_table(runs), "10_fig8_ablation")  # printed (and checked) below
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/10_feature_ablation-1.txt in the test run
 with ctx.expected_output(1):
     print(tab[["operating_point", "cost_model", "feature", "full_goodput", "change_points", "paper_change_points"]]

@@ -58,7 +58,7 @@ print(ctx.describe_runs(runs, f"mixed, 2p4d, {ctx.rate:.1f} req/s"))
 # %%
 tab = ctx.write_results(nb.noise_table(runs), "11_fig9_noise")  # printed (and checked) below
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/11_predictor_noise-1.txt in the test run
 with ctx.expected_output(1):
     print(tab[["policy", "noise_pct", "mean_goodput", "sd"]].round(3).to_string(index=False))

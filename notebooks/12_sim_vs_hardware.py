@@ -102,7 +102,7 @@ ctx.write_results(grid, "12_residual_grid")
 ctx.write_results(summary, "12_residual_summary")
 summary
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/12_sim_vs_hardware-1.txt in the test run
 with ctx.expected_output(1):
     print(grid[["model", "workload", "policy", "ref_goodput", "model_goodput", "residual"]].round(3)
@@ -198,7 +198,7 @@ ctx.write_results(calib_runs, "12_calibration_in_sim_runs")
 ctx.write_results(calib, "12_calibration_in_sim")
 calib
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/12_sim_vs_hardware-2.txt in the test run
 with ctx.expected_output(2):
     print(calib[["service", "backlog", "goodput_calibrated", "goodput_sim_derived", "calibration_gain_points",
@@ -234,7 +234,7 @@ ctx.save(fig, "12_calibration_in_sim")
 
 # %%
 head = nb.sim_vs_hardware_headline(summary, calib, phys, primary="batching" if ctx.live else "",
-                                   reference=reference_name)
+                                   reference=reference_name, calib_runs=calib_runs, ctx=ctx)
 if ctx.live:  # the batching simulator's re-anchored rate beside the reference's (none if its anchor failed)
     head += nb.rate_headline(anchors, ctx.rates)
 ctx.write_headline(head)

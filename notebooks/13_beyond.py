@@ -95,7 +95,7 @@ workload_policies = list(dict.fromkeys(workloads.variant))  # goodputs printed (
 # %%
 goals = ctx.write_results(nb.beyond_goals(frontier, workloads[workloads.kind != "external"]), "13_goals")  # below
 
-# %%
+# %% tags=["golden", "hide-input"]
 # checked: the values printed here are compared with notebooks/expected/13_beyond-1.txt in the test run
 with ctx.expected_output(1):
     f = frontier.pivot(index="topology", columns="variant", values="goodput").loc[shapes]

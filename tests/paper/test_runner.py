@@ -34,6 +34,8 @@ def test_notebooks_declare_common_parameters_and_are_stripped(nb):
     checked = [c for c in code if paper.is_checked(c)]
     # each section pins a few deterministic values (expected_output); the overview only reads their results
     assert checked or nb.stem == paper.OVERVIEW, "each notebook pins a few deterministic values (expected_output)"
+    # golden-file checks are tagged: a renderer hides their code (the printed table is the reader's)
+    assert all({"golden", "hide-input"} <= set(c.metadata.get("tags", [])) for c in checked)
     for k in range(1, len(checked) + 1):
         assert (paper.EXPECTED_DIR / f"{nb.stem}-{k}.txt").exists(), f"golden file {nb.stem}-{k}.txt missing"
     assert nb.with_suffix(".py").exists(), "jupytext py:percent twin missing"

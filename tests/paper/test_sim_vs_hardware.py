@@ -187,6 +187,15 @@ def test_calibration_in_sim_oracle_vs_ledger(section):
         g = runs[runs.backlog == backlog].set_index("cost_model").goodput
         assert row.calibration_gain_points == pytest.approx(100 * (g["calibrated"] - g["sim_derived"]), abs=1e-9)
     assert np.isnan(tab.set_index("backlog").loc["oracle", "paper_gain_points"])
+    # with the runs, the gains in the headline are paired over the same 300 requests (claimed ties)
+    head = {r["key"]: r for r in nb.sim_vs_hardware_headline(pd.DataFrame(columns=["model"]), tab,
+                                                              nb.batching_physics_table(), "",
+                                                              reference=nb.SIM_REFERENCE, calib_runs=runs, ctx=ctx)}
+    gain = head["sim_calib_goodput_gain"]
+    assert gain["ours"].value == pytest.approx(tab.set_index("backlog").loc["ledger", "calibration_gain_points"])
+    assert gain["ours"].requests == 300 and gain["ours"].has_interval
+    assert (gain["kind"], gain["claim"]) == ("ordering", 0)
+    assert len(gain["runs"]) == 2 and head["sim_calib_goodput_gain_oracle"]["ours"].has_interval
 
 
 def test_calibration_in_sim_table_pairs_seeds_by_hand():
