@@ -138,7 +138,9 @@ def _make_cli() -> Callable[..., None]:
 
     def report_cmd(
         backend: str = typer.Option("sim", "--backend", help="the run's backend: sim | emulated | vllm"),
-        scale: str = typer.Option("full", "--scale", help="the run's scale: quick | full"),
+        scale: str | None = typer.Option(None, "--scale",
+                                         help="the run's scale: quick | full (default: full on sim, quick live, "
+                                              "as repro paper)"),
         results_dir: Path | None = typer.Option(None, "--results-dir",
                                                 help="the run's results (default results/<backend>-<scale>)"),
         figures_dir: Path | None = typer.Option(None, "--figures-dir",
@@ -153,6 +155,7 @@ def _make_cli() -> Callable[..., None]:
 
         if backend not in BACKENDS:
             raise ConfigError(f"report: --backend {backend!r}; allowed: {list(BACKENDS)}")
+        scale = scale or ("full" if backend == "sim" else "quick")
         if scale not in SCALES:
             raise ConfigError(f"report: --scale {scale!r}; allowed: {list(SCALES)}")
         res, fig = default_dirs(backend, scale)

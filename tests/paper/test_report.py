@@ -76,3 +76,22 @@ def test_every_figure_loads_in_a_real_headless_browser(tmp_path):
                           "--dump-dom", write_report(res, fig).as_uri()], capture_output=True, text=True,
                          timeout=120).stdout
     assert "figures loaded 3 of 3" in dom
+
+
+def test_repro_report_finds_a_run_by_backend_and_scale(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from repro.paper import report
+
+    res, fig = _run_dirs(tmp_path)
+    seen = []
+    monkeypatch.setattr("repro.paper.summary.default_dirs", lambda b, s: seen.append((b, s)) or (res, fig))
+    app = typer.Typer()
+    app.command()(report.report_cli)
+    for args, want in ((["--backend", "emulated"], ("emulated", "quick")), ([], ("sim", "full"))):
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 0, out.output
+        assert seen[-1] == want and (res / "report.html").exists()
+    bad = CliRunner().invoke(app, ["--backend", "gpu"])
+    assert bad.exit_code != 0 and "allowed" in str(bad.exception)
