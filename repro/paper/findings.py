@@ -8,20 +8,13 @@ live runs' validity. `repro.paper.section.Section.findings` shows it as the note
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
+from repro.paper.figures import num
 from repro.paper.verdicts import VERDICTS, Estimate
 
 VERDICT_MARK = {"reproduced": "✅ reproduced", "not reproduced": "❌ not reproduced", "contradicted": "⛔ contradicted",
                 "within noise": "〰 within noise", "input": "▫ input", "context": "· context"}
-
-
-def _num(v: float) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    return f"{v:.4g}"
 
 
 def verdict_lines(head: pd.DataFrame) -> list[str]:
@@ -32,7 +25,7 @@ def verdict_lines(head: pd.DataFrame) -> list[str]:
         unit = "" if pd.isna(r.unit) or r.unit in ("fraction", "") else f" {r.unit}"
         meaning = "" if pd.isna(r.meaning) else str(r.meaning)
         claim = f"`{r.key}`" + (f": {meaning}" if meaning else "")
-        lines.append(f"| {claim} | {est.text(3)}{unit} | {_num(float(r.paper))} | "
+        lines.append(f"| {claim} | {est.text(3)}{unit} | {num(float(r.paper), '.4g')} | "
                      f"{VERDICT_MARK.get(str(r.verdict), str(r.verdict))} |")
     return lines
 

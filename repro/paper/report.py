@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro.errors import ConfigError
+from repro.paper.figures import num
 from repro.paper.findings import VERDICT_MARK
 from repro.paper.summary import own_rows
 from repro.paper.verdicts import VERDICTS, Estimate
@@ -49,10 +50,6 @@ def _cls(verdict: str) -> str:
     return "v-" + verdict.replace(" ", "-")
 
 
-def _num(v: float) -> str:
-    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
-
-
 def _text(v: object) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else html.escape(str(v))
 
@@ -71,7 +68,7 @@ def verdict_table(summary: pd.DataFrame) -> str:
         rows.append(
             f"<tr><td>{_text(r.notebook)}</td><td><code>{_text(r.key)}</code><br>{meaning}</td>"
             f"<td class=num>{html.escape(est.text(3))} {unit}<br><small>{_text(r.interval)}</small></td>"
-            f"<td class=num>{_num(float(r.paper))}</td>"
+            f"<td class=num>{num(float(r.paper), '.4g')}</td>"
             f"<td class='{_cls(verdict)}'>{html.escape(VERDICT_MARK.get(verdict, verdict))}"
             + (f"<br><span class=same>same measurement as <code>{same}</code></span>" if same else "")
             + f"</td><td>{_text(getattr(r, 'measured', ''))}</td></tr>")

@@ -240,7 +240,6 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             console.print(f"starting the engines of {cluster_param} (once for all notebooks) ...")
             params["cluster"] = stack.enter_context(hold_cluster(cluster_param, out_dir / "cluster"))
         stack.enter_context(live := Live(render(), console=console, refresh_per_second=4, transient=False))
-        summary = pd.DataFrame()
         sections = [n for n in nbs if n.stem != OVERVIEW]
         workers = jobs if jobs else (min(len(sections), os.cpu_count() or 1) if backend == "sim" else 1)
 
@@ -271,21 +270,17 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             for nb in sections:
                 started(nb)
                 finished(run_notebook(nb, out_dir, params))
+        summary = collect_headlines([r.name for r in results if r.ok], res_dir, backend=backend, scale=scale,
+                                    commit=commit_id())
+        path = write_results(summary, "summary", res_dir) if len(summary) else None
         for nb in [n for n in nbs if n.stem == OVERVIEW]:
-            summary = collect_headlines([r.name for r in results if r.ok], res_dir, backend=backend,
-                                        scale=scale, commit=commit_id())
-            if not len(summary):
+            if path is None:
                 status[nb.stem] = ("skipped: no summary", None)
                 live.update(render())
                 continue
-            write_results(summary, "summary", res_dir)
             started(nb)
             finished(run_notebook(nb, out_dir, params))
-    if not any(n.stem == OVERVIEW for n in nbs):
-        summary = collect_headlines([r.name for r in results if r.ok], res_dir, backend=backend, scale=scale,
-                                    commit=commit_id())
-    if len(summary):
-        path = write_results(summary, "summary", res_dir)
+    if path is not None:
         console.print(summary_table(summary))
         counts = ", ".join(f"{n} {v}" for v, n in verdict_counts(summary).items() if n)
         console.print(f"verdicts (each measurement once): {counts}; written to {path}")
