@@ -69,7 +69,7 @@ fig.tight_layout()
 ctx.save(fig, "02_predicted_vs_true")
 
 # %%
-ctx.write_headline(nb.predictor_headline(table))
+ctx.write_headline(nb.predictor_headline(table, points))
 
 # %%
 ctx.findings("the length predictor (§IV-A)")

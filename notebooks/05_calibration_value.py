@@ -123,7 +123,7 @@ F.legend_outside(axes[2], "below", handles=skew_handles, labels=[h.get_label() f
 ctx.save(fig, "05_calibration_value")
 
 # %%
-ctx.write_headline(nb.calibration_headline(tab, runs, ctx))
+ctx.write_headline(nb.calibration_headline(runs, ctx))
 
 # %%
 ctx.findings("what calibration is worth (§V-B)")

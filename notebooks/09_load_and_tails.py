@@ -150,7 +150,7 @@ F.legend_outside(axes[0])
 ctx.save(fig, "09_fig7_burst_train")
 
 # %%
-ctx.write_headline(nb.load_and_tails_headline(sweep, op, btab, runs, ctx))
+ctx.write_headline(nb.load_and_tails_headline(sweep, op, btab, runs, ctx, timeline))
 
 # %%
 ctx.findings("Figs. 5-7, load and tails (§V-F)")

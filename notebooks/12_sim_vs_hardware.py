@@ -233,8 +233,9 @@ fig.tight_layout()
 ctx.save(fig, "12_calibration_in_sim")
 
 # %%
+estimates = nb.residual_estimates(reference_runs, model_runs, models, anchors, ctx.rates)
 head = nb.sim_vs_hardware_headline(summary, calib, phys, primary="batching" if ctx.live else "",
-                                   reference=reference_name, calib_runs=calib_runs, ctx=ctx)
+                                   reference=reference_name, calib_runs=calib_runs, ctx=ctx, estimates=estimates)
 if ctx.live:  # the batching simulator's re-anchored rate beside the reference's (none if its anchor failed)
     head += nb.rate_headline(anchors, ctx.rates)
 ctx.write_headline(head)

@@ -7,7 +7,7 @@ import pytest
 
 from repro.experiment import runner, simcache
 from repro.experiment.inputs import truth_cost_model
-from repro.experiment.metrics import good_flags, summarize
+from repro.experiment.metrics import request_outcomes, summarize
 from repro.experiment.spec import RunSpec
 
 SPEC = RunSpec(n_requests=150, policy="marginal_cost", rate=16.0)
@@ -29,14 +29,15 @@ def _no_simulation(monkeypatch):
 def test_a_hit_returns_exactly_what_simulating_gives(cache, monkeypatch):
     journal = runner.simulate_spec(SPEC)
     slo = truth_cost_model(SPEC).slo
-    want = summarize(journal, slo, sent=SPEC.n_requests), good_flags(journal, slo)
+    want = summarize(journal, slo, sent=SPEC.n_requests), request_outcomes(journal, slo)
     first = runner.run_or_simulate(SPEC, cache, sim_in_memory=True)
     assert list(cache.glob("*/*.npz")) == [cache / simcache.fingerprint() / f"{SPEC.run_id}.npz"]
     _no_simulation(monkeypatch)
     second = runner.run_or_simulate(SPEC, cache, sim_in_memory=True)
     for res in (first, second):
         assert res.summary == pytest.approx(want[0], nan_ok=True) and list(res.summary) == list(want[0])
-        assert np.array_equal(res.good, want[1])
+        assert np.array_equal(res.outcomes.good, want[1].good)
+        assert np.array_equal(res.outcomes.ttft, want[1].ttft, equal_nan=True)
     # another spec is not a hit
     with pytest.raises(AssertionError, match="simulated"):
         runner.simulated_summary(SPEC.replace(seed=2))

@@ -14,6 +14,7 @@ Latencies in seconds, over completed requests.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,8 +42,35 @@ def good_mask(journal: pd.DataFrame, slo: SLOTargets) -> pd.Series:
 def good_flags(journal: pd.DataFrame, slo: SLOTargets) -> np.ndarray:
     """`good_mask` as 0/1 floats in request-id order: the same trace gives the same order in every
     run, so two runs of one trace are paired request by request (`repro.paper.verdicts`)."""
+    return request_outcomes(journal, slo).good
+
+
+@dataclass(frozen=True)
+class RequestOutcomes:
+    """What each request of one run came to, in request-id order (the same trace gives the same
+    order in every run, so two runs of one trace pair request by request: `repro.paper.verdicts`).
+
+    ``good``: 0/1 floats (`good_mask`); ``ttft``: seconds, NaN for a request that produced no first
+    token (the tails of `summarize` are percentiles over the non-NaN values).
+    """
+
+    good: np.ndarray
+    ttft: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.good) != len(self.ttft):
+            raise ValueError(f"RequestOutcomes: {len(self.good)} good flags but {len(self.ttft)} TTFTs")
+
+    def take(self, index: np.ndarray) -> RequestOutcomes:
+        """The outcomes at ``index`` (a bootstrap resample)."""
+        return RequestOutcomes(self.good[index], self.ttft[index])
+
+
+def request_outcomes(journal: pd.DataFrame, slo: SLOTargets) -> RequestOutcomes:
+    """Per-request good flags and TTFTs of ``journal`` in request-id order (`RequestOutcomes`)."""
     order = np.argsort(journal["request_id"].astype(str).to_numpy(), kind="stable")
-    return good_mask(journal, slo).to_numpy(dtype=float)[order]
+    good = good_mask(journal, slo).to_numpy(dtype=float)[order]
+    return RequestOutcomes(good, journal["ttft_s"].to_numpy(dtype=float, na_value=np.nan)[order])
 
 
 def check_accounting(journal: pd.DataFrame, sent: int | None = None) -> dict[str, int]:

@@ -18,7 +18,7 @@ from repro.experiment.inputs import build_predictions, build_trace, length_cap, 
 from repro.experiment.journal import read as read_journal
 from repro.experiment.journal import write_frame
 from repro.experiment.manifest import read_manifest, sha256, versions, write_json_atomic
-from repro.experiment.metrics import good_flags, summarize
+from repro.experiment.metrics import RequestOutcomes, request_outcomes, summarize
 from repro.experiment.spec import RunSpec
 from repro.sim.simulator import Simulator
 
@@ -33,15 +33,19 @@ class RunResult:
     run_dir: Path | None
     summary: dict[str, Any]
     skipped: bool = False
-    good: np.ndarray | None = field(default=None, repr=False)
-    """Per-request good flags in request-id order (`repro.experiment.metrics.good_flags`); None until
-    `good_flags` reads them from the journal."""
+    outcomes: RequestOutcomes | None = field(default=None, repr=False)
+    """Per-request good flags and TTFTs in request-id order (`repro.experiment.metrics.RequestOutcomes`);
+    None until `request_outcomes` reads them from the journal."""
+
+    def request_outcomes(self) -> RequestOutcomes:
+        """Per-request outcomes (request-id order), from memory or from the run's journal."""
+        if self.outcomes is None:
+            self.outcomes = request_outcomes(self.journal(), truth_cost_model(self.spec).slo)
+        return self.outcomes
 
     def good_flags(self) -> np.ndarray:
-        """Per-request good flags (0/1, request-id order), from memory or from the run's journal."""
-        if self.good is None:
-            self.good = good_flags(self.journal(), truth_cost_model(self.spec).slo)
-        return self.good
+        """Per-request good flags (0/1, request-id order; `request_outcomes`)."""
+        return self.request_outcomes().good
 
     @property
     def journal_path(self) -> Path:
@@ -153,12 +157,12 @@ def run_or_simulate(spec: RunSpec, out_dir: str | Path, *, sim_in_memory: bool =
     (they are resumed from it)."""
     if not (sim_in_memory and spec.backend == "sim"):
         return run(spec, out_dir, on_invalid=on_invalid)
-    summary, good = simulated_summary(spec)
-    return RunResult(spec, None, summary, good=good)
+    summary, outcomes = simulated_summary(spec)
+    return RunResult(spec, None, summary, outcomes=outcomes)
 
 
-def simulated_summary(spec: RunSpec) -> tuple[dict[str, Any], np.ndarray]:
-    """A ``sim`` spec's summary (``sent`` = its requests) and per-request good flags, simulated once per
+def simulated_summary(spec: RunSpec) -> tuple[dict[str, Any], RequestOutcomes]:
+    """A ``sim`` spec's summary (``sent`` = its requests) and per-request outcomes, simulated once per
     spec and code (`repro.experiment.simcache`; identical to simulating it again)."""
     from repro.experiment import simcache
 
@@ -167,9 +171,9 @@ def simulated_summary(spec: RunSpec) -> tuple[dict[str, Any], np.ndarray]:
         return hit
     journal = simulate_spec(spec)
     slo = truth_cost_model(spec).slo
-    summary, good = summarize(journal, slo, sent=spec.n_requests), good_flags(journal, slo)
-    simcache.store(spec, summary, good)
-    return summary, good
+    summary, outcomes = summarize(journal, slo, sent=spec.n_requests), request_outcomes(journal, slo)
+    simcache.store(spec, summary, outcomes)
+    return summary, outcomes
 
 
 RowMaker = Callable[[RunResult], dict[str, Any]]

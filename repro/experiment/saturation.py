@@ -57,11 +57,39 @@ def light_rate_for(spec: RunSpec, fraction: float = 0.1) -> float:
     return min(1.0, 2.0 ** math.floor(math.log2(fraction * cap)))
 
 
+SATURATION_BAND = 0.02
+"""The search's tolerance: a probe within this (absolute goodput) of the target ends it."""
+
+
+def rate_band(probes: list[tuple[float, float]], target: float, band: float = SATURATION_BAND) -> tuple[float, float]:
+    """The rates (req/s) between which round-robin's goodput falls from ``target + band`` to ``target - band``:
+    where the probes' curve, linear in log-rate between neighbouring probes (sorted by rate) and
+    extended along its end segment past the last probe, crosses each edge of the band. This is the
+    interval of a searched saturation rate: any rate in it meets the search's own criterion. NaN
+    where the probes cannot say (fewer than two rates, or a curve that never falls through an edge)."""
+    pts = sorted(dict(probes).items())
+    if len(pts) < 2:
+        return math.nan, math.nan
+    x = [math.log2(r) for r, _ in pts]
+    y = [g for _, g in pts]
+
+    def crossing(level: float) -> float:
+        for i in range(len(pts) - 1):  # the first fall through ``level`` between neighbouring probes
+            if y[i] >= level >= y[i + 1] and y[i] > y[i + 1]:
+                return 2.0 ** (x[i] + (y[i] - level) / (y[i] - y[i + 1]) * (x[i + 1] - x[i]))
+        i = len(pts) - 2  # past the last probe: along the end segment, when it falls
+        if y[-1] > level and y[i] > y[-1]:
+            return 2.0 ** (x[-1] + (y[-1] - level) / (y[i] - y[-1]) * (x[-1] - x[i]))
+        return math.nan
+
+    return crossing(target + band), crossing(target - band)
+
+
 def saturation_search(
     base: RunSpec,
     light_rate: float = 1.0,
     collapse_fraction: float = PAPER_COLLAPSE_FRACTION,
-    band: float = 0.02,
+    band: float = SATURATION_BAND,
     max_rate: float = 512.0,
     max_probes: int = 16,
     probe: Callable[[RunSpec], float] | None = None,

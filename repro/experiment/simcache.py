@@ -1,7 +1,7 @@
 """A cache of simulated runs: the same spec and the same code give the same journal, so simulate once.
 
 `repro.experiment.runner.simulated_summary(spec)` returns a ``sim`` spec's summary and its
-per-request good flags from here (`load`) when this exact spec (its ``run_id``, a hash of every
+per-request outcomes (good flags, TTFTs) from here (`load`) when this exact spec (its ``run_id``, a hash of every
 field) was simulated before by this exact code (`fingerprint`: a hash of the package's source and
 shipped data), else simulates it and keeps the result (`store`).
 The notebooks of one `repro paper` run share many runs (Table II's appear in eight sections) and
@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from repro.experiment.metrics import RequestOutcomes
 from repro.experiment.spec import RunSpec
 from repro.paths import REPO_ROOT, resolve_dir
 
@@ -68,19 +69,19 @@ def _path(spec: RunSpec) -> Path | None:
     return None if d is None or not cacheable(spec) else d / f"{spec.run_id}.npz"
 
 
-def load(spec: RunSpec) -> tuple[dict[str, Any], np.ndarray] | None:
-    """The cached summary and good flags of ``spec``, or None."""
+def load(spec: RunSpec) -> tuple[dict[str, Any], RequestOutcomes] | None:
+    """The cached summary and per-request outcomes of ``spec``, or None."""
     path = _path(spec)
     if path is None or not path.exists():
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
-            return json.loads(str(z["summary"])), z["good"].astype(float)
+            return json.loads(str(z["summary"])), RequestOutcomes(z["good"].astype(float), z["ttft"].astype(float))
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # a torn or foreign file: simulate again
         return None
 
 
-def store(spec: RunSpec, summary: dict[str, Any], good: np.ndarray) -> None:
+def store(spec: RunSpec, summary: dict[str, Any], outcomes: RequestOutcomes) -> None:
     """Keep ``spec``'s result (atomically: a reader sees the whole entry or none)."""
     path = _path(spec)
     if path is None:
@@ -88,5 +89,6 @@ def store(spec: RunSpec, summary: dict[str, Any], good: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
-        np.savez(f, summary=np.array(json.dumps(summary)), good=good.astype(np.uint8))
+        np.savez(f, summary=np.array(json.dumps(summary)), good=outcomes.good.astype(np.uint8),
+                 ttft=outcomes.ttft.astype(np.float64))
     os.replace(tmp, path)

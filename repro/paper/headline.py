@@ -60,7 +60,8 @@ def judge(row: dict[str, Any], ref: pd.DataFrame | None = None, measured: str = 
             "verdict": verdict(kind, est, float(paper), unit=unit, tolerance=row.get("tolerance"),
                                claim=row.get("claim")),
             "kind": kind, "unit": unit, "meaning": meaning,
-            "interval": est.method if est.has_interval else (est.method if est.method != "none" else "none"),
+            "interval": "none: an input (given, not measured)" if kind == "input" and est.method == "none"
+            else est.method,
             "traces": est.traces, "requests": est.requests, "measured": row.get("measured", measured),
             "runs": " ".join(dict.fromkeys(runs))}
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,7 @@ import pandas as pd
 
 from repro.errors import ConfigError
 from repro.experiment import runner
+from repro.experiment.metrics import RequestOutcomes
 from repro.experiment.spec import RunSpec
 from repro.paper import figures
 from repro.paper.grids import check_rates, shape_cluster
@@ -52,7 +53,14 @@ from repro.paper.plans import (
     seeds_and_requests,
     value,
 )
-from repro.paper.verdicts import Estimate, goodput_estimate, over_traces, paired_difference
+from repro.paper.verdicts import (
+    Estimate,
+    Outcomes,
+    goodput_estimate,
+    joint_bootstrap,
+    over_traces,
+    paired_difference,
+)
 from repro.paths import resolve_dir
 from repro.vocab import WORKLOADS
 
@@ -141,8 +149,9 @@ class Section:
     """The notebook's operating rates, workload -> req/s (`setup`'s ``rate`` or ``rates``; empty when it has none)."""
     live_runs: list[dict[str, Any]] = dataclasses.field(default_factory=list, compare=False, repr=False)
     """Every live run this section used: run id, ``valid``, ``time_scale_used`` (`measured` sums them up)."""
-    request_good: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    """Run id -> its per-request good flags (request-id order): the intervals of `goodput` and `difference`."""
+    request_outcomes: dict[str, RequestOutcomes] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    """Run id -> its per-request outcomes (good flags, TTFTs; request-id order): the intervals of `goodput`,
+    `difference` and `bootstrap`."""
 
     @classmethod
     def setup(cls, *, notebook: str, backend: str, scale: str, seeds: Sequence[int], cluster: str = "",
@@ -298,20 +307,41 @@ class Section:
         return self._note(runner.run(for_this_machine(spec), self.runs_dir)).journal()
 
     def _note(self, res: runner.RunResult) -> runner.RunResult:
-        """Keep a run's per-request good flags (`request_good`) and record a live run in `live_runs`;
+        """Keep a run's per-request outcomes (`request_outcomes`) and record a live run in `live_runs`;
         returns ``res``."""
-        if res.good is not None or res.run_dir is not None:  # (a summary alone carries no per-request flags)
-            self.request_good[res.spec.run_id] = res.good_flags()
+        if res.outcomes is not None or res.run_dir is not None:  # (a summary alone carries no per-request data)
+            self.request_outcomes[res.spec.run_id] = res.request_outcomes()
         if res.spec.backend != "sim":
             self.live_runs.append({"run_id": res.spec.run_id, "valid": res.summary.get("valid"),
                                    "time_scale_used": res.summary.get("time_scale_used", res.spec.live.time_scale)})
         return res
 
     # ---- uncertainty (repro.paper.verdicts) -----------------------------------------------------
-    def _flags(self, runs: pd.DataFrame) -> list[np.ndarray] | None:
-        if "run_id" not in runs.columns or not all(r in self.request_good for r in runs.run_id):
+    def outcomes(self, runs: pd.DataFrame) -> list[RequestOutcomes] | None:
+        """The per-request outcomes of ``runs`` (rows of `run`, one per trace) in seed order; None when a
+        run's are not at hand (e.g. a row read back from a CSV)."""
+        if "run_id" not in runs.columns or not all(r in self.request_outcomes for r in runs.run_id):
             return None
-        return [self.request_good[r] for r in runs.sort_values("seed").run_id]
+        return [self.request_outcomes[r] for r in runs.sort_values("seed").run_id]
+
+    def _flags(self, runs: pd.DataFrame) -> list[np.ndarray] | None:
+        out = self.outcomes(runs)
+        return None if out is None else [o.good for o in out]
+
+    def bootstrap(self, groups: Mapping[str, pd.DataFrame], stat: Callable[[Outcomes], Mapping[str, float]], *,
+                  resample_traces: bool = True) -> dict[str, Estimate]:
+        """Statistics of several groups of runs (name -> rows of `run`, one per trace, the same traces in
+        every group) with their 95 % intervals from one joint bootstrap over traces and requests
+        (`repro.paper.verdicts.joint_bootstrap`; ``stat`` maps name -> per-trace `RequestOutcomes` to
+        named numbers). Raises ConfigError when a group's per-request outcomes are not at hand."""
+        data = {}
+        for name, runs in groups.items():
+            got = self.outcomes(runs)
+            if got is None or not got:
+                raise ConfigError(f"{self.notebook}: no per-request outcomes for group {name!r} (runs "
+                                  f"{self.run_ids(runs)})")
+            data[name] = got
+        return joint_bootstrap(data, stat, resample_traces=resample_traces)
 
     def goodput(self, runs: pd.DataFrame) -> Estimate:
         """The mean goodput of ``runs`` (rows of `run`: one configuration, one row per trace) with its 95 %
@@ -369,12 +399,14 @@ class Section:
                    fixed: Mapping[str, float] | None = None, max_probes: int = 16) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The saturation search per workload (§IV-B) on 2p4d with the first trace: ``(rates, probes)``.
 
-        ``rates``: workload, saturation_rate (req/s), light_goodput, target_goodput, probes;
+        ``rates``: workload, saturation_rate (req/s), rate_lo/rate_hi (`rate_band`: the rates whose
+        round-robin goodput is within the search's band; NaN for a given rate), light_goodput,
+        target_goodput, probes;
         ``probes``: workload, probe, rate, round_robin_goodput. ``n_requests`` per probe. With
         ``fixed`` (workload -> req/s) there is no search: one round-robin probe per workload at the
         given rate checks that operating point (``light_goodput`` and ``target_goodput`` NaN).
         """
-        from repro.experiment.saturation import light_rate_for, saturation_search
+        from repro.experiment.saturation import light_rate_for, rate_band, saturation_search
 
         cluster = shape_cluster(self.pool_cluster, "2p4d", sweep=False)
 
@@ -396,15 +428,17 @@ class Section:
                     g = runner.simulated_summary(spec)[0]["goodput"]
                 else:
                     g = probe(spec)
-                rates.append({"workload": wl, "saturation_rate": float(fixed[wl]), "light_goodput": np.nan,
-                              "target_goodput": np.nan, "probes": 1})
+                rates.append({"workload": wl, "saturation_rate": float(fixed[wl]), "rate_lo": np.nan,
+                              "rate_hi": np.nan, "light_goodput": np.nan, "target_goodput": np.nan, "probes": 1})
                 probes.append({"workload": wl, "probe": 0, "rate": float(fixed[wl]), "round_robin_goodput": float(g)})
                 continue
             # on real engines the paper's 1 req/s start may already be overload: start from the calibration
             light = light_rate_for(base) if self.backend == "vllm" else 1.0
             res = saturation_search(base, probe=probe, max_probes=max_probes, light_rate=light)
-            rates.append({"workload": wl, "saturation_rate": res.rate, "light_goodput": res.light_goodput,
-                          "target_goodput": res.target_goodput, "probes": len(res.probes)})
+            lo, hi = rate_band(res.probes, res.target_goodput)
+            rates.append({"workload": wl, "saturation_rate": res.rate, "rate_lo": lo, "rate_hi": hi,
+                          "light_goodput": res.light_goodput, "target_goodput": res.target_goodput,
+                          "probes": len(res.probes)})
             for i, (r, g) in enumerate(res.probes):
                 probes.append({"workload": wl, "probe": i, "rate": r, "round_robin_goodput": g})
         return pd.DataFrame(rates), pd.DataFrame(probes)

@@ -27,16 +27,21 @@ two-level bootstrap (traces with replacement, then requests within each drawn tr
 trace by the requests alone; a paired difference the same way on per-request differences of two
 runs of the same trace (the same requests, so pairing removes the trace's own variation); a
 single proportion by Wilson's interval; any other per-trace statistic by a bootstrap over traces
-(none with one trace). Units as the quantity's (goodput a fraction).
+(none with one trace); a statistic of several runs' per-request outcomes (a P99 over requests, a
+range over traces, a GPU count read off a frontier) by `joint_bootstrap`, the same two levels with
+the statistic recomputed on each resample; one of other independent units (held-out requests, time
+windows of a trace) by `resample`. Units as the quantity's (goodput a fraction).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from repro.experiment.metrics import RequestOutcomes
 
 VERDICTS = ("reproduced", "not reproduced", "contradicted", "within noise", "input", "context")
 KINDS = ("value", "ordering", "input")
@@ -167,6 +172,76 @@ def over_traces(values: Sequence[float], *, b: int = B_DEFAULT, seed: int = SEED
     dist = v[rng.integers(0, len(v), size=(b, len(v)))].mean(axis=1)
     lo, hi = np.quantile(dist, [0.025, 0.975])
     return Estimate(float(v.mean()), float(lo), float(hi), f"bootstrap over {len(v)} traces", len(v))
+
+
+B_STATISTIC = 1000
+"""Resamples of `resample` and `joint_bootstrap` (each evaluates a whole statistic, e.g. percentiles)."""
+
+
+def _percentile_estimates(value: Mapping[str, float], draws: list[Mapping[str, float]], method: str,
+                          traces: int, requests: int) -> dict[str, Estimate]:
+    """Each statistic of ``value`` with the 2.5/97.5 percentiles of its bootstrap ``draws`` (NaN draws, e.g.
+    a ratio over an empty resample, left out; none when fewer than 95 % of the draws are numbers)."""
+    out = {}
+    for k, v in value.items():
+        d = np.asarray([x[k] for x in draws], dtype=float)
+        d = d[~np.isnan(d)]
+        if math.isnan(v) or len(d) < 0.95 * len(draws):
+            out[k] = Estimate(float(v), method=f"none: {method} gave too few numbers", traces=traces, requests=requests)
+            continue
+        lo, hi = np.quantile(d, [0.025, 0.975])
+        out[k] = Estimate(float(v), float(lo), float(hi), method, traces, requests)
+    return out
+
+
+def resample(n: int, stat: Callable[[np.ndarray], Mapping[str, float]], *, unit: str, b: int = B_STATISTIC,
+             seed: int = SEED, traces: int = 0, requests: int = 0) -> dict[str, Estimate]:
+    """Statistics of ``n`` independent units (traces, held-out requests, time windows of a trace) with a
+    percentile bootstrap over the units: ``stat(index)`` computes every statistic from the units at
+    ``index`` (``np.arange(n)``: the value itself; a resample draws ``n`` with replacement). ``unit``
+    names them for the interval's method ("bootstrap over 3 traces"). None with a single unit."""
+    value = stat(np.arange(n))
+    if n < 2:
+        return {k: Estimate(float(v), method=f"none: 1 {unit}", traces=traces, requests=requests)
+                for k, v in value.items()}
+    rng = np.random.default_rng(seed)
+    draws = [stat(rng.integers(0, n, size=n)) for _ in range(b)]
+    return _percentile_estimates(value, draws, f"bootstrap over {n} {unit}s", traces, requests)
+
+
+Outcomes = Mapping[str, Sequence[RequestOutcomes]]
+"""Groups of runs: a name -> its runs' per-request outcomes, one per trace, the traces in the same order
+in every group."""
+
+
+def joint_bootstrap(groups: Outcomes, stat: Callable[[Outcomes], Mapping[str, float]], *,
+                    resample_traces: bool = True, b: int = B_STATISTIC, seed: int = SEED) -> dict[str, Estimate]:
+    """Statistics of several groups of runs at once, each with a 95 % percentile interval from one
+    two-level bootstrap: a resample draws the traces with replacement (``resample_traces``; else keeps
+    them, e.g. for a range over these very traces), then in each drawn trace one set of request
+    indices, shared by every group whose run of that trace has as many requests (so runs of one trace
+    stay paired request by request), and evaluates ``stat`` on the resampled groups."""
+    names = list(groups)
+    if not names or not groups[names[0]]:
+        raise ValueError("joint_bootstrap: needs at least one group with at least one trace")
+    s = len(groups[names[0]])
+    if any(len(groups[g]) != s for g in names):
+        raise ValueError(f"joint_bootstrap: every group needs the same traces (got {[len(groups[g]) for g in names]})")
+    n = [len(groups[names[0]][t].good) for t in range(s)]
+    rng = np.random.default_rng(seed)
+
+    def draw() -> Outcomes:
+        pick = rng.integers(0, s, size=s) if resample_traces and s > 1 else np.arange(s)
+        idx = [rng.integers(0, n[t], size=n[t]) for t in pick]
+        return {g: [groups[g][t].take(i if len(groups[g][t].good) == n[t]
+                                      else rng.integers(0, len(groups[g][t].good), size=len(groups[g][t].good)))
+                    for t, i in zip(pick, idx, strict=True)] for g in names}
+
+    value = stat(groups)
+    draws = [stat(draw()) for _ in range(b)]
+    levels = f"{s} traces and their requests" if resample_traces and s > 1 else \
+        ("requests, 1 trace" if s == 1 else f"requests within each of {s} traces")
+    return _percentile_estimates(value, draws, f"bootstrap over {levels}", s, int(sum(n)))
 
 
 def default_tolerance(unit: str, paper: float) -> float:

@@ -30,6 +30,10 @@ def test_frontier_and_goals(section):
     assert not {"fig4_mc_1p2d", "fig4_rr_1p2d"} & set(head)  # notebook 08's quantities, not repeated here
     gap = head["beyond_goal_scarcity_gap"]["ours"]  # the goal's value, now with a paired interval
     assert gap.value == pytest.approx(scarcity.value) and gap.requests == 200
+    worst = goals.set_index("goal").loc["never more than 0.03 below the best baseline"]
+    wg = head["beyond_goal_worst_gap"]["ours"]
+    assert wg.value == pytest.approx(worst.value) and wg.has_interval and wg.requests == 200
+    assert worst["where"].split(" ", 1)[1] in head["beyond_goal_worst_gap"]["meaning"]
     # a frontier without our router (e.g. -p 'policies=["round_robin"]') has no goals to check there
     without = nb.beyond_goals(frontier[frontier.variant != nb.OURS], workloads[workloads.variant != nb.OURS])
     assert without.empty

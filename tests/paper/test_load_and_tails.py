@@ -1,5 +1,6 @@
 """Notebook 09 (§V-F, Figs. 5-7): repro.paper.sections.load_and_tails, and RunSpec's arrival field."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -79,10 +80,33 @@ def test_load_and_tails_small(section):
     mc = tl[tl.policy == "marginal_cost"].set_index("window_s").goodput
     assert len(mc) == len(rr) > 1
     assert bt.set_index("policy").loc["marginal_cost", "windows_at_or_above_rr"] == pytest.approx((mc >= rr).mean())
-    head = {r["key"]: r for r in nb.load_and_tails_headline(sweep, op, bt, runs, ctx)}
+    head = {r["key"]: r for r in nb.load_and_tails_headline(sweep, op, bt, runs, ctx, tl)}
     assert {"fig5_rr_goodput_light", "fig6_mc_ttft_p99", "fig7_tail_reduction", "fig7_mc_ttft_p95_rolling"} <= set(head)
     light = runs[(runs.policy == "round_robin") & (runs.rate == 4.0)]
     assert head["fig5_rr_goodput_light"]["ours"].value == pytest.approx(light.goodput.iloc[0])
     assert head["fig5_rr_goodput_light"]["ours"].requests == 300
     held = head["fig7_mc_windows_at_or_above_rr"]["ours"]  # Wilson over the windows
     assert held.requests == len(mc) and held.value == pytest.approx((mc >= rr).mean())
+
+
+def test_rolling_estimates_block_bootstrap():
+    # two traces x 40 windows; marginal_cost's P95 is half round-robin's, least_loaded's three quarters
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in (1, 2):
+        for w in range(40):
+            base = 0.4 + 0.2 * rng.random()
+            rows += [{"policy": p, "seed": seed, "window_s": 10.0 * w, "ttft_p95_s": base * f, "goodput": 1.0}
+                     for p, f in (("marginal_cost", 0.5), ("round_robin", 1.0), ("least_loaded", 0.75))]
+    tl = pd.DataFrame(rows)
+    est = nb.rolling_estimates(tl)
+    means = tl.groupby("policy").ttft_p95_s.mean()
+    assert est["mc"].value == pytest.approx(means["marginal_cost"])
+    assert est["others_lo"].value == pytest.approx(means["least_loaded"])
+    assert est["others_hi"].value == pytest.approx(means["round_robin"])
+    # the same blocks for every policy: the reduction is exactly 1 - 0.5 / 0.875 on every resample
+    assert est["reduction"].lo == pytest.approx(100 * (1 - 0.5 / 0.875))
+    assert est["reduction"].hi == pytest.approx(est["reduction"].lo)
+    assert est["mc"].lo < est["mc"].value < est["mc"].hi and est["mc"].traces == 2
+    assert "80 (trace, window) blocks" in est["mc"].method
+    assert nb.rolling_estimates(tl[tl.policy == "marginal_cost"]) == {}

@@ -110,7 +110,7 @@ def test_run_plain_and_labelled_rows(section, tmp_path):
     assert list(runs.columns[:10]) == ["run_id", "workload", "topology", "policy", "cost_model", "seed", "rate",
                                        "n_requests", "backend", "time_scale"]
     # each run's per-request good flags are kept under its id: the goodput intervals rest on them
-    assert [ctx.request_good[r].mean() for r in runs.run_id] == runs.goodput.tolist()
+    assert [ctx.request_outcomes[r].good.mean() for r in runs.run_id] == runs.goodput.tolist()
     assert (tmp_path / "runs.csv").exists() and len(runs) == 2
     assert runs.goodput.tolist() == [ctx.run_summary(s)["goodput"] for s in specs]
     labelled = ctx.run([({"variant": "rr"}, specs[0]),

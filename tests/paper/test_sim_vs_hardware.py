@@ -254,3 +254,25 @@ def test_headline_labels_serial_vs_batching_sim_rows(tmp_path):
     head = {r["key"]: r for r in live}
     assert set(nb.SERIAL_VS_REFERENCE) <= set(head) and not set(nb.SERIAL_VS_BATCHING_SIM) & set(head)
     assert "paper" not in head["sim_mar_serial"]  # filled from the paper's serial-sim-vs-A40 value
+
+
+def test_residual_estimates_pair_the_traces_and_read_the_anchor_band():
+    ref = pd.concat([_runs({("mixed", "round_robin"): 0.7 + d, ("mixed", "marginal_cost"): 0.8,
+                            ("chat", "round_robin"): 0.9, ("chat", "marginal_cost"): 0.85 - d}).assign(seed=s)
+                     for s, d in ((1, 0.0), (2, 0.04), (3, -0.02))], ignore_index=True)
+    mod = pd.concat([_runs({("mixed", "round_robin"): 0.72, ("mixed", "marginal_cost"): 0.75 + d,
+                            ("chat", "round_robin"): 0.9, ("chat", "marginal_cost"): 0.95}).assign(seed=s)
+                     for s, d in ((1, 0.02), (2, 0.0), (3, 0.01))], ignore_index=True).assign(rate=0.1)
+    # the serial anchor on mixed: goodput 0.8 at 0.05 req/s, 0.6 at 0.2 (0.1 per doubling); target 0.7 +- 0.01
+    anchor = nb.Anchor(target=0.7, band=0.01, found=True, rate=0.1, goodput=0.7,
+                       probes=((0.05, 0.8), (0.2, 0.6), (0.1, 0.7)))
+    est = nb.residual_estimates(ref, [mod], ["serial"], {"serial": {"mixed": anchor}}, {"mixed": 10.0})["serial"]
+    s = nb.residual_summary(nb.residual_grid(ref, mod, "serial")).iloc[0]
+    for col in ("mean_abs_residual", "winners_reproduced", "bursty_spread_model", "bursty_spread_reference"):
+        assert est[col].value == pytest.approx(s[col])
+        assert est[col].lo <= est[col].value <= est[col].hi and est[col].traces == 3
+    assert est["mean_abs_residual"].lo < est["mean_abs_residual"].hi  # the traces differ: a real interval
+    assert est["ttft_p99_ratio_lo"].value == 1.0 == est["ttft_p99_ratio_hi"].hi  # equal TTFTs on every trace
+    gap = est["rate_ratio_hi"]  # 10 / 0.1, the band's rates 0.1 / 2**0.1 .. 0.1 * 2**0.1
+    assert gap.value == pytest.approx(100.0)
+    assert (gap.lo, gap.hi) == (pytest.approx(100.0 / 2 ** 0.1), pytest.approx(100.0 * 2 ** 0.1))

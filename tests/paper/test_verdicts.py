@@ -8,12 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.experiment.metrics import RequestOutcomes
 from repro.paper.headline import headline_frame
 from repro.paper.verdicts import (
     Estimate,
     goodput_estimate,
+    joint_bootstrap,
     over_traces,
     paired_difference,
+    resample,
     verdict,
     wilson,
 )
@@ -158,3 +161,45 @@ def test_write_headline_fills_paper_values_from_the_reference(tmp_path):
     assert "goodput" in df.loc[0, "meaning"]  # the reference's quantity, so summary.csv says what each number is
     assert df.loc[0, "verdict"] == "not reproduced"  # 0.8 without an interval, 0.064 from the paper's 0.864
     assert pd.isna(df.loc[1, "paper"]) and pd.isna(df.loc[1, "meaning"]) and df.loc[1, "verdict"] == "context"
+
+
+def _outcomes(good, ttft=None):
+    good = np.asarray(good, dtype=float)
+    return RequestOutcomes(good, np.asarray(ttft if ttft is not None else np.linspace(0.1, 1.0, len(good)), float))
+
+
+def test_joint_bootstrap_pairs_requests_and_keeps_or_draws_traces():
+    rng = np.random.default_rng(1)
+    a = [_outcomes(rng.integers(0, 2, 300)) for _ in range(3)]
+    b = [_outcomes(o.good.copy(), o.ttft * 2) for o in a]  # the same requests, twice as slow
+
+    def stat(g):
+        return {"diff": float(np.mean([x.good.mean() - y.good.mean() for x, y in zip(g["a"], g["b"], strict=True)])),
+                "p99_ratio": float(np.mean([np.percentile(y.ttft, 99) / np.percentile(x.ttft, 99)
+                                            for x, y in zip(g["a"], g["b"], strict=True)]))}
+
+    est = joint_bootstrap({"a": a, "b": b}, stat)
+    # paired: every resample draws the same requests on both sides, so the difference is exactly 0 and the ratio 2
+    assert (est["diff"].lo, est["diff"].hi) == (0.0, 0.0)
+    assert est["p99_ratio"].lo == pytest.approx(2.0) and est["p99_ratio"].hi == pytest.approx(2.0)
+    assert est["diff"].traces == 3 and est["diff"].requests == 900 and "3 traces" in est["diff"].method
+    # one trace all good, one all bad: drawing traces spreads the mean over [0, 1]; keeping them does not
+    split = {"g": [_outcomes(np.ones(50)), _outcomes(np.zeros(50))]}
+
+    def mean(g):
+        return {"m": float(np.mean([o.good.mean() for o in g["g"]]))}
+
+    drawn, kept = joint_bootstrap(split, mean), joint_bootstrap(split, mean, resample_traces=False)
+    assert (drawn["m"].lo, drawn["m"].hi) == (0.0, 1.0)
+    assert (kept["m"].lo, kept["m"].hi) == (0.5, 0.5) and "within each of 2 traces" in kept["m"].method
+    with pytest.raises(ValueError, match="same traces"):
+        joint_bootstrap({"a": a, "b": b[:2]}, stat)
+
+
+def test_resample_over_units():
+    x = np.arange(100, dtype=float)
+    est = resample(100, lambda i: {"mean": float(x[i].mean())}, unit="window")["mean"]
+    assert est.value == pytest.approx(49.5) and est.lo < 49.5 < est.hi and "100 windows" in est.method
+    assert 2 * 1.96 * x.std() / 10 == pytest.approx(est.hi - est.lo, rel=0.2)  # the normal-theory width
+    one = resample(1, lambda i: {"mean": 3.0}, unit="trace")["mean"]
+    assert not one.has_interval and one.method == "none: 1 trace"

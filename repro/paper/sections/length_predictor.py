@@ -6,8 +6,13 @@ Lengths in tokens.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 import pandas as pd
+
+from repro.paper.verdicts import Estimate, resample
 
 PLOT_GROUPS = ("sharegpt", "chat", "reasoning", "documents")
 """Held-out groups shown in the figure, in order."""
@@ -20,7 +25,8 @@ def predictor_accuracy(seed: int | None = None) -> tuple[pd.DataFrame, pd.DataFr
 
     Returns ``(table, points)``: table has one row per (group, model) with n, mae_tokens,
     median_abs_rel_error, spearman; points has true and predicted output tokens per held-out
-    request (group, true_tokens, predicted_tokens). ``seed``: the data split (default: the shipped one).
+    request (group, true_tokens, predicted_tokens, constant_tokens: the baseline's). ``seed``: the
+    data split (default: the shipped one).
     """
     from repro.routing.predictor import SPLIT_SEED, build_datasets, default_train_median, evaluate, load_default
 
@@ -37,7 +43,8 @@ def predictor_accuracy(seed: int | None = None) -> tuple[pd.DataFrame, pd.DataFr
     pts = []
     for group, (X, y) in data.items():
         p = np.asarray(model.predict(X), dtype=float)
-        pts.append(pd.DataFrame({"group": group, "true_tokens": np.asarray(y, float), "predicted_tokens": p}))
+        pts.append(pd.DataFrame({"group": group, "true_tokens": np.asarray(y, float), "predicted_tokens": p,
+                                 "constant_tokens": float(baseline)}))
     return table, pd.concat(pts, ignore_index=True)
 
 
@@ -55,13 +62,29 @@ def plotted_points(points: pd.DataFrame, scale: str, seed: int) -> pd.DataFrame:
     return pd.concat(shown, ignore_index=True)
 
 
-def predictor_headline(table: pd.DataFrame) -> list[dict[str, float | str]]:
-    """Headline rows on the pooled families: the learned model's Spearman rho and MAE (tokens), the constant's MAE."""
+def predictor_headline(table: pd.DataFrame, points: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+    """Headline rows on the pooled families: the learned model's Spearman rho and MAE (tokens), the
+    constant's MAE. With ``points`` (`predictor_accuracy`'s, every held-out request) each carries a 95 %
+    interval from a bootstrap over the pooled held-out requests; the values are the table's."""
     pooled = table[table.group == "families_pooled"].set_index("model")
-    learned = pooled.loc["learned"]
-    const = pooled.loc["constant (train median)"]
+    value = {"spearman": float(pooled.loc["learned", "spearman"]),
+             "mae": float(pooled.loc["learned", "mae_tokens"]),
+             "mae_constant": float(pooled.loc["constant (train median)", "mae_tokens"])}
+    est = {k: Estimate(v) for k, v in value.items()}
+    if points is not None:
+        from repro.routing.predictor import spearman  # (scikit-learn behind it: imported when needed)
+
+        fam = points[points.group != "sharegpt"]
+        y, p, c = (fam[col].to_numpy(float) for col in ("true_tokens", "predicted_tokens", "constant_tokens"))
+
+        def stat(idx: np.ndarray) -> dict[str, float]:
+            return {"spearman": spearman(p[idx], y[idx]), "mae": float(np.mean(np.abs(p[idx] - y[idx]))),
+                    "mae_constant": float(np.mean(np.abs(c[idx] - y[idx])))}
+
+        boot = resample(len(y), stat, unit="held-out request", requests=len(y))
+        est = {k: dataclasses.replace(boot[k], value=v) for k, v in value.items()}  # (the table rounds)
     return [
-        {"key": "predictor_spearman_pooled", "ours": learned.spearman, "unit": "rho"},
-        {"key": "predictor_mae_pooled", "ours": learned.mae_tokens, "unit": "tokens"},
-        {"key": "predictor_mae_constant_pooled", "ours": const.mae_tokens, "unit": "tokens"},
+        {"key": "predictor_spearman_pooled", "ours": est["spearman"], "unit": "rho"},
+        {"key": "predictor_mae_pooled", "ours": est["mae"], "unit": "tokens"},
+        {"key": "predictor_mae_constant_pooled", "ours": est["mae_constant"], "unit": "tokens"},
     ]

@@ -19,12 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from repro.errors import ConfigError
+from repro.experiment.saturation import rate_band
 from repro.experiment.spec import RunSpec
 from repro.paper import reference as paper_reference
-from repro.paper.verdicts import over_traces
+from repro.paper.verdicts import Estimate, over_traces, resample
 from repro.routing.policies import PAPER_POLICIES
 from repro.vocab import DEFAULT_PROFILE
 
@@ -288,6 +290,73 @@ def residual_summary(grid: pd.DataFrame, bursty: str = "mixed") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
+def residual_estimates(reference: pd.DataFrame, model_runs: Sequence[pd.DataFrame], models: Sequence[str],
+                       anchors: Mapping[str, Mapping[str, Anchor]], rates: Mapping[str, float]
+                       ) -> dict[str, dict[str, Estimate]]:
+    """`residual_summary`'s numbers with 95 % intervals, model -> column -> `Estimate`.
+
+    ``mean_abs_residual``, ``ttft_p99_ratio_lo``/``_hi``, ``winners_reproduced`` and the bursty
+    spreads (mixed's best minus worst policy): a bootstrap over the traces, the same
+    draw for the reference and the model (paired; each cell's mean over the drawn traces, then the
+    summary as `residual_summary` computes it). ``rate_ratio_lo``/``_hi``: the reference's rate over
+    the model's re-anchored rate, its interval from the anchor's probe curve (the rates whose
+    round-robin goodput lies within the anchor's band, `repro.experiment.saturation.rate_band`); the
+    lowest / highest over workloads lies between the lowest / highest of those bounds. A model whose
+    cells are not on every trace gets no interval for the bootstrapped columns."""
+    out: dict[str, dict[str, Estimate]] = {}
+    for name, runs in zip(models, model_runs, strict=True):
+        grid = residual_grid(reference, runs, name)
+        if grid.empty:
+            continue
+        summ = residual_summary(grid).iloc[0]
+        est = {c: Estimate(float(summ[c]), method="none: cells not on every trace")
+               for c in ("mean_abs_residual", "ttft_p99_ratio_lo", "ttft_p99_ratio_hi", "winners_reproduced")}
+        cells = list(zip(grid.workload, grid.policy, strict=True))
+        seeds = sorted(set(reference.seed) & set(runs.seed))
+
+        def table(frame: pd.DataFrame, col: str, cells: list[tuple[str, str]] = cells,
+                  seeds: list[int] = seeds) -> np.ndarray | None:
+            t = frame.pivot_table(index="seed", columns=["workload", "policy"], values=col, aggfunc="mean")
+            if not all(c in t.columns for c in cells) or not all(s in t.index for s in seeds):
+                return None
+            return t.loc[seeds, cells].to_numpy(float)
+
+        parts = [table(reference, "goodput"), table(runs, "goodput"), table(reference, "ttft_p99_s"),
+                 table(runs, "ttft_p99_s")]
+        if all(p is not None for p in parts) and not any(np.isnan(p).any() for p in parts):  # type: ignore[union-attr]
+            rg, mg, rt, mt = parts
+            wl = np.array([w for w, _ in cells])
+            groups = [wl == w for w in dict.fromkeys(wl)]
+
+            bursty = wl == "mixed"
+
+            def stat(idx: np.ndarray, rg: Any = rg, mg: Any = mg, rt: Any = rt, mt: Any = mt,
+                     groups: list[np.ndarray] = groups, bursty: np.ndarray = bursty) -> dict[str, float]:
+                r, m = rg[idx].mean(axis=0), mg[idx].mean(axis=0)
+                ratio = mt[idx].mean(axis=0) / rt[idx].mean(axis=0)
+                per_wl = [float(ratio[g].mean()) for g in groups]
+                out = {"mean_abs_residual": float(np.abs(m - r).mean()), "ttft_p99_ratio_lo": min(per_wl),
+                       "ttft_p99_ratio_hi": max(per_wl),
+                       "winners_reproduced": float(sum(int(np.argmax(r[g]) == np.argmax(m[g])) for g in groups))}
+                if bursty.any():
+                    out["bursty_spread_model"] = float(np.ptp(m[bursty]))
+                    out["bursty_spread_reference"] = float(np.ptp(r[bursty]))
+                return out
+
+            est = resample(len(seeds), stat, unit="trace", traces=len(seeds))
+        bounds = []
+        for w, a in anchors.get(name, {}).items():
+            if a.found and w in rates:
+                lo, hi = rate_band(list(a.probes), a.target, a.band)
+                bounds.append((float(rates[w]) / a.rate, float(rates[w]) / hi, float(rates[w]) / lo))
+        if bounds:
+            how = "the anchors' probe curves: rates whose round-robin goodput is within the anchor's band"
+            for col, f in (("rate_ratio_lo", min), ("rate_ratio_hi", max)):
+                est[col] = Estimate(f(b[0] for b in bounds), f(b[1] for b in bounds), f(b[2] for b in bounds), how)
+        out[name] = est
+    return out
+
+
 def calibration_in_sim_specs(ctx: Section, services: Mapping[str, float] | None = None, *,
                              topology: str = "2p4d", workload: str = "mixed") -> list[Labelled]:
     """§VI's "calibration is invisible in simulation": the router with calibrated vs simulator-derived
@@ -354,32 +423,38 @@ key (a paper_reference key) -> summary column."""
 
 def sim_vs_hardware_headline(summary: pd.DataFrame, calib: pd.DataFrame, physics: pd.DataFrame,
                              primary: str, *, reference: str, calib_runs: pd.DataFrame | None = None,
-                             ctx: Section | None = None) -> list[dict[str, Any]]:
+                             ctx: Section | None = None,
+                             estimates: Mapping[str, Mapping[str, Estimate]] | None = None) -> list[dict[str, Any]]:
     """Headline rows of §VI. ``primary`` names the model row whose residual stands for ``sim_grid_mar``;
     ``reference`` is `reference_name`: with the sim backend's stand-in (`SIM_REFERENCE`) the serial rows
     compare two simulators and get their own keys (`SERIAL_VS_BATCHING_SIM`, paper NaN), against a live
     reference the paper's keys (`SERIAL_VS_REFERENCE`). With ``calib_runs`` (the rows behind ``calib``)
     and ``ctx`` the calibration gains are paired differences over the same traces and requests (claimed
-    ties: "calibration is invisible in simulation") and the P99 TTFTs carry intervals over traces."""
+    ties: "calibration is invisible in simulation") and the P99 TTFTs carry intervals over traces. With
+    ``estimates`` (`residual_estimates`) the residual summary's numbers carry theirs."""
     s = summary.set_index("model")
+    given = estimates or {}
+
+    def e(model: str, col: str) -> Any:
+        return given.get(model, {}).get(col, s.loc[model, col])
+
     out: list[dict[str, Any]] = []
     if primary in s.index:
-        p = s.loc[primary]
-        out += [{"key": "sim_grid_mar", "ours": p.mean_abs_residual},
-                {"key": "sim_grid_winners_reproduced", "ours": p.winners_reproduced}]
+        out += [{"key": "sim_grid_mar", "ours": e(primary, "mean_abs_residual")},
+                {"key": "sim_grid_winners_reproduced", "ours": e(primary, "winners_reproduced")}]
     if "serial" in s.index:
         if reference == SIM_REFERENCE:
-            out += [{"key": k, "ours": s.loc["serial", col], "paper": math.nan, "unit": unit, "meaning": meaning}
+            out += [{"key": k, "ours": e("serial", col), "paper": math.nan, "unit": unit, "meaning": meaning}
                     for k, (col, unit, meaning) in SERIAL_VS_BATCHING_SIM.items()]
         else:
-            out += [{"key": k, "ours": s.loc["serial", col]} for k, col in SERIAL_VS_REFERENCE.items()]
+            out += [{"key": k, "ours": e("serial", col)} for k, col in SERIAL_VS_REFERENCE.items()]
     if "batching" in s.index:
-        out += [{"key": "sim_mar_batching", "ours": s.loc["batching", "mean_abs_residual"]},
-                {"key": "sim_ttft_p99_overstated_batching_lo", "ours": s.loc["batching", "ttft_p99_ratio_lo"]},
-                {"key": "sim_ttft_p99_overstated_batching_hi", "ours": s.loc["batching", "ttft_p99_ratio_hi"]},
-                {"key": "sim_bursty_policy_spread", "ours": s.loc["batching", "bursty_spread_model"]}]
+        out += [{"key": "sim_mar_batching", "ours": e("batching", "mean_abs_residual")},
+                {"key": "sim_ttft_p99_overstated_batching_lo", "ours": e("batching", "ttft_p99_ratio_lo")},
+                {"key": "sim_ttft_p99_overstated_batching_hi", "ours": e("batching", "ttft_p99_ratio_hi")},
+                {"key": "sim_bursty_policy_spread", "ours": e("batching", "bursty_spread_model")}]
     if primary in s.index and not pd.isna(s.loc[primary, "bursty_spread_reference"]):
-        out.append({"key": "hw_bursty_policy_spread", "ours": s.loc[primary, "bursty_spread_reference"]})
+        out.append({"key": "hw_bursty_policy_spread", "ours": e(primary, "bursty_spread_reference")})
     b8 = physics[physics.batch == 8]
     if len(b8):
         # inputs: the physics profile was tuned to the paper's batch-8 penalty, and the serial model's wait
