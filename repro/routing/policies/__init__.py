@@ -2,7 +2,8 @@
 
 - `repro.routing.policies.base`: the interface every policy implements (`Policy`, and what it is
   handed and returns: `RequestInfo`, `ClusterView`, `InstanceSignals`, `Placement`, `Rejection`).
-- `repro.routing.policies.paper`: the paper's four policies and `MarginalCostPlus`.
+- `repro.routing.policies.paper`: the paper's four policies (``marginal_cost`` is the scorer of §III),
+  and ours on the marginal-cost machinery: `MarginalCostBatching` and `MarginalCostPlus`.
 - `repro.routing.policies.production`: production routers restated (vllm-router, Dynamo, llm-d,
   SGLang).
 
@@ -21,7 +22,14 @@ from typing import Any
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
 from repro.routing.policies.base import Policy, constructor_params
-from repro.routing.policies.paper import LeastLoaded, LengthThreshold, MarginalCost, MarginalCostPlus, RoundRobin
+from repro.routing.policies.paper import (
+    LeastLoaded,
+    LengthThreshold,
+    MarginalCost,
+    MarginalCostBatching,
+    MarginalCostPlus,
+    RoundRobin,
+)
 from repro.routing.policies.production import DynamoKV, LlmdWeighted, PowerOfTwo, SglangLeastLoad
 
 POLICIES: dict[str, type[Policy]] = {
@@ -29,8 +37,10 @@ POLICIES: dict[str, type[Policy]] = {
     "round_robin": RoundRobin,
     "least_loaded": LeastLoaded,
     "length_threshold": LengthThreshold,
-    "marginal_cost": MarginalCost,
-    # ours: the paper's router with power-of-2 sampling and the admission guard
+    "marginal_cost": MarginalCost,  # the paper's scorer (§III)
+    # ours: the scorer re-reasoned for batching decode engines (beyond the paper)
+    "marginal_cost_batching": MarginalCostBatching,
+    # ours: a marginal-cost scorer (for now the batching one) with power-of-2 sampling and the admission guard
     "marginal_cost_plus": MarginalCostPlus,
     # production routers (repro.routing.policies.production)
     "power_of_two": PowerOfTwo,

@@ -1,5 +1,7 @@
 """The paper's routing policies (§IV): round-robin, least-loaded, the predicted-length threshold and the
-marginal-cost router, plus `MarginalCostPlus` (the marginal-cost router with our two additions on).
+marginal-cost router (`MarginalCost`, the scorer of §III); plus two of ours on the same machinery
+(`MarginalCostBase`): `MarginalCostBatching`, the scorer re-reasoned for continuously batching decode
+engines, and `MarginalCostPlus`, a marginal-cost scorer with our two additions on.
 
 Each implements the `repro.routing.policies.base.Policy` contract; options are keyword arguments
 of the constructor (units in each class's docstring). Register new ones in `repro.routing.policies`.
@@ -121,9 +123,304 @@ class LengthThreshold(Policy):
         return Placement(p, d)
 
 
-class MarginalCost(Policy):
-    r"""The paper's router: score every (prefill p, decode d) pair by the completion time the
-    request would see there, and take the argmin (ties: fewer in-flight requests, then round-robin).
+class MarginalCostBase(Policy):
+    """What the marginal-cost scorers share (not registered itself): price every healthy (prefill p,
+    decode d) pair in seconds and place the request on the cheapest.
+
+    A subclass implements ``_priced`` (its score); this class holds the options common to the
+    scorers, the candidate sets, the tie-breaks (fewer in-flight requests on p and d together, from
+    the ledger; then round-robin) and two additions beyond the paper, both off by default:
+
+    - ``sample_d = d > 0`` prices only d randomly chosen instances per pool (power-of-d), and
+      ``temperature_s = T > 0`` picks a pair with probability proportional to
+      ``exp(-(score - min score) / T)`` instead of the argmin: either way load cannot pile onto the
+      single momentarily cheapest instance (§V-E's scarcity inversion). Seeded by ``random_state``.
+    - ``admission_guard`` rejects a request whose predicted TTFT exceeds ``guard_margin`` x its
+      class's TTFT target on every candidate, with a retry-after of the excess: hopeless work is
+      not queued in front of requests that can still make their SLO. A rejected request counts as
+      not good. The guard predicts TTFT for a batching prefill engine, from the prompt tokens
+      queued on p (ledger) plus its own, ``Q``: ``ceil(Q / max_num_batched_tokens) * tau_pre_base
+      + Q * tau_pre_per_token + tau_xfer(L) + C_d + tau_dec(n_d)`` (``C_d`` the cache term when it
+      is on; a serial workload process such as the ledger's prefill backlog overstates a batching
+      engine's wait at high rates of short prompts).
+
+    Everything a scorer reads is the `ClusterView` (the router's ledger and its KV polls), the
+    request's admission-time facts and the router's `CostModel`: the same code runs in the
+    simulator and the proxy.
+
+    Parameters
+    ----------
+    use_backlog : the seconds-of-backlog term(s) (the ledger's ``backlog_s`` of p and d).
+    use_length : price the predicted output length; False charges ``default_output_tokens`` instead,
+        everywhere, the ledger's charges included (`output_estimate`).
+    use_cache_pressure : the post-admission cache-pressure term.
+    use_slo : the SLO hinge.
+    cache_safe_fraction : u_safe, the KV fraction (in [0, 1)) above which the cache term grows.
+    slo_weight : w_slo (>= 0, seconds of score per second of predicted overrun).
+    default_output_tokens : the output estimate (tokens, >= 1) when ``use_length`` is False.
+    sample_d : candidates priced per pool (power-of-d); 0 prices every healthy instance.
+    temperature_s : softmax temperature (seconds of score, >= 0); 0 takes the argmin.
+    admission_guard : reject requests predicted to miss their TTFT target everywhere.
+    guard_margin : the guard's threshold, a multiple (>= 1) of the class's TTFT target.
+    random_state : seed of the sampling and softmax draws.
+    """
+
+    name = "marginal_cost_base"
+
+    def __init__(
+        self,
+        cost_model: CostModel | None = None,
+        *,
+        use_backlog: bool = True,
+        use_length: bool = True,
+        use_cache_pressure: bool = True,
+        use_slo: bool = True,
+        cache_safe_fraction: float = 0.8,
+        slo_weight: float = 1.0,
+        default_output_tokens: float = 256.0,
+        sample_d: int = 0,
+        temperature_s: float = 0.0,
+        admission_guard: bool = False,
+        guard_margin: float = 3.0,
+        random_state: int = 0,
+    ) -> None:
+        super().__init__(cost_model)
+        who = self.name
+        if isinstance(sample_d, bool) or not isinstance(sample_d, int) or sample_d < 0:
+            raise ConfigError(
+                f"{who}: option 'sample_d' must be an integer >= 0 (0 = price every instance), got {sample_d!r}"
+            )
+        if not temperature_s >= 0:
+            raise ConfigError(f"{who}: option 'temperature_s' must be >= 0, got {temperature_s!r}")
+        if not guard_margin >= 1.0:
+            raise ConfigError(f"{who}: option 'guard_margin' must be >= 1, got {guard_margin!r}")
+        if not 0.0 <= cache_safe_fraction < 1.0:
+            raise ConfigError(f"{who}: option 'cache_safe_fraction' must be in [0, 1), got {cache_safe_fraction!r}")
+        if not slo_weight >= 0:
+            raise ConfigError(f"{who}: option 'slo_weight' must be >= 0, got {slo_weight!r}")
+        if not default_output_tokens >= 1:
+            raise ConfigError(f"{who}: option 'default_output_tokens' must be >= 1, got {default_output_tokens!r}")
+        self.use_backlog = bool(use_backlog)
+        self.use_length = bool(use_length)
+        self.use_cache_pressure = bool(use_cache_pressure)
+        self.use_slo = bool(use_slo)
+        self.cache_safe_fraction = float(cache_safe_fraction)
+        self.slo_weight = float(slo_weight)
+        self.default_output_tokens = float(default_output_tokens)
+        self.sample_d = sample_d
+        self.temperature_s = float(temperature_s)
+        self.admission_guard = bool(admission_guard)
+        self.guard_margin = float(guard_margin)
+        self.random_state = random_state
+        self._rng = random.Random(random_state)
+        self._tick = 0
+
+    def output_estimate(self, request: RequestInfo) -> float:
+        return request.predicted_output_tokens if self.use_length else self.default_output_tokens
+
+    def scores(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int]]:
+        """All priced healthy pairs as (score in s, in-flight tiebreak, p, d), in tie-rotation order."""
+        return [c[:4] for c in self._priced(request, view)]
+
+    def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
+        """(score in s, in-flight tiebreak, p, d, the guard's predicted TTFT in s) for every candidate pair."""
+        raise NotImplementedError
+
+    def _candidates(self, pool: list[InstanceSignals]) -> list[InstanceSignals]:
+        """The healthy instances to price: all, or ``sample_d`` drawn at random (power-of-d)."""
+        n = len(pool)
+        ordered = [pool[(self._tick + k) % n] for k in range(n)]
+        alive = [s for s in ordered if s.healthy]
+        if self.sample_d and self.sample_d < len(alive):
+            alive = self._rng.sample(alive, self.sample_d)
+        return alive
+
+    def _guard_prefill_s(self, s: InstanceSignals, prompt_tokens: int) -> float:
+        """The guard's prefill-side TTFT on p (s): a batching engine pays the base once per step of
+        queued tokens, then the KV transfer."""
+        cm = self.cost_model
+        q = s.in_flight_tokens + prompt_tokens
+        budget = max(1, int(cm.max_num_batched_tokens))
+        return math.ceil(q / budget) * cm.tau_pre_base_s + q * cm.tau_pre_per_token_s + cm.tau_xfer(prompt_tokens)
+
+    def _cache_pressure_s(self, s: InstanceSignals, prompt_tokens: int, output_tokens: float,
+                          ttft_target_s: float) -> float:
+        """``T_ttft * max(0, u - u_safe) / (1 - u_safe)`` (s), ``u`` the post-admission KV fraction of d
+        from the polled usage: ``(kv_usage * C + L + o) / C``."""
+        cap = float(self.cost_model.kv_capacity_tokens)
+        u = (s.kv_usage * cap + prompt_tokens + output_tokens) / cap
+        safe = self.cache_safe_fraction
+        return ttft_target_s * (u - safe) / (1.0 - safe) if u > safe else 0.0
+
+    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
+        self._tick += 1
+        priced = self._priced(request, view)
+        if not priced:
+            return Rejection(NO_HEALTHY)
+        if self.admission_guard:
+            target = self.cost_model.slo.ttft_s(request.slo_class)
+            fastest = min(c[4] for c in priced)
+            if fastest > self.guard_margin * target:
+                return Rejection(
+                    f"admission guard: predicted TTFT {fastest:.3f} s exceeds {self.guard_margin:g} x the "
+                    f"{request.slo_class} target ({target:.3f} s) on every instance",
+                    retry_after_s=fastest - target,
+                )
+        if self.temperature_s > 0:
+            low = min(c[0] for c in priced)
+            weights = [math.exp(-(c[0] - low) / self.temperature_s) for c in priced]
+            pick = self._rng.choices(priced, weights=weights)[0]
+            return Placement(pick[2], pick[3])
+        best = None
+        for cand in priced:
+            if (best is None or cand[0] < best[0] - 1e-12
+                    or (abs(cand[0] - best[0]) <= 1e-12 and cand[1] < best[1])):
+                best = cand
+        return Placement(best[2], best[3])
+
+
+class MarginalCost(MarginalCostBase):
+    r"""The paper's router (§III): it "scores every candidate instance by the completion time this
+    request would experience there, combining seconds-of-backlog, the request's own priced work,
+    post-admission cache pressure, and SLO tightness" (§I), where "backlog(d) is observed in real
+    seconds, while the request's own work is priced using tau_dec and tau_pre" (§III-B); every
+    (prefill p, decode d) pair is scored and the argmin taken (ties: fewer in-flight requests, then
+    round-robin).
+
+    The score, every term in seconds (``L`` prompt tokens; ``o`` = o_hat, the predictor's output
+    estimate in tokens; ``n_d`` requests in flight on d; the router's `CostModel` prices
+    ``tau_pre(L)``, ``tau_xfer(L)`` (s) and ``tau_dec(n)`` (s per output token with n co-running);
+    ``T_ttft``, ``T_tpot`` the request's class targets)::
+
+        score(p, d) = backlog(p)                                        [use_backlog]
+                    + tau_pre(L) + tau_xfer(L)                          [use_own_work]
+                    + backlog(d)                                        [use_backlog]
+                    + o * tau_dec(n_d)                                  [use_own_work]
+                    + T_ttft * max(0, u_d - u_safe) / (1 - u_safe)      [use_cache_pressure]
+                    + w_slo * ( max(0, TTFT_hat - T_ttft)                [use_slo]
+                              + max(0, backlog(d) + o * tau_dec(n_d) - o * T_tpot) )
+
+        TTFT_hat = backlog(p) + tau_pre(L) + tau_xfer(L) + tau_dec(n_d)
+        u_d      = (kv_usage_d * C + L + o) / C    (C = KV capacity, tokens)
+
+    Where each term comes from:
+
+    - backlog(p), backlog(d): the router's ledger (`repro.routing.ledger`), "an in-flight ledger
+      yielding seconds-of-backlog" (§IV-A): the priced seconds of the work the router booked on
+      that instance that remain on the real clock (prefill: a FCFS queue's tail; decode: the sum of
+      each booked request's remaining seconds). Both at full weight, added to the request's own
+      priced work: "backlog(d) is observed in real seconds, while the request's own work is priced
+      using tau_dec and tau_pre. If those constants do not match the deployment hardware, the two
+      terms are expressed in different units, the size-aware terms are effectively silenced, and
+      the scorer degenerates into queue counting" (§III-B). With a cost model that prices decode
+      too cheaply the ledger books every request as ending (true / priced) x too soon on the real
+      clock, so backlog(d) drains while the requests still run; where it has drained, all that
+      tells instances apart is ``o * tau_dec(n_d)``, which grows with n_d alone: the argmin counts
+      requests (JSQ), "letting token load skew" (§V-B).
+    - tau_pre(L) + tau_xfer(L) + o * tau_dec(n_d): "the request's own priced work" (§I); the
+      transfer term is the one "the scorer already accommodates" (§VI, Scope).
+    - Cache pressure: "post-admission cache pressure" (§I), from "cache occupancy polled every
+      50 ms" (§IV-A), here the polled usage plus the request's own tokens.
+    - The SLO hinge: "SLO tightness" (§I), the class's TTFT/TPOT targets (§IV-B).
+
+    Where the paper is silent (its §III-A formula is not in the text we have), the simplest reading:
+
+    - Weights: every term at weight 1 in seconds ("a scoring function with hand-set weights whose
+      constants, not weights, were fitted", §VI); ``slo_weight`` (default 1) is the only weight.
+    - Cache-pressure shape: zero up to a safe fraction u_safe of the KV budget (default 0.8), then
+      linear, reaching one TTFT target of the request's class at a full cache: it is inert while
+      the budget does not saturate, as §V-G reports ("Cache pressure contributes nothing
+      measurable here because the 60k-token KV budget never saturates").
+    - SLO hinge: the overrun of the score's own predictions beyond the class's targets, in seconds,
+      with the same weight for both classes (tightness enters through the tighter targets).
+      TTFT_hat is the score's prefill side plus one decode step (the SLO targets' own definition,
+      `repro.routing.cost_model.slo_from_constants`). The decode backlog does not delay the first
+      token on a continuously batching engine; it shares the decode with the request, so the
+      score's decode seconds ``backlog(d) + o * tau_dec(n_d)`` are spread over its ``o`` tokens:
+      TPOT_hat = those seconds / o, and the TPOT hinge is ``o * max(0, TPOT_hat - T_tpot)``, the
+      decode seconds beyond what the TPOT target allows.
+    - A switched-off term is read nowhere: it leaves the score and the hinge's predictions
+      (TTFT_hat, TPOT_hat) alike, as removing a feature (§V-G) requires. ``use_length=False``
+      replaces o by ``default_output_tokens`` everywhere, the ledger's charges included.
+
+    Options as in `MarginalCostBase` (the sampling, softmax and guard additions beyond the paper
+    are off by default, so the default is the paper's scorer), plus ``use_own_work``: the
+    request's own priced work (tau_pre + tau_xfer + o * tau_dec(n_d)).
+    """
+
+    name = "marginal_cost"
+
+    def __init__(
+        self,
+        cost_model: CostModel | None = None,
+        *,
+        use_backlog: bool = True,
+        use_length: bool = True,
+        use_cache_pressure: bool = True,
+        use_slo: bool = True,
+        use_own_work: bool = True,
+        cache_safe_fraction: float = 0.8,
+        slo_weight: float = 1.0,
+        default_output_tokens: float = 256.0,
+        sample_d: int = 0,
+        temperature_s: float = 0.0,
+        admission_guard: bool = False,
+        guard_margin: float = 3.0,
+        random_state: int = 0,
+    ) -> None:
+        super().__init__(
+            cost_model,
+            use_backlog=use_backlog,
+            use_length=use_length,
+            use_cache_pressure=use_cache_pressure,
+            use_slo=use_slo,
+            cache_safe_fraction=cache_safe_fraction,
+            slo_weight=slo_weight,
+            default_output_tokens=default_output_tokens,
+            sample_d=sample_d,
+            temperature_s=temperature_s,
+            admission_guard=admission_guard,
+            guard_margin=guard_margin,
+            random_state=random_state,
+        )
+        self.use_own_work = bool(use_own_work)
+
+    def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
+        cm = self.cost_model
+        L = request.prompt_tokens
+        o = self.output_estimate(request)
+        ttft_target = cm.slo.ttft_s(request.slo_class)
+        tpot_target = cm.slo.tpot_s(request.slo_class)
+        own_pre = cm.tau_pre(L) + cm.tau_xfer(L) if self.use_own_work else 0.0
+
+        pre_parts = []
+        for s in self._candidates(view.prefill):
+            backlog = s.backlog_s if self.use_backlog else 0.0
+            pre_parts.append((s.index, backlog, s.in_flight, self._guard_prefill_s(s, L)))
+        dec_parts = []
+        for s in self._candidates(view.decode):
+            tau = cm.tau_dec(s.in_flight)
+            backlog = s.backlog_s if self.use_backlog else 0.0
+            work = o * tau if self.use_own_work else 0.0
+            first = tau if self.use_own_work else 0.0  # the first token's decode step, in TTFT_hat
+            cache = self._cache_pressure_s(s, L, o, ttft_target) if self.use_cache_pressure else 0.0
+            tpot_over = max(0.0, backlog + work - o * tpot_target)  # decode seconds beyond the TPOT budget
+            dec_parts.append((s.index, backlog + work + cache, s.in_flight, first, tpot_over, tau + cache))
+        out = []
+        for p, pre_cost, pn, guard_pre in pre_parts:
+            for d, dec_cost, dn, first, tpot_over, guard_dec in dec_parts:
+                score = pre_cost + own_pre + dec_cost
+                if self.use_slo:
+                    ttft_over = max(0.0, pre_cost + own_pre + first - ttft_target)
+                    score += self.slo_weight * (ttft_over + tpot_over)
+                out.append((score, pn + dn, p, d, guard_pre + guard_dec))
+        return out
+
+
+class MarginalCostBatching(MarginalCostBase):
+    r"""Beyond the paper: the marginal-cost scorer re-reasoned for continuously batching decode
+    engines (what `MarginalCost` was before the paper's own scorer took that name). The decode
+    backlog enters as the slowdown a newcomer shares with d's in-flight sequences, not at full weight.
 
     With ``L`` = prompt tokens, ``o`` = output estimate (tokens), ``n_d`` = in-flight on d, the
     cost model's prices ``tau_pre(L)``, ``tau_xfer(L)``, ``tau_dec(n)`` (s, ``tau_dec_s`` at n=0,
@@ -146,133 +443,34 @@ class MarginalCost(Policy):
                    predictor those would inflate the pressure), C = KV capacity (tokens)
         ttft_hat = B_p + tau_pre(L) + tau_xfer(L) + W_d + tau_dec(n_d)
 
-    The cache term prices the expected KV-admission wait; the SLO hinge weighs a tight request's
-    predicted TTFT overrun by the loose/tight ratio (3x). Each bracketed term is a switch (the
-    ablation of §V-G); ``use_length=False`` replaces the predicted output by
-    ``default_output_tokens`` everywhere, including the ledger's charges. With a miscalibrated cost
-    model the ledger's backlog decays as if work finished ``tau_dec`` x faster than it does, so the
-    size-aware terms fade and the score falls back to the in-flight tie-break: queue counting (§V-B).
-
-    Beyond the paper (both off by default, so the default is the paper's router):
-
-    - ``sample_d = d > 0`` prices only d randomly chosen instances per pool (power-of-d), and
-      ``temperature_s = T > 0`` picks a pair with probability proportional to
-      ``exp(-(score - min score) / T)`` instead of the argmin: either way load cannot pile onto the
-      single momentarily cheapest instance (§V-E's scarcity inversion). Seeded by ``random_state``.
-    - ``admission_guard`` rejects a request whose predicted TTFT exceeds ``guard_margin`` x its
-      class's TTFT target on every candidate, with a retry-after of the excess: hopeless work is
-      not queued in front of requests that can still make their SLO. A rejected request counts as
-      not good. The guard predicts TTFT for a batching prefill engine, from the prompt tokens
-      queued on p (ledger) plus its own, ``Q``: ``ceil(Q / max_num_batched_tokens) * tau_pre_base
-      + Q * tau_pre_per_token + tau_xfer(L) + W_d + tau_dec(n_d)`` (the score's B_p, a serial
-      workload process, overstates a batching engine's wait at high rates of short prompts).
-
-    Parameters
-    ----------
-    use_backlog : the [backlog] term (B_p and the decode sharing cost).
-    use_length : price the predicted output length; False charges ``default_output_tokens`` instead.
-    use_cache_pressure : the [cache] term.
-    use_slo : the [slo] hinges.
-    cache_safe_fraction : u_safe, the KV fraction (in [0, 1)) above which the cache term grows.
-    slo_weight : w_slo (>= 0, seconds of score per second of predicted overrun).
-    default_output_tokens : the output estimate (tokens, >= 1) when ``use_length`` is False.
-    sample_d : candidates priced per pool (power-of-d); 0 prices every healthy instance.
-    temperature_s : softmax temperature (seconds of score, >= 0); 0 takes the argmin.
-    admission_guard : reject requests predicted to miss their TTFT target everywhere.
-    guard_margin : the guard's threshold, a multiple (>= 1) of the class's TTFT target.
-    random_state : seed of the sampling and softmax draws.
+    What it changes and why: the paper adds backlog(d) at full weight, as if the request queued
+    behind it, which a batching engine does not do; this variant prices instead the slowdown the
+    request and d's sequences impose on each other. The price of that reasoning: with slope
+    ~0.004 the decode backlog is nearly ignored, every decode term scales with tau_dec together
+    (so §III-B's unit mismatch has little to silence), its TPOT hinge cannot fire (it needs
+    tau_dec(n_d) > T_tpot, n_d > ~486 on the paper's constants, above max_num_seqs 256) and with
+    simulator-derived constants its TTFT hinge hardly does. The cache term prices the expected
+    KV-admission wait; the TTFT hinge weighs a
+    tight request's overrun by the loose/tight ratio (3x). Each bracketed term is a switch, as in
+    `MarginalCost` (the own work is always on here). Options as in `MarginalCostBase`.
     """
 
-    name = "marginal_cost"
-
-    def __init__(
-        self,
-        cost_model: CostModel | None = None,
-        *,
-        use_backlog: bool = True,
-        use_length: bool = True,
-        use_cache_pressure: bool = True,
-        use_slo: bool = True,
-        cache_safe_fraction: float = 0.8,
-        slo_weight: float = 1.0,
-        default_output_tokens: float = 256.0,
-        sample_d: int = 0,
-        temperature_s: float = 0.0,
-        admission_guard: bool = False,
-        guard_margin: float = 3.0,
-        random_state: int = 0,
-    ) -> None:
-        super().__init__(cost_model)
-        if isinstance(sample_d, bool) or not isinstance(sample_d, int) or sample_d < 0:
-            raise ConfigError(
-                f"marginal_cost: option 'sample_d' must be an integer >= 0 (0 = price every instance), got {sample_d!r}"
-            )
-        if not temperature_s >= 0:
-            raise ConfigError(f"marginal_cost: option 'temperature_s' must be >= 0, got {temperature_s!r}")
-        if not guard_margin >= 1.0:
-            raise ConfigError(f"marginal_cost: option 'guard_margin' must be >= 1, got {guard_margin!r}")
-        self.sample_d = sample_d
-        self.temperature_s = float(temperature_s)
-        self.admission_guard = bool(admission_guard)
-        self.guard_margin = float(guard_margin)
-        self.random_state = random_state
-        self._rng = random.Random(random_state)
-        if not 0.0 <= cache_safe_fraction < 1.0:
-            raise ConfigError(
-                f"marginal_cost: option 'cache_safe_fraction' must be in [0, 1), got {cache_safe_fraction!r}"
-            )
-        if not slo_weight >= 0:
-            raise ConfigError(f"marginal_cost: option 'slo_weight' must be >= 0, got {slo_weight!r}")
-        if not default_output_tokens >= 1:
-            raise ConfigError(
-                f"marginal_cost: option 'default_output_tokens' must be >= 1, got {default_output_tokens!r}"
-            )
-        self.use_backlog = bool(use_backlog)
-        self.use_length = bool(use_length)
-        self.use_cache_pressure = bool(use_cache_pressure)
-        self.use_slo = bool(use_slo)
-        self.cache_safe_fraction = float(cache_safe_fraction)
-        self.slo_weight = float(slo_weight)
-        self.default_output_tokens = float(default_output_tokens)
-        self._tick = 0
-
-    def output_estimate(self, request: RequestInfo) -> float:
-        return request.predicted_output_tokens if self.use_length else self.default_output_tokens
-
-    def scores(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int]]:
-        """All priced healthy pairs as (score, in-flight tiebreak, p, d), in tie-rotation order."""
-        return [c[:4] for c in self._priced(request, view)]
-
-    def _candidates(self, pool: list[InstanceSignals]) -> list[InstanceSignals]:
-        """The healthy instances to price: all, or ``sample_d`` drawn at random (power-of-d)."""
-        n = len(pool)
-        ordered = [pool[(self._tick + k) % n] for k in range(n)]
-        alive = [s for s in ordered if s.healthy]
-        if self.sample_d and self.sample_d < len(alive):
-            alive = self._rng.sample(alive, self.sample_d)
-        return alive
+    name = "marginal_cost_batching"
 
     def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
-        """(score, in-flight tiebreak, p, d, predicted TTFT in s) for every candidate pair."""
         cm = self.cost_model
         L = request.prompt_tokens
         o = self.output_estimate(request)
         cls = request.slo_class
-        ttft_target = cm.ttft_tight_s * (1.0 if cls == "tight" else cm.loose_factor)
-        tpot_target = cm.tpot_tight_s * (1.0 if cls == "tight" else cm.loose_factor)
+        ttft_target = cm.slo.ttft_s(cls)
+        tpot_target = cm.slo.tpot_s(cls)
         slo_scale = self.slo_weight * (cm.ttft_tight_s * cm.loose_factor) / ttft_target
         own_pre = cm.tau_pre(L) + cm.tau_xfer(L)
-        cap = float(cm.kv_capacity_tokens)
-        safe = self.cache_safe_fraction
 
         pre_parts = []
-        budget = max(1, int(cm.max_num_batched_tokens))
         for s in self._candidates(view.prefill):
             b = s.backlog_s if self.use_backlog else 0.0
-            # the guard's TTFT: a batching engine pays the base once per step of queued tokens
-            q = s.in_flight_tokens + L
-            pre_wait = math.ceil(q / budget) * cm.tau_pre_base_s + q * cm.tau_pre_per_token_s + cm.tau_xfer(L)
-            pre_parts.append((s.index, b, s.in_flight, pre_wait))
+            pre_parts.append((s.index, b, s.in_flight, self._guard_prefill_s(s, L)))
         dec_parts = []
         slope = cm.dec_concurrency_slope
         for s in self._candidates(view.decode):
@@ -282,10 +480,8 @@ class MarginalCost(Policy):
                 cost += slope * min(s.backlog_s, s.in_flight * o * cm.tau_dec_s)
             wait = 0.0
             if self.use_cache_pressure:
-                u = (s.kv_usage * cap + L + o) / cap
-                if u > safe:
-                    wait = ttft_target * (u - safe) / (1.0 - safe)
-                    cost += wait
+                wait = self._cache_pressure_s(s, L, o, ttft_target)
+                cost += wait
             if self.use_slo and tau > tpot_target:
                 cost += self.slo_weight * o * (tau - tpot_target)
             dec_parts.append((s.index, cost, s.in_flight, tau + wait))
@@ -300,39 +496,16 @@ class MarginalCost(Policy):
                 out.append((score, pn + dn, p, d, pre_wait + first))
         return out
 
-    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
-        self._tick += 1
-        priced = self._priced(request, view)
-        if not priced:
-            return Rejection(NO_HEALTHY)
-        if self.admission_guard:
-            cm = self.cost_model
-            target = cm.ttft_tight_s * (1.0 if request.slo_class == "tight" else cm.loose_factor)
-            fastest = min(c[4] for c in priced)
-            if fastest > self.guard_margin * target:
-                return Rejection(
-                    f"admission guard: predicted TTFT {fastest:.3f} s exceeds {self.guard_margin:g} x the "
-                    f"{request.slo_class} target ({target:.3f} s) on every instance",
-                    retry_after_s=fastest - target,
-                )
-        if self.temperature_s > 0:
-            low = min(c[0] for c in priced)
-            weights = [math.exp(-(c[0] - low) / self.temperature_s) for c in priced]
-            pick = self._rng.choices(priced, weights=weights)[0]
-            return Placement(pick[2], pick[3])
-        best = None
-        for cand in priced:
-            if (best is None or cand[0] < best[0] - 1e-12
-                    or (abs(cand[0] - best[0]) <= 1e-12 and cand[1] < best[1])):
-                best = cand
-        return Placement(best[2], best[3])
 
+class MarginalCostPlus(MarginalCostBatching):
+    """A marginal-cost scorer with both of our additions on: power-of-2 sampled candidates and the
+    admission guard at 1.5 x the TTFT target (`MarginalCostBase` documents both and every option;
+    only the defaults of ``sample_d``, ``admission_guard`` and ``guard_margin`` differ). Chosen on
+    the simulator over the four workloads at 2p4d and 1p2d.
 
-class MarginalCostPlus(MarginalCost):
-    """The paper's router with both of our additions on: power-of-2 sampled candidates and the
-    admission guard at 1.5 x the TTFT target (`MarginalCost` documents both and every option; only
-    the defaults of ``sample_d``, ``admission_guard`` and ``guard_margin`` differ). Chosen on the
-    simulator over the four workloads at 2p4d and 1p2d."""
+    It builds on `MarginalCostBatching` for now; which scorer it builds on (the paper's
+    `MarginalCost` or the batching variant) is to be chosen by measurement.
+    """
 
     name = "marginal_cost_plus"
 
