@@ -38,6 +38,7 @@ uncalibrated: bool = True  # also ablate the SLO term with the simulator-derived
 features: list = []  # terms to remove one at a time; [] means the scale default (all four; live quick ["length", "slo"])
 operating_points: list = []  # of "steady", "saturation"; [] means the scale default (both; live quick ["saturation"])
 rate: float = 0.0  # saturation operating point in req/s; 0 means a saturation search on mixed (live quick: the simulator's rate)
+formulas: list = []  # learned-router formulas whose terms are left out one at a time; [] means the scale default (the paper's marginal_cost and our marginal_cost_batching; live quick: marginal_cost)
 time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)
 runs_dir: str = "runs/paper"  # journals of live runs (resumable)
 results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relative: to the repo root)
@@ -57,9 +58,13 @@ operating_points = ctx.pick("ablation_points", operating_points, nb.OPERATING_PO
 points = {op: r for op, r in nb.ablation_rates(ctx.rate, steady_fraction).items() if op in operating_points}
 features = ctx.pick("ablation_features", features, [f for f, _ in nb.ABLATION_FEATURES])
 uncalibrated = uncalibrated and not ctx.live_quick
-runs = ctx.run(nb.ablation_specs(ctx, points, uncalibrated_features=("slo",) if uncalibrated else (),
-                                 features=features), save_as="10_ablation_runs")
-print(ctx.describe_runs(runs, "mixed, 2p4d, " + " and ".join(f"{op} {r:.1f}" for op, r in points.items()) + " req/s"))
+formulas = ctx.pick("ablation_formulas", formulas, nb.FORMULAS)
+all_runs = ctx.run([item for f in formulas for item in nb.ablation_specs(
+    ctx, points, uncalibrated_features=("slo",) if uncalibrated and f == "marginal_cost" else (), features=features,
+    formula=f)], save_as="10_ablation_runs")
+runs = all_runs[all_runs.policy == "marginal_cost"]  # Fig. 8 is the paper's scorer's
+print(ctx.describe_runs(all_runs, "mixed, 2p4d, " + " and ".join(f"{op} {r:.1f}" for op, r in points.items())
+                        + " req/s, formulas " + ", ".join(formulas)))
 
 # %%
 tab = ctx.write_results(nb.ablation_table(runs), "10_fig8_ablation")  # printed (and checked) below
@@ -101,6 +106,25 @@ fig.tight_layout()
 handles, labels = F.merged_handles(axes[0], last=(F.PAPER_LABEL, err_label))
 F.legend_outside(axes[0][-1], handles=handles, labels=labels)
 ctx.save(fig, "10_fig8_feature_ablation")
+
+# %% [markdown]
+# ## Each term's contribution, per formula
+#
+# The same leave-one-term-out for each formula of the learned router: the paper's scorer (the decode
+# backlog at full weight, in seconds) and our batching variant (the decode backlog as a shared
+# slowdown). A bar is the paired change in goodput without that term (points, negative: the term
+# helps), its 95 % interval over the traces and their requests.
+
+# %%
+terms = ctx.write_results(nb.term_contributions(ctx, all_runs), "10_term_contributions")
+print(terms[["formula", "operating_point", "cost_model", "feature", "full_goodput", "change_points", "change_lo",
+             "change_hi"]].round(2).to_string(index=False))
+
+# %%
+fig = nb.term_figure(terms[terms.cost_model == "calibrated"], op_label,
+                     title=f"Leave one term out, per formula ({backend}, mixed, 2p4d, {F.traces_label(ctx.seeds)}; "
+                           "95% intervals)")
+ctx.save(fig, "10_term_contributions")
 
 # %%
 ctx.write_headline(nb.ablation_headline(tab, runs, ctx))

@@ -75,6 +75,7 @@ POLICY_COLORS: dict[str, str] = {
     "marginal_cost+sampling": "#CC78BC",  # lilac
     "marginal_cost+guard": "#CA9161",  # tan
     "marginal_cost_plus": "#882255",  # wine
+    "marginal_cost_batching": "#6A3D9A",  # purple: our batching variant of the scorer (notebook 14)
     # production routers restated (notebook 13): cool hues
     "power_of_two": "#56B4E9",  # sky blue
     "dynamo_kv": "#332288",  # indigo

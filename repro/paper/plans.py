@@ -63,12 +63,14 @@ LIVE_QUICK_GRIDS: dict[str, tuple[Any, ...]] = {
     "sweep_policies": ("round_robin", "marginal_cost"),  # 09: Fig. 5 and Fig. 7
     "ablation_features": ("length", "slo"),  # 10: the two terms the paper finds matter
     "ablation_points": ("saturation",),  # 10: the operating point of Table II (and no sim-derived SLO ablation)
+    "ablation_formulas": ("marginal_cost",),  # 10: the paper's scorer (notebook 14 sets the two side by side)
     "noise_levels": (0.0, 1.0),  # 11: exact lengths and 100% error
     "noise_policies": ("marginal_cost",),
     "frontier_shapes": ("1p2d", "2p4d"),  # 13: the scarcity failure and the headline shape
     "frontier_policies": ("round_robin", "marginal_cost", "marginal_cost_plus"),
     "beyond_workloads": ("mixed",),  # 13: production baselines on the paper's headline workload
     "vllm_router_policies": ("round_robin", "power_of_two"),  # 13: when the vllm-router binary is installed
+    "scorer_claims": ("Table II", "Fig. 4 scarcity (1p2d)"),  # 14: the lead and the failure region, per formula
 }
 
 

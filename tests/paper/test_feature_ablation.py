@@ -45,3 +45,20 @@ def test_ablation_features_subset(section):
     assert items[1][1].policy_options == {"use_length": False}
     with pytest.raises(ConfigError, match="unknown feature"):
         nb.ablation_specs(ctx, features=["colour"])
+
+
+def test_term_contributions_per_formula(section):
+    ctx = section(seeds=(1, 2), n_requests=200)
+    points = {"saturation": 16.0}
+    runs = ctx.run([item for f in nb.FORMULAS for item in nb.ablation_specs(
+        ctx, points, uncalibrated_features=(), features=["length", "slo"], formula=f)])
+    assert set(runs.policy) == set(nb.FORMULAS)
+    terms = nb.term_contributions(ctx, runs)
+    assert len(terms) == 4 and set(terms.formula) == set(nb.FORMULAS)
+    for r in terms.itertuples():  # the change is the formula's own runs, paired by trace, with its interval
+        g = runs[(runs.policy == r.formula)].set_index(["variant", "seed"]).goodput
+        want = 100 * sum(g[(r.feature, s)] - g[("full", s)] for s in (1, 2)) / 2
+        assert r.change_points == pytest.approx(want) and r.change_lo <= r.change_points <= r.change_hi
+    fig = nb.term_figure(terms, {"saturation": "saturation (16 req/s)"}, title="t")
+    bars = [p for p in fig.axes[0].patches]
+    assert len(bars) == 4 and fig.axes[0].get_title() == "saturation (16 req/s)"

@@ -21,6 +21,8 @@ from repro.experiment.spec import RunSpec
 from repro.paper import reference as paper_reference
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from repro.paper.section import Labelled, Section
 
 ABLATION_FEATURES = (
@@ -33,6 +35,9 @@ ABLATION_FEATURES = (
 FEATURE_LABELS = {"backlog": "seconds of backlog", "length": "predicted output length",
                   "cache_pressure": "cache pressure", "slo": "SLO tightness"}
 OPERATING_POINTS = ("steady", "saturation")
+FORMULAS = ("marginal_cost", "marginal_cost_batching")
+"""The learned router's formulas whose terms are left out (`term_contributions`): the paper's scorer and
+our batching variant (notebook 14 compares them claim by claim)."""
 # (operating point, cost model, feature) -> (paper key, sign): our "change" = without - full (points);
 # the paper states the length losses as positive losses, hence the sign.
 ABLATION_PAPER = {
@@ -58,13 +63,15 @@ def ablation_rates(saturation_rate: float, steady_fraction: float = 0.75) -> dic
 
 def ablation_specs(ctx: Section, rates: Mapping[str, float] | None = None, *, topology: str = "2p4d",
                    workload: str = "mixed", uncalibrated_features: Sequence[str] = ("slo",),
-                   features: Sequence[str] | None = None) -> list[Labelled]:
+                   features: Sequence[str] | None = None, formula: str = "marginal_cost") -> list[Labelled]:
     """``(labels, spec)`` for Fig. 8: the full router and each term off, per operating point and trace.
 
     ``rates``: operating point -> req/s (default `ablation_rates` of 16 req/s). With the calibrated
     cost model every term of ``features`` is ablated (default: every term of `ABLATION_FEATURES`);
     with the simulator-derived constants (``sim_derived``) the terms in ``uncalibrated_features``
     are (the paper's -12-point SLO case). Labels: operating_point, variant ('full' or the term).
+    ``formula``: the learned router's formula (the paper's ``marginal_cost``, or a variant with the
+    same four switches, e.g. ``marginal_cost_batching``).
     """
     rates = rates or ablation_rates(16.0)
     known = {f for f, _ in ABLATION_FEATURES}
@@ -81,7 +88,7 @@ def ablation_specs(ctx: Section, rates: Mapping[str, float] | None = None, *, to
                 opts = {} if variant == "full" else {dict(ABLATION_FEATURES)[variant]: False}
                 for s in ctx.seeds:
                     spec = RunSpec.from_flat(backend=ctx.backend, workload=workload, topology=topology, seed=int(s),
-                                             rate=float(rate), n_requests=int(ctx.n_requests), policy="marginal_cost",
+                                             rate=float(rate), n_requests=int(ctx.n_requests), policy=formula,
                                              policy_options=opts, cost_model=cm, cluster=ctx.cluster,
                                              time_scale=ctx.time_scale)
                     out.append(({"operating_point": op, "variant": variant}, spec))
@@ -112,6 +119,58 @@ def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
                          "seeds": len(seeds), "paper_key": key or "",
                          "paper_change_points": sign * paper_reference.lookup(key) if key else np.nan})
     return pd.DataFrame(rows)
+
+
+def term_contributions(ctx: Section, runs: pd.DataFrame) -> pd.DataFrame:
+    """Leave-one-term-out per formula (issue 14): per (policy = formula, operating point, cost model,
+    term) the paired change in goodput without the term (points; negative: the term helps) with its
+    95 % interval (`Section.difference`: over traces and requests) and `ablation_table`'s columns."""
+    out = []
+    for formula, g in runs.groupby("policy", sort=False):
+        tab = ablation_table(g)
+        lo, hi = [], []
+        for r in tab.itertuples():
+            here = g[(g.operating_point == r.operating_point) & (g.cost_model == r.cost_model)]
+            e = ctx.difference(here[here.variant == r.feature], here[here.variant == "full"]).scaled(100.0)
+            lo.append(e.lo)
+            hi.append(e.hi)
+        out.append(tab.assign(formula=formula, change_lo=lo, change_hi=hi))
+    if not out:
+        return pd.DataFrame()
+    tab = pd.concat(out, ignore_index=True)
+    return tab[["formula", *[c for c in tab.columns if c != "formula"]]]
+
+
+def term_figure(terms: pd.DataFrame, point_labels: Mapping[str, str], *, title: str) -> Figure:
+    """`term_contributions` as bars: one panel per operating point, the terms on x, one bar per formula
+    (its colour in every figure) with its 95 % interval, zero marked."""
+    import matplotlib.pyplot as plt
+
+    from repro.paper import figures
+
+    points = [op for op in OPERATING_POINTS if op in set(terms.operating_point)]
+    formulas = list(dict.fromkeys(terms.formula))
+    fig, axes = plt.subplots(1, max(len(points), 1), figsize=(5.2 * max(len(points), 1), 3.8), sharey=True,
+                             squeeze=False)
+    width = 0.8 / max(len(formulas), 1)
+    for ax, op in zip(axes[0], points, strict=False):
+        g = terms[terms.operating_point == op]
+        feats = [f for f, _ in ABLATION_FEATURES if f in set(g.feature)]
+        for j, f in enumerate(formulas):
+            h = g[g.formula == f].set_index("feature").reindex(feats)
+            x = np.arange(len(feats)) + (j - (len(formulas) - 1) / 2) * width
+            err = np.vstack([h.change_points - h.change_lo, h.change_hi - h.change_points])
+            ax.bar(x, h.change_points, width, color=figures.policy_color(f), label=f,
+                   yerr=np.where(np.isnan(err), 0.0, err), capsize=2, error_kw={"lw": 0.8})
+        ax.set_xticks(range(len(feats)), [FEATURE_LABELS[f] for f in feats], rotation=15, fontsize=8)
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.set_title(point_labels.get(op, op), fontsize=9)
+        ax.set_xlabel("term removed")
+    axes[0][0].set_ylabel("goodput change vs the full formula (points)")
+    figures.legend_outside(axes[0][-1])
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def ablation_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any]]:

@@ -1,0 +1,241 @@
+"""Notebook 14: the paper's scorer beside ours, claim by claim.
+
+`marginal_cost` is the paper's scorer as §III describes it (every term in seconds, the decode
+backlog at full weight); `marginal_cost_batching` is our variant for continuously batching decode
+engines (the decode backlog as the slowdown a newcomer shares; "beyond the paper"). Each claim the
+paper makes about its learned router is measured for every formula with the claim's own section:
+its specs (the formula takes the learned router's place), its headline function and so its
+verdict rules (`repro.paper.verdicts`). The formula's runs are relabelled ``marginal_cost`` before
+the section judges them, so a row here is exactly the section's row for that formula; the paper's
+scorer's rows repeat the sections' own measurements (the simulation cache makes them free).
+
+Keys: ``<section key>@<formula>``. Goodput a fraction, differences as the sections state them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from repro.errors import ConfigError
+from repro.experiment.spec import RunSpec
+from repro.paper import figures
+from repro.paper import reference as paper_reference
+from repro.paper.grids import specs_grid
+from repro.paper.headline import headline_frame
+from repro.paper.sections import (
+    calibration_value,
+    feature_ablation,
+    frontier,
+    heterogeneity,
+    mixed_goodput,
+    pool_width,
+    predictor_noise,
+)
+from repro.paper.verdicts import Estimate
+from repro.routing.policies import PAPER_POLICIES, POLICIES
+from repro.vocab import WORKLOADS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from repro.paper.section import Section
+
+LEARNED = "marginal_cost"
+"""The learned router's policy name in every section (the paper's scorer)."""
+FORMULAS = ("marginal_cost", "marginal_cost_batching")
+"""The formulas compared: the paper's scorer and our batching variant."""
+NOISE_LEVELS = (0.0, 1.5)
+"""Fig. 9's ends: the predictor as shipped and 150 % injected error."""
+
+CLAIMS: dict[str, tuple[str, ...]] = {
+    "Table II": ("table2_mc_minus_best_baseline", "table2_mc_mean"),
+    "§V-B calibration": ("calib_goodput_gain", "calib_simderived_token_skew_minus_jsq"),
+    "Fig. 3 workloads": ("fig3_mc_minus_best_other_reasoning", "fig3_lt_minus_mc_chat",
+                         "fig3_worst_loadaware_minus_rr_documents"),
+    "§V-D pool width": ("width3_mc_margin", "width6_mc_margin"),
+    "Fig. 4 scarcity (1p2d)": ("fig4_rr_minus_mc_1p2d",),
+    "Fig. 8 length": ("fig8_no_length_steady", "fig8_no_length_sat"),
+    "Fig. 9 noise": ("fig9_mc_minus_lt_worst_noise",),
+}
+"""Claim group -> the section headline keys measured per formula (the paper's mechanisms: the learned
+router's lead, calibration's worth and its mechanism, the per-workload orderings, the width claims,
+greedy concentration at 1p2d, length as the load-bearing feature, robustness to predictor noise)."""
+
+
+def _check_formulas(formulas: Sequence[str]) -> list[str]:
+    bad = [f for f in formulas if f not in POLICIES]
+    if not formulas or bad:
+        raise ConfigError(f"parameter 'formulas' = {list(formulas)!r}: each must be a registered policy; "
+                          f"allowed: {sorted(POLICIES)}")
+    return list(formulas)
+
+
+def _swap(items: Sequence[Any], formula: str) -> list[Any]:
+    """The specs (or ``(labels, spec)`` pairs) with the learned router replaced by ``formula``, keeping its
+    options (an ablation's switch) when the formula takes them."""
+    def one(spec: RunSpec) -> RunSpec:
+        return spec.replace(policy=formula) if spec.policy == LEARNED else spec
+
+    return [(it[0], one(it[1])) if isinstance(it, tuple) else one(it) for it in items]
+
+
+def _relabel(runs: pd.DataFrame, formula: str) -> pd.DataFrame:
+    """``formula``'s rows under the learned router's name, so the section's own code judges them."""
+    return runs.assign(policy=runs.policy.replace({formula: LEARNED})) if formula != LEARNED else runs
+
+
+def claim_plans(ctx: Section) -> dict[str, tuple[Callable[[], list[Any]], Callable[[pd.DataFrame], list[dict]]]]:
+    """Claim group -> (the section's specs with the learned router, its headline rows from the runs).
+    ``ctx`` set up with every workload's operating rate (``ctx.rates``; mixed's is ``ctx.rate``)."""
+    missing = [w for w in WORKLOADS if w not in ctx.rates]
+    if missing:
+        raise ConfigError(f"{ctx.notebook}: no operating rate for {missing} (set the section up with every workload)")
+    rate, rates = ctx.rate, dict(ctx.rates)
+    ablation_points = feature_ablation.ablation_rates(rate)
+
+    def table2(runs: pd.DataFrame) -> list[dict]:
+        return mixed_goodput.table_two_headline(mixed_goodput.table_two(runs), runs, ctx)
+
+    def hetero(runs: pd.DataFrame) -> list[dict]:
+        return heterogeneity.heterogeneity_headline(heterogeneity.heterogeneity_table(runs), runs, ctx)
+
+    def width(runs: pd.DataFrame) -> list[dict]:
+        return pool_width.width_headline(pool_width.width_table(runs), runs, ctx)
+
+    def scarcity(runs: pd.DataFrame) -> list[dict]:
+        shapes, front = frontier.frontier_table(runs)
+        return frontier.frontier_headline(shapes, front, runs, ctx)
+
+    def length(runs: pd.DataFrame) -> list[dict]:
+        return feature_ablation.ablation_headline(feature_ablation.ablation_table(runs), runs, ctx)
+
+    def noise(runs: pd.DataFrame) -> list[dict]:
+        return predictor_noise.noise_headline(predictor_noise.noise_table(runs), runs, ctx)
+
+    return {
+        "Table II": (lambda: mixed_goodput.table_two_specs(ctx, rate), table2),
+        "§V-B calibration": (lambda: calibration_value.calibration_specs(ctx, rate),
+                             lambda runs: calibration_value.calibration_headline(runs, ctx)),
+        "Fig. 3 workloads": (lambda: specs_grid(ctx, workloads=WORKLOADS, rates=rates, policies=PAPER_POLICIES),
+                             hetero),
+        "§V-D pool width": (lambda: specs_grid(ctx, rates=rate, topologies=pool_width.width_topologies(),
+                                               policies=PAPER_POLICIES), width),
+        "Fig. 4 scarcity (1p2d)": (lambda: specs_grid(ctx, rates=rate, topologies=("1p2d",),
+                                                      policies=PAPER_POLICIES), scarcity),
+        "Fig. 8 length": (lambda: feature_ablation.ablation_specs(ctx, ablation_points, uncalibrated_features=(),
+                                                                  features=["length"]), length),
+        "Fig. 9 noise": (lambda: predictor_noise.noise_specs(ctx, rate, noise_levels=NOISE_LEVELS), noise),
+    }
+
+
+def scorer_rows(ctx: Section, formulas: Sequence[str] = FORMULAS,
+                claims: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+    """Every claim of `CLAIMS` (or ``claims``) measured for every formula: ``(headline rows, runs)``.
+
+    A row is the section's own row for the formula's runs, keyed ``<key>@<formula>``, with the
+    paper's value, unit and meaning of the section key (the same claim, judged the same way).
+    ``runs``: every run (its real policy name), with ``claim`` and ``formula`` columns.
+    """
+    formulas = _check_formulas(formulas)
+    groups = list(CLAIMS) if claims is None else list(claims)
+    unknown = [c for c in groups if c not in CLAIMS]
+    if unknown:
+        raise ConfigError(f"parameter 'claims' = {unknown!r} unknown; allowed: {list(CLAIMS)}")
+    plans = claim_plans(ctx)
+    ref = paper_reference.load().set_index("key")
+    rows: list[dict[str, Any]] = []
+    frames = []
+    for group in groups:
+        make_specs, headline = plans[group]
+        specs = make_specs()
+        for formula in formulas:
+            runs = ctx.run(_swap(specs, formula))
+            frames.append(runs.assign(claim=group, formula=formula))
+            got = {str(r["key"]): r for r in headline(_relabel(runs, formula))}
+            for key in CLAIMS[group]:
+                if key not in got:
+                    continue
+                r = dict(got[key])
+                r["key"] = f"{key}@{formula}"
+                r.setdefault("paper", float(ref.loc[key, "value"]) if key in ref.index else np.nan)
+                r["unit"] = r.get("unit") or (str(ref.loc[key, "unit"]) if key in ref.index else "")
+                meaning = r.get("meaning") or (str(ref.loc[key, "quantity"]) if key in ref.index else key)
+                r["meaning"] = f"{formula}: {meaning}"
+                rows.append(r)
+    return rows, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def scorer_table(rows: list[dict[str, Any]], notebook: str = "14_scorers") -> pd.DataFrame:
+    """The judged rows side by side: one row per (claim group, section key), per formula its value
+    with its interval and its verdict (`repro.paper.headline.headline_frame`)."""
+    judged = headline_frame(rows, notebook)
+    judged[["section_key", "formula"]] = judged.key.str.split("@", n=1, expand=True)
+    group_of = {k: g for g, keys in CLAIMS.items() for k in keys}
+    judged["claim"] = judged.section_key.map(group_of)
+    judged["estimate"] = [Estimate(r.ours, r.ours_lo, r.ours_hi).text() for r in judged.itertuples()]
+    out = []
+    for key in dict.fromkeys(k for keys in CLAIMS.values() for k in keys):
+        g = judged[judged.section_key == key]
+        if g.empty:
+            continue
+        row: dict[str, Any] = {"claim": group_of[key], "section_key": key, "paper": g.paper.iloc[0],
+                               "unit": g.unit.iloc[0]}
+        for r in g.itertuples():
+            row[f"{r.formula} estimate"], row[f"{r.formula} verdict"] = r.estimate, r.verdict
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def scorer_figure(rows: list[dict[str, Any]], title: str) -> Figure:
+    """A forest plot: per claim row that is a difference (an ordering, or the calibration gain), each
+    formula's value with its 95 % interval (goodput differences in points), zero marked, the paper's
+    value as a black cross where it states one. Absolute goodputs are left to the table."""
+    import matplotlib.pyplot as plt
+
+    judged = headline_frame(rows, "14_scorers")
+    judged[["section_key", "formula"]] = judged.key.str.split("@", n=1, expand=True)
+    judged = judged[(judged.kind == "ordering") | (judged.unit == "points")]
+    scale = np.where(judged.unit.isin(["fraction", "goodput"]), 100.0, 1.0)  # everything in points
+    judged = judged.assign(v=judged.ours * scale, lo=judged.ours_lo * scale, hi=judged.ours_hi * scale,
+                           p=judged.paper * scale)
+    keys = list(dict.fromkeys(k for keys in CLAIMS.values() for k in keys if k in set(judged.section_key)))
+    formulas = list(dict.fromkeys(judged.formula))
+    fig, ax = plt.subplots(figsize=(8.5, 0.45 * len(keys) + 1.4))
+    step = 0.8 / max(len(formulas), 1)
+    for j, f in enumerate(formulas):
+        g = judged[judged.formula == f].set_index("section_key")
+        y = [keys.index(k) + (j - (len(formulas) - 1) / 2) * step for k in g.index]
+        err = np.vstack([g.v - g.lo, g.hi - g.v])
+        ax.errorbar(g.v, y, xerr=np.where(np.isnan(err), 0.0, err), fmt="o", ms=4, capsize=2,
+                    color=figures.policy_color(f), label=f)
+    paper = judged.drop_duplicates("section_key").set_index("section_key").p
+    shown = paper.dropna()
+    ax.scatter(shown.values, [keys.index(k) for k in shown.index], marker="x", color="black", zorder=3,
+               label=figures.PAPER_LABEL)
+    ax.axvline(0.0, color="black", lw=0.8)
+    ax.set_yticks(range(len(keys)), keys, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ours with its 95% interval (goodput differences in points; the skew row in max/mean)")
+    ax.set_title(title, fontsize=9)
+    figures.legend_outside(ax)
+    fig.tight_layout()
+    return fig
+
+
+def mechanisms(table: pd.DataFrame, formulas: Sequence[str] = FORMULAS) -> pd.DataFrame:
+    """Which of the paper's mechanisms each formula shows: per claim group and formula, how many of its
+    rows are reproduced, and their verdicts."""
+    out = []
+    for group, g in table.groupby("claim", sort=False):
+        for f in formulas:
+            col = f"{f} verdict"
+            if col not in g.columns:
+                continue
+            v = g[col].fillna("").tolist()
+            out.append({"claim": group, "formula": f, "reproduced": sum(x == "reproduced" for x in v),
+                        "rows": len(v), "verdicts": ", ".join(x for x in v if x)})
+    return pd.DataFrame(out)
