@@ -32,8 +32,11 @@
 #    only the serial-service simulator is compared, so the grid measures what serial service alone
 #    distorts, not the sim-to-hardware gap; its headline rows are named `serial_vs_batching_sim_*`
 #    and have no paper value (the paper's 0.067, 1700x and 1 to 63x are serial sim vs A40s).
-#    The re-anchoring steps the rate up or down from the reference's until the round-robin goodput
-#    is bracketed, then bisects in log-rate to within 0.01; a (model, workload) whose anchor is not
+#    The re-anchoring (`repro.experiment.anchor.anchor_rate`, the protocol that `repro anchor`
+#    runs from one number measured on your hardware) steps the rate up or down from the
+#    reference's until the round-robin goodput is bracketed, then bisects in log-rate to within
+#    0.01; each anchored rate comes with its interval (the rates whose round-robin goodput lies
+#    within 0.01 of the target, on the probes' curve). A (model, workload) whose anchor is not
 #    found is reported and left out of the grid.
 # 2. **Serial vs batching service**: the physics of one decode step at batch n (the measured
 #    curve is flat: 2.9% per token at batch 8) against a serial model's n x wait.
@@ -85,8 +88,9 @@ anchored = nb.anchored_rates(anchors)  # model -> workload -> rate, found anchor
 ctx.write_results(pd.concat([reference_runs, *model_runs], ignore_index=True), "12_grid_runs")
 ctx.write_results(probes, "12_anchor_probes")
 ctx.write_results(nb.anchor_table(anchors), "12_anchors")
-for model in models:
-    found = ", ".join(f"{wl} {r:.4g}" for wl, r in anchored[model].items()) or "none"
+for model in models:  # each found anchor's rate with its interval (Anchor.rate_lo / rate_hi; nan: the probes cannot say)
+    found = ", ".join(f"{wl} {a.rate:.4g} [{a.rate_lo:.4g}, {a.rate_hi:.4g}]"
+                      for wl, a in anchors[model].items() if a.found) or "none"
     print(f"{model} simulator re-anchored (req/s): {found}")
 failed = nb.failed_anchors(anchors)
 if failed:

@@ -105,7 +105,8 @@ def test_cli_runs_a_small_grid(tmp_path):
 
 
 def test_every_command_has_help():
-    commands = ["run", "policies", "data", "proxy", "saturate", "loadgen", "gates", "calibrate", "cluster", "emulator"]
+    commands = ["run", "policies", "data", "proxy", "saturate", "anchor", "loadgen", "gates", "calibrate", "cluster",
+                "emulator"]
     for args in [["--help"]] + [[c, "--help"] for c in commands]:
         result = runner.invoke(app, args)
         assert result.exit_code == 0, (args, result.output)

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from repro.engine.physics import Physics
-from repro.errors import ConfigError
+from repro.experiment.anchor import Anchor, anchor_rate
 from repro.experiment.spec import RunSpec
 from repro.paper.headline import write_headline
 from repro.paper.sections import sim_vs_hardware as nb
@@ -71,72 +71,9 @@ def _curve(half: float):
 BASE = RunSpec(workload="mixed", rate=100.0, n_requests=100)
 
 
-def test_anchor_steps_up_when_the_start_rate_is_too_low():
-    # at 1 req/s goodput is ~0.999, far above 0.05: the old search returned the start rate at once
-    a = nb.anchor_rate(BASE, 0.05, start_rate=1.0, probe=_curve(5.0), band=0.002)
-    assert a.found and a.reason == ""
-    assert a.rate == pytest.approx(95.0, rel=0.05) and abs(a.goodput - 0.05) <= 0.002
-    assert [r for r, _ in a.probes[:3]] == [1.0, 10.0, 100.0]  # stepped up by 10x
-    assert all(r > 1.0 for r, _ in a.probes[1:])
-
-
-def test_anchor_steps_down_when_the_start_rate_is_too_high():
-    a = nb.anchor_rate(BASE, 0.9, probe=_curve(5.0), band=0.002)
-    assert a.found and a.rate == pytest.approx(5.0 / 9.0, rel=0.05) and abs(a.goodput - 0.9) <= 0.002
-    assert [r for r, _ in a.probes[:3]] == [100.0, 10.0, 1.0]
-    assert a.probes[0][1] < 0.9 - 0.002  # the start was below the band, not a silent return
-
-
-def test_anchor_bisects_an_exact_bracket_to_within_the_band():
-    specs = []
-
-    def probe(spec):  # goodput 0.5 at 5 req/s: 10 req/s is below (0.33), 1 req/s above (0.83)
-        specs.append(spec)
-        return _curve(5.0)(spec)
-
-    a = nb.anchor_rate(BASE, 0.5, start_rate=10.0, probe=probe, band=0.001)
-    assert all(s.policy == "round_robin" for s in specs)
-    assert a.found and a.rate == pytest.approx(5.0, rel=0.01) and abs(a.goodput - 0.5) <= 0.001
-    rates = [r for r, _ in a.probes]
-    assert rates[:3] == [10.0, 1.0, pytest.approx(10 ** 0.5)]  # bracket (1, 10), then its log-midpoint
-    lo, hi = 1.0, 10.0
-    for r, g in a.probes[2:]:  # each probe bisects the current bracket in log-rate, which keeps the target
-        assert r == pytest.approx((lo * hi) ** 0.5)
-        lo, hi = (r, hi) if g > 0.5 else (lo, r)
-    assert len(a.probes) < 24 and all(abs(g - 0.5) > 0.001 for _, g in a.probes[:-1])
-
-
-def test_anchor_at_the_start_rate_only_when_within_the_band():
-    a = nb.anchor_rate(BASE, 1.0 / 21.0, probe=_curve(5.0))
-    assert a.found and a.rate == 100.0 and len(a.probes) == 1
-
-
-@pytest.mark.parametrize(("level", "side"), [(0.95, "above"), (0.1, "below")])
-def test_failed_anchor_is_reported_not_raised(level, side):
-    a = nb.anchor_rate(BASE, 0.5, probe=lambda s: level, max_rate=1e4, min_rate=1e-4)
-    assert not a.found and np.isnan(a.rate) and np.isnan(a.goodput)
-    assert f"stays {side} the band" in a.reason and "mixed" in a.reason
-    assert a.probes[-1][0] == (1e4 if side == "above" else 1e-4)  # the bound itself was probed, then gave up
-    assert a.closest[1] == level
-
-
-def test_failed_anchor_when_out_of_probes_or_the_curve_jumps():
-    a = nb.anchor_rate(BASE, 0.05, start_rate=1.0, probe=_curve(5.0), max_probes=2)
-    assert not a.found and "no bracket within 2 probes" in a.reason and len(a.probes) == 2
-    step = nb.anchor_rate(BASE, 0.5, probe=lambda s: 0.9 if s.rate < 7.0 else 0.1, max_probes=12)
-    assert not step.found and "bisection" in step.reason and len(step.probes) == 12
-
-
-def test_anchor_rejects_bad_arguments():
-    with pytest.raises(ConfigError, match="target goodput"):
-        nb.anchor_rate(BASE, 1.5, probe=_curve(5.0))
-    with pytest.raises(ConfigError, match="start rate"):
-        nb.anchor_rate(BASE, 0.5, start_rate=1e6, probe=_curve(5.0))
-
-
 def _anchors():
-    ok = nb.anchor_rate(BASE, 0.5, probe=_curve(5.0), band=0.001)
-    bad = nb.anchor_rate(BASE.replace(workload="chat"), 0.5, probe=lambda s: 0.95)
+    ok = anchor_rate(BASE, 0.5, probe=_curve(5.0), band=0.001)
+    bad = anchor_rate(BASE.replace(workload="chat"), 0.5, probe=lambda s: 0.95)
     return {"serial": {"mixed": ok, "chat": bad}, "batching": {"mixed": ok, "chat": ok}}, ok
 
 
@@ -148,6 +85,9 @@ def test_anchor_helpers_leave_failed_anchors_out():
     assert len(lines) == 1 and lines[0].startswith("serial simulator, chat")
     tab = nb.anchor_table(anchors)
     assert list(tab.found) == [True, False, True, True] and tab.reason.iloc[1] == lines[0].split(", ", 1)[1]
+    assert (tab.rate_lo.iloc[0], tab.goodput.iloc[0], tab.rate_hi.iloc[0]) == (ok.rate_lo, ok.value, ok.rate_hi)
+    assert tab.rate_lo.iloc[0] < tab.rate.iloc[0] < tab.rate_hi.iloc[0]
+    assert tab.iloc[1][["rate_lo", "rate_hi"]].isna().all()  # a failed anchor has no interval
     assert nb.rate_headline(anchors, {"mixed": 16.0}) == [{"key": "sim_rate_batching", "ours": ok.rate},
                                                           {"key": "hw_rate_batching", "ours": 16.0}]
     failed = {"batching": {"mixed": anchors["serial"]["chat"]}}
@@ -264,8 +204,8 @@ def test_residual_estimates_pair_the_traces_and_read_the_anchor_band():
                             ("chat", "round_robin"): 0.9, ("chat", "marginal_cost"): 0.95}).assign(seed=s)
                      for s, d in ((1, 0.02), (2, 0.0), (3, 0.01))], ignore_index=True).assign(rate=0.1)
     # the serial anchor on mixed: goodput 0.8 at 0.05 req/s, 0.6 at 0.2 (0.1 per doubling); target 0.7 +- 0.01
-    anchor = nb.Anchor(target=0.7, band=0.01, found=True, rate=0.1, goodput=0.7,
-                       probes=((0.05, 0.8), (0.2, 0.6), (0.1, 0.7)))
+    anchor = Anchor(target=0.7, metric="goodput", band=0.01, found=True, rate=0.1, value=0.7,
+                    probes=((0.05, 0.8), (0.2, 0.6), (0.1, 0.7)))
     est = nb.residual_estimates(ref, [mod], ["serial"], {"serial": {"mixed": anchor}}, {"mixed": 10.0})["serial"]
     s = nb.residual_summary(nb.residual_grid(ref, mod, "serial")).iloc[0]
     for col in ("mean_abs_residual", "winners_reproduced", "bursty_spread_model", "bursty_spread_reference"):

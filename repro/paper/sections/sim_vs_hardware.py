@@ -1,9 +1,10 @@
 """§VI, notebook 12: simulation predicts structure, not magnitudes.
 
 - `batching_physics_table`: why serial service overstates head-of-line blocking.
-- `anchor_rate` / `anchored_grids`: re-anchor a simulator's rate on the reference's round-robin
-  goodput (searching up or down from the reference's rate, then bisecting; a failed search is an
-  `Anchor` with ``found=False``, left out of the grid), then run the grid there;
+- `anchored_grids`: re-anchor a simulator's rate on the reference's round-robin goodput
+  (`repro.experiment.anchor.anchor_rate`: searching up or down from the reference's rate, then
+  bisecting; a failed search is an `Anchor` with ``found=False``, left out of the grid), then run
+  the grid there;
   `residual_grid` / `residual_summary`: the 4x4 grid.
 - `sim_vs_hardware_headline`: in sim the serial rows are sim vs sim (`SERIAL_VS_BATCHING_SIM`, paper NaN).
 - `calibration_in_sim_specs` / `calibration_in_sim_table`: oracle vs ledger backlog, calibrated vs
@@ -15,15 +16,13 @@ Goodput a fraction, changes in goodput *points* (1 point = 0.01), rates in req/s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from repro.errors import ConfigError
-from repro.experiment.saturation import rate_band
+from repro.experiment.anchor import Anchor, anchor_rate
 from repro.experiment.spec import RunSpec
 from repro.paper import reference as paper_reference
 from repro.paper.verdicts import Estimate, over_traces, resample
@@ -68,113 +67,6 @@ def batching_physics_table(profile: str = DEFAULT_PROFILE, batch_sizes: Sequence
     return pd.DataFrame(rows)
 
 
-@dataclass(frozen=True)
-class Anchor:
-    """One re-anchoring (`anchor_rate`): the rate at which a simulator's round-robin reaches ``target``
-    goodput (within ``band``), or why none was found.
-
-    ``found`` False: ``rate`` and ``goodput`` are NaN and ``reason`` says why (no bracket within the
-    rate bounds or ``max_probes``, or a bisection that never entered the band). ``probes``: every
-    (rate, goodput) tried, in order.
-    """
-
-    target: float
-    band: float
-    found: bool
-    rate: float
-    goodput: float
-    probes: tuple[tuple[float, float], ...]
-    reason: str = ""
-
-    @property
-    def closest(self) -> tuple[float, float]:
-        """The probe nearest the target, found or not (for reporting a failure)."""
-        return min(self.probes, key=lambda p: abs(p[1] - self.target))
-
-
-def anchor_rate(base: RunSpec, target_goodput: float, *, start_rate: float | None = None, band: float = 0.01,
-                step: float = 10.0, max_probes: int = 24, min_rate: float = 1e-4, max_rate: float = 1e4,
-                probe: Callable[[RunSpec], float] | None = None) -> Anchor:
-    """The arrival rate at which ``base`` (its round-robin) reaches ``target_goodput`` on the simulator.
-
-    §VI's re-anchoring: the simulator is driven at the rate where its round-robin goodput matches
-    the reference's, so that its verdict on the other policies is a prediction, not a fit.
-    Goodput falls with the rate. From ``start_rate`` (default ``base.rate``): if the goodput is above
-    the band, step the rate up by ``step`` until it is not; if below, step down until it is not; a
-    probe within ``target_goodput`` +- ``band`` ends the search. A bracket (one rate above the target,
-    one below) is then bisected in log-rate until a probe falls within the band. Rates are bounded by
-    ``[min_rate, max_rate]`` (each bound is probed once before giving up) and probes by ``max_probes``.
-
-    Never raises for a search that fails: the `Anchor` says ``found=False`` and why. ``probe`` (a
-    function of the round-robin spec returning its goodput) replaces the simulation, e.g. in tests.
-    """
-    if not 0 < target_goodput <= 1:
-        raise ConfigError(f"anchor: target goodput must be in (0, 1], got {target_goodput!r}")
-    if not band > 0 or not step > 1 or not 0 < min_rate < max_rate or max_probes < 1:
-        raise ConfigError(f"anchor: need band > 0, step > 1, 0 < min_rate < max_rate, max_probes >= 1; got "
-                          f"band={band!r}, step={step!r}, min_rate={min_rate!r}, max_rate={max_rate!r}, "
-                          f"max_probes={max_probes!r}")
-    start = float(start_rate or base.rate)
-    if not min_rate <= start <= max_rate:
-        raise ConfigError(f"anchor: start rate {start!r} outside [{min_rate!r}, {max_rate!r}] req/s")
-    rr = base.replace(policy="round_robin", policy_options={})
-
-    def default_probe(spec: RunSpec) -> float:
-        from repro.experiment.runner import simulated_summary
-
-        return float(simulated_summary(spec)[0]["goodput"])
-
-    probe = probe or default_probe
-    probes: list[tuple[float, float]] = []
-
-    def g(rate: float) -> float:
-        v = float(probe(rr.replace(rate=float(rate))))
-        probes.append((float(rate), v))
-        return v
-
-    def within(v: float) -> bool:
-        return abs(v - target_goodput) <= band
-
-    def found(rate: float, v: float) -> Anchor:
-        return Anchor(target_goodput, band, True, rate, v, tuple(probes))
-
-    def failed(reason: str) -> Anchor:
-        return Anchor(target_goodput, band, False, math.nan, math.nan, tuple(probes),
-                      f"{base.workload}, target {target_goodput:.3f} +- {band:g}: {reason}")
-
-    rate = start
-    v = g(rate)
-    if within(v):
-        return found(rate, v)
-    up = v > target_goodput  # goodput above the band: the rate is too low, step up (else down)
-    while True:  # bracket: lo, a rate whose goodput is above the target, and hi, one below
-        bound = max_rate if up else min_rate
-        if rate == bound:
-            side = "above" if up else "below"
-            return failed(f"goodput stays {side} the band up to the rate bound {bound:g} req/s "
-                          f"(last {v:.3f} at {rate:.4g} req/s)")
-        if len(probes) >= max_probes:
-            return failed(f"no bracket within {max_probes} probes (last {v:.3f} at {rate:.4g} req/s)")
-        rate = min(rate * step, max_rate) if up else max(rate / step, min_rate)
-        v = g(rate)
-        if within(v):
-            return found(rate, v)
-        if (v > target_goodput) != up:  # crossed the target
-            lo, hi = (probes[-2][0], rate) if up else (rate, probes[-2][0])
-            break
-    while len(probes) < max_probes:  # bisect in log-rate
-        mid = math.sqrt(lo * hi)
-        v = g(mid)
-        if within(v):
-            return found(mid, v)
-        if v > target_goodput:
-            lo = mid
-        else:
-            hi = mid
-    return failed(f"bisection between {lo:.4g} and {hi:.4g} req/s did not enter the band in {max_probes} probes "
-                  f"(closest {min(probes, key=lambda p: abs(p[1] - target_goodput))[1]:.3f})")
-
-
 def grid_specs(ctx: Section, rates: Mapping[str, float], *, service: str = "batching",
                policies: Sequence[str] = PAPER_POLICIES, topology: str = "2p4d") -> list[Labelled]:
     """The workloads of ``rates`` (req/s each) x ``policies`` x traces on ``ctx``'s backend, with the
@@ -207,7 +99,7 @@ def anchored_grids(ctx: Section, reference: pd.DataFrame, rates: Mapping[str, fl
             target = float(reference[(reference.workload == wl) & (reference.policy == "round_robin")].goodput.mean())
             base = RunSpec.from_flat(backend="sim", workload=wl, seed=ctx.seeds[0], rate=rate,
                                      n_requests=anchor_requests, service=model)
-            a = anchor_rate(base, target)
+            a = anchor_rate(base, target, metric="goodput", policy="round_robin")
             anchors[model][wl] = a
             probes += [{"model": model, "workload": wl, "probe": i, "rate": x, "round_robin_goodput": g,
                         "target": target} for i, (x, g) in enumerate(a.probes)]
@@ -227,17 +119,18 @@ def anchored_rates(anchors: Mapping[str, Mapping[str, Anchor]]) -> dict[str, dic
 
 
 def anchor_table(anchors: Mapping[str, Mapping[str, Anchor]]) -> pd.DataFrame:
-    """One row per (model, workload): target, found, rate and goodput (NaN when not found), the probe
-    closest to the target, probes used and the reason of a failure."""
+    """One row per (model, workload): target, found, rate (req/s) with its interval (``rate_lo``/``rate_hi``,
+    `Anchor`) and goodput there (NaN when not found), the probe closest to the target, probes used and
+    the reason of a failure."""
     rows = []
     for m, per in anchors.items():
         for wl, a in per.items():
             cr, cg = a.closest
             rows.append({"model": m, "workload": wl, "target": a.target, "band": a.band, "found": a.found,
-                         "rate": a.rate, "goodput": a.goodput, "closest_rate": cr, "closest_goodput": cg,
-                         "probes": len(a.probes), "reason": a.reason})
-    return pd.DataFrame(rows, columns=["model", "workload", "target", "band", "found", "rate", "goodput",
-                                       "closest_rate", "closest_goodput", "probes", "reason"])
+                         "rate": a.rate, "rate_lo": a.rate_lo, "rate_hi": a.rate_hi, "goodput": a.value,
+                         "closest_rate": cr, "closest_goodput": cg, "probes": len(a.probes), "reason": a.reason})
+    return pd.DataFrame(rows, columns=["model", "workload", "target", "band", "found", "rate", "rate_lo", "rate_hi",
+                                       "goodput", "closest_rate", "closest_goodput", "probes", "reason"])
 
 
 def failed_anchors(anchors: Mapping[str, Mapping[str, Anchor]]) -> list[str]:
@@ -300,7 +193,7 @@ def residual_estimates(reference: pd.DataFrame, model_runs: Sequence[pd.DataFram
     draw for the reference and the model (paired; each cell's mean over the drawn traces, then the
     summary as `residual_summary` computes it). ``rate_ratio_lo``/``_hi``: the reference's rate over
     the model's re-anchored rate, its interval from the anchor's probe curve (the rates whose
-    round-robin goodput lies within the anchor's band, `repro.experiment.saturation.rate_band`); the
+    round-robin goodput lies within the anchor's band, `Anchor.rate_lo`/``rate_hi``); the
     lowest / highest over workloads lies between the lowest / highest of those bounds. A model whose
     cells are not on every trace gets no interval for the bootstrapped columns."""
     out: dict[str, dict[str, Estimate]] = {}
@@ -347,8 +240,7 @@ def residual_estimates(reference: pd.DataFrame, model_runs: Sequence[pd.DataFram
         bounds = []
         for w, a in anchors.get(name, {}).items():
             if a.found and w in rates:
-                lo, hi = rate_band(list(a.probes), a.target, a.band)
-                bounds.append((float(rates[w]) / a.rate, float(rates[w]) / hi, float(rates[w]) / lo))
+                bounds.append((float(rates[w]) / a.rate, float(rates[w]) / a.rate_hi, float(rates[w]) / a.rate_lo))
         if bounds:
             how = "the anchors' probe curves: rates whose round-robin goodput is within the anchor's band"
             for col, f in (("rate_ratio_lo", min), ("rate_ratio_hi", max)):
