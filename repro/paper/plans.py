@@ -70,6 +70,7 @@ LIVE_QUICK_GRIDS: dict[str, tuple[Any, ...]] = {
     "frontier_policies": ("round_robin", "marginal_cost", "marginal_cost_plus"),
     "beyond_workloads": ("mixed",),  # 13: production baselines on the paper's headline workload
     "vllm_router_policies": ("round_robin", "power_of_two"),  # 13: when the vllm-router binary is installed
+    "scorer_formulas": ("marginal_cost", "marginal_cost_batching"),  # 14: the comparison is the point
     "scorer_claims": ("Table II", "Fig. 4 scarcity (1p2d)"),  # 14: the lead and the failure region, per formula
 }
 
