@@ -24,8 +24,9 @@
 # 1. **The frontier of pool shapes** (3 to 8 GPUs, mixed traffic at its saturation rate) with the
 #    two switches of `marginal_cost` that the paper names as the mitigation: power-of-2 sampled
 #    candidates (`sample_d=2`) and an admission guard (`admission_guard`, rejecting with 429 +
-#    `Retry-After` when every candidate's predicted TTFT exceeds 1.5x the request's target; a
-#    rejected request counts as not good), one at a time and together (`marginal_cost_plus`).
+#    `Retry-After` when every candidate's predicted TTFT exceeds the request's target; a rejected
+#    request counts as not good), one at a time, and our router (`marginal_cost_plus`: both on the
+#    batching variant of the scorer, settings tuned on held-out traces 101-103, `repro.paper.tuning`).
 # 2. **Production-router baselines** written from their published formulas
 #    (`repro.routing.policies.production`): power-of-two on in-flight load (vllm-router / SGLang router),
 #    NVIDIA Dynamo's KV-router cost, llm-d's weighted scorer, SGLang's `least_load`, beside the

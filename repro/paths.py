@@ -14,6 +14,7 @@ HARDWARE_DIR = DATA_DIR / "hardware"
 CALIBRATION_DIR = DATA_DIR / "calibration"
 CLUSTERS_DIR = DATA_DIR / "clusters"
 PREDICTOR_DIR = DATA_DIR / "predictor"
+TUNING_DIR = DATA_DIR / "tuning"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 
 

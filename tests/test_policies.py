@@ -324,7 +324,7 @@ def test_registry_lists_the_paper_scorer_and_the_batching_variant():
     assert POLICIES["marginal_cost"] is MarginalCost and POLICIES["marginal_cost_batching"] is MarginalCostBatching
     assert {"marginal_cost", "marginal_cost_batching", "marginal_cost_plus"} <= set(available_policies())
     assert "marginal_cost" in PAPER_POLICIES and "marginal_cost_batching" not in PAPER_POLICIES
-    assert issubclass(MarginalCostPlus, MarginalCostBatching)  # for now; to be chosen by measurement
+    assert issubclass(MarginalCostPlus, MarginalCostBatching)  # chosen on held-out traces (repro.paper.tuning)
     out = " ".join(CliRunner().invoke(app, ["policies"], terminal_width=400).output.split())
     assert "marginal_cost: The paper's router (§III)" in out and "seconds-of-backlog" in out
     assert "marginal_cost_batching: Beyond the paper" in out

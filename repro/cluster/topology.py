@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.engine.physics import Physics
+from repro.engine.physics import Physics, check_overrides
 from repro.errors import ConfigError
 from repro.paths import CLUSTERS_DIR
 from repro.vocab import DEFAULT_PROFILE, LAUNCHERS, ROLES
@@ -256,19 +256,24 @@ def _check_calibration(value: Any, origin: str, must_exist: bool = True) -> str:
 
 
 
-def instance_physics(inst: InstanceSpec) -> Physics:
-    """The true engine timing of one instance (its profile, with its KV budget override)."""
+def instance_physics(inst: InstanceSpec, physics: dict[str, float] | None = None) -> Physics:
+    """The true engine timing of one instance: its profile, with its KV budget override and ``physics``
+    (overrides of the profile's estimated constants, `repro.engine.physics.OVERRIDABLE`, checked)."""
     phys = Physics.load(inst.profile)
     if inst.kv_budget_tokens is not None:
         phys = phys.with_overrides(kv_budget_tokens=inst.kv_budget_tokens)
+    if physics:
+        phys = phys.with_overrides(**check_overrides(physics, "topology: physics overrides"))
     return phys
 
 
-def pools(topo: Topology) -> tuple[list[str], list[Physics], list[str], list[Physics]]:
-    """(prefill names, their Physics, decode names, their Physics)."""
+def pools(topo: Topology, physics: dict[str, float] | None = None
+          ) -> tuple[list[str], list[Physics], list[str], list[Physics]]:
+    """(prefill names, their Physics, decode names, their Physics); ``physics`` overrides every
+    instance's estimated constants (`instance_physics`)."""
     return (
         [i.name for i in topo.prefill],
-        [instance_physics(i) for i in topo.prefill],
+        [instance_physics(i, physics) for i in topo.prefill],
         [i.name for i in topo.decode],
-        [instance_physics(i) for i in topo.decode],
+        [instance_physics(i, physics) for i in topo.decode],
     )

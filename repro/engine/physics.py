@@ -26,6 +26,9 @@ Model
       t_xfer(L) = transfer_latency_s + L * kv_bytes_per_token / transfer_bandwidth
 
 - KV budget: ``kv_budget_tokens`` per engine, allocated in blocks of ``block_size`` tokens.
+
+The profile's estimates (the constants the paper does not state) may be overridden per run for
+sensitivity sweeps (`OVERRIDABLE`, `check_overrides`; a spec's ``physics`` field).
 """
 
 from __future__ import annotations
@@ -186,6 +189,37 @@ _MINIMA.update(
     hbm_bandwidth_bytes_per_s=1e-9,
     transfer_bandwidth_bytes_per_s=1e-9,
 )
+
+
+OVERRIDABLE: dict[str, tuple[float, float]] = {
+    "prefill_per_token_s": (1e-7, 1e-2),
+    "transfer_bandwidth_bytes_per_s": (1e8, 1e13),
+    "transfer_latency_s": (0.0, 1.0),
+}
+"""The profile parameters a run may override (`check_overrides`; a spec's ``physics`` field) and the
+allowed range of each (s/token, bytes/s, s): the estimates the paper does not state (the A40 profile's
+sources say "estimate (paper silent)"), for sensitivity sweeps. The ranges only exclude nonsense (a
+prefill of 0.1 us to 10 ms per token; a link of 100 MB/s to 10 TB/s; up to 1 s of transfer setup);
+a sweep's plausible range is its own (`repro.paper.sections.sensitivity`). Constants the paper states
+(prefill base, decode, KV bytes per token, KV budget) are not overridable."""
+
+
+def check_overrides(raw: Any, where: str = "spec: field 'physics'") -> dict[str, float]:
+    """``raw`` (a mapping of `OVERRIDABLE` names to numbers) validated and normalised: keys sorted, values
+    floats. An unknown name or a value out of its range is a `ConfigError` naming it and the allowed."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a mapping of {sorted(OVERRIDABLE)} to numbers, got {raw!r}")
+    out: dict[str, float] = {}
+    for key in sorted(raw):
+        if key not in OVERRIDABLE:
+            raise ConfigError(f"{where}: unknown parameter {key!r}; allowed: {sorted(OVERRIDABLE)}")
+        value = raw[key]
+        lo, hi = OVERRIDABLE[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not lo <= value <= hi:
+            raise ConfigError(f"{where}: parameter {key!r} = {value!r} must be a number in [{lo:g}, {hi:g}]")
+        out[key] = float(value)
+    return out
 
 
 def available_profiles() -> list[str]:

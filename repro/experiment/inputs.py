@@ -14,6 +14,7 @@ from repro.routing.policies import make_policy
 from repro.routing.router import Router
 
 if TYPE_CHECKING:
+    from repro.engine.physics import Physics
     from repro.workload.traces import Trace
 
 
@@ -94,22 +95,40 @@ def cluster_calibration(spec: RunSpec) -> str | None:
     return spec.topology_parsed().options.get("calibration") if spec.cluster else None
 
 
+def engine_pools(spec: RunSpec) -> tuple[list[str], list[Physics], list[str], list[Physics]]:
+    """The truth of the spec's engines: (prefill names, their Physics, decode names, their Physics), each
+    instance's profile with the spec's ``physics`` overrides (`repro.cluster.topology.pools`)."""
+    return pools(spec.topology_parsed(), spec.physics)
+
+
 def truth_cost_model(spec: RunSpec) -> CostModel:
     """The deployment's own calibration (source of the SLO targets used for scoring): on real
-    engines (``vllm``) the cluster file's ``calibration``, else the profile's physics."""
+    engines (``vllm``) the cluster file's ``calibration``, else the physics of the spec's engines
+    (`engine_pools`). The SLO targets are those of the profile as shipped even when ``physics``
+    overrides its estimated constants: the paper states its targets (175 ms, 39.7 ms), so a
+    sensitivity sweep of our estimates moves the hardware, never the targets."""
     cal = cluster_calibration(spec) if spec.backend == "vllm" else None
     if cal:
         return CostModel.load(cal)
-    return CostModel.from_physics(pools(spec.topology_parsed())[3][0], name="truth")
+    cm = CostModel.from_physics(engine_pools(spec)[3][0], name="truth")
+    if spec.physics:
+        stated = CostModel.from_physics(pools(spec.topology_parsed())[3][0]).slo
+        cm = cm.with_overrides(ttft_tight_s=stated.ttft_tight_s, tpot_tight_s=stated.tpot_tight_s)
+    return cm
 
 
 def router_cost_model(spec: RunSpec) -> CostModel:
     """What the router believes: ``spec.cost_model``, where ``calibrated`` means the cluster file's
-    own ``calibration`` when it names one (the shipped A40 constants otherwise)."""
+    own ``calibration`` when it names one (the shipped A40 constants otherwise). A ``calibrated``
+    router knows the hardware: the spec's ``physics`` overrides apply to its constants too
+    (`repro.routing.cost_model.CostModel.with_physics`); any other cost model is left as it is
+    (``sim_derived`` is what a simulator believed, whatever the hardware)."""
     name = spec.cost_model
     if name == "calibrated":
         name = cluster_calibration(spec) or name
     cm = CostModel.load(name)
+    if spec.physics and spec.cost_model == "calibrated":
+        cm = cm.with_physics(spec.physics)
     if spec.kv_budget_tokens is not None:
         cm = cm.with_overrides(kv_capacity_tokens=spec.kv_budget_tokens)
     return cm

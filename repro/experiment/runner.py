@@ -12,9 +12,15 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from repro.cluster.topology import pools
 from repro.errors import ConfigError, check_choice
-from repro.experiment.inputs import build_predictions, build_trace, length_cap, make_router, truth_cost_model
+from repro.experiment.inputs import (
+    build_predictions,
+    build_trace,
+    engine_pools,
+    length_cap,
+    make_router,
+    truth_cost_model,
+)
 from repro.experiment.journal import read as read_journal
 from repro.experiment.journal import write_frame
 from repro.experiment.manifest import read_manifest, sha256, versions, write_json_atomic
@@ -59,7 +65,7 @@ class RunResult:
 
 def simulate_spec(spec: RunSpec) -> pd.DataFrame:
     """Run a spec on the simulator and return its journal (no files written)."""
-    _, pre, _, dec = pools(spec.topology_parsed())
+    _, pre, _, dec = engine_pools(spec)
     trace = build_trace(spec)
     pred = build_predictions(spec, trace)
     router = make_router(spec)

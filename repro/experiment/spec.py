@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from repro.cluster.topology import Topology, parse_topology
+from repro.engine.physics import check_overrides
 from repro.errors import ConfigError, check_choice, check_int, check_number
 from repro.routing.policies import make_policy
 from repro.sim.config import SimConfig
@@ -98,6 +99,14 @@ class RunSpec:
     """Cluster file (YAML) for every backend: topology, engine URLs, and the deployment's calibration."""
     arrival: dict[str, Any] | None = None
     """Arrival process (`repro.workload.arrivals.ArrivalSpec` fields); None: the workload's own."""
+    physics: dict[str, float] | None = None
+    """Overrides of the hardware profile's estimated constants on every instance (``sim`` only): a
+    mapping of `repro.engine.physics.OVERRIDABLE` names (``prefill_per_token_s`` in s/token,
+    ``transfer_bandwidth_bytes_per_s`` in bytes/s, ``transfer_latency_s`` in s) to values in their
+    ranges; None (or empty): the profile as shipped. The truth changes (`repro.experiment.inputs.
+    engine_pools`), and so does a ``calibrated`` router's belief (a calibrated router knows the
+    hardware: `repro.experiment.inputs.router_cost_model`); the SLO targets do not (the paper states
+    them: `repro.experiment.inputs.truth_cost_model`). In the run id when set."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator switches (``sim`` backend)."""
     live: LiveConfig = field(default_factory=LiveConfig)
@@ -124,6 +133,12 @@ class RunSpec:
             raise ConfigError("spec: field 'policy_options' must be a mapping")
         if self.arrival is not None:
             object.__setattr__(self, "arrival", _arrival_dict(self.arrival))
+        if self.physics is not None:
+            physics = check_overrides(self.physics)
+            if physics and self.backend != "sim":
+                raise ConfigError(f"spec: field 'physics' is for backend 'sim' only (live engines run their own "
+                                  f"hardware), got backend {self.backend!r}")
+            object.__setattr__(self, "physics", physics or None)
         self.topology_parsed()  # validate
         make_policy(self.policy, None, **self.policy_options)  # validate name and options
 
@@ -147,8 +162,9 @@ class RunSpec:
                 d.update(dataclasses.asdict(value))
             else:
                 d[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
-        if d["arrival"] is None:  # the workload's own process: left out, so run ids made before the field stay valid
-            del d["arrival"]
+        for name in ("arrival", "physics"):  # unset: left out, so run ids made before the field stay valid
+            if d[name] is None:
+                del d[name]
         return d
 
     def arrival_spec(self) -> ArrivalSpec:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from repro.engine.physics import Physics
+from repro.engine.physics import Physics, check_overrides
 from repro.errors import ConfigError
 from repro.paths import CALIBRATION_DIR
 from repro.vocab import DEFAULT_PROFILE, SloClass
@@ -52,6 +52,13 @@ _PAPER = dict(base=0.0667, per_token=6e-05, xfer_latency=0.001, kv_bytes=36864, 
               tau_dec=0.013236972413793102)
 TTFT_REFERENCE_TOKENS = (PAPER_TTFT_TIGHT_S - _PAPER["base"] - _PAPER["xfer_latency"] - _PAPER["tau_dec"]) / (
     _PAPER["per_token"] + _PAPER["kv_bytes"] / _PAPER["bandwidth"])  # = 1,521.0 tokens
+
+
+PHYSICS_TO_COST_MODEL = {"prefill_per_token_s": "tau_pre_per_token_s",
+                         "transfer_bandwidth_bytes_per_s": "xfer_bandwidth_bytes_per_s",
+                         "transfer_latency_s": "xfer_latency_s"}
+"""Each overridable physics parameter (`repro.engine.physics.OVERRIDABLE`) -> the cost-model constant
+`CostModel.from_physics` calibrates from it (the same value, the same unit)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,13 @@ class CostModel:
 
     def with_overrides(self, **changes: Any) -> CostModel:
         return replace(self, **changes)
+
+    def with_physics(self, overrides: dict[str, float]) -> CostModel:
+        """This model with a hardware profile's overridden estimates (`repro.engine.physics.check_overrides`
+        names; s/token, bytes/s, s) carried into the constants they calibrate (`PHYSICS_TO_COST_MODEL`),
+        as a perfect calibration of that hardware would (`from_physics`). The SLO targets stay."""
+        checked = check_overrides(overrides, "cost model: physics overrides")
+        return replace(self, **{PHYSICS_TO_COST_MODEL[k]: v for k, v in checked.items()})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,7 +22,7 @@ import pandas as pd
 from repro.experiment.spec import RunSpec
 from repro.paper.grids import gpus
 from repro.paper.plans import SIM_SATURATION_RATES, for_this_machine
-from repro.routing.policies import PAPER_POLICIES, PRODUCTION_POLICIES
+from repro.routing.policies import PAPER_POLICIES, PRODUCTION_POLICIES, make_policy
 
 if TYPE_CHECKING:
     from repro.paper.section import Labelled, Section
@@ -32,9 +32,11 @@ PRODUCTION = tuple(PRODUCTION_POLICIES)
 """The production-router baselines' names, in the order shown."""
 VLLM_ROUTER_POLICIES = ("round_robin", "power_of_two", "cache_aware")  # vllm-router's own --policy names
 OURS = "marginal_cost_plus"
-# The two switches of marginal_cost_plus, one at a time (options of marginal_cost).
-SWITCH_VARIANTS = {"marginal_cost+sampling": {"sample_d": 2},
-                   "marginal_cost+guard": {"admission_guard": True, "guard_margin": 1.5}}
+_PLUS = make_policy(OURS, None)
+SWITCH_VARIANTS = {"marginal_cost+sampling": {"sample_d": _PLUS.sample_d},
+                   "marginal_cost+guard": {"admission_guard": True, "guard_margin": _PLUS.guard_margin}}
+"""The two switches of ``marginal_cost_plus`` at its defaults, one at a time, on the paper's scorer (options
+of ``marginal_cost``): the mitigation the paper names, each alone."""
 
 
 def variant_spec(name: str, **fields: Any) -> RunSpec:

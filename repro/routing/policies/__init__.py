@@ -40,7 +40,7 @@ POLICIES: dict[str, type[Policy]] = {
     "marginal_cost": MarginalCost,  # the paper's scorer (§III)
     # ours: the scorer re-reasoned for batching decode engines (beyond the paper)
     "marginal_cost_batching": MarginalCostBatching,
-    # ours: a marginal-cost scorer (for now the batching one) with power-of-2 sampling and the admission guard
+    # ours: the batching scorer with power-of-2 sampling and the admission guard (tuned: repro.paper.tuning)
     "marginal_cost_plus": MarginalCostPlus,
     # production routers (repro.routing.policies.production)
     "power_of_two": PowerOfTwo,
