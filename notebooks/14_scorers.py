@@ -58,9 +58,13 @@ print(f"{runs.run_id.nunique()} runs ({ctx.n_requests} requests each, seeds {lis
       f"{ctx.rate:.1f} req/s; claims: {', '.join(claims)}")
 
 # %%
-table = ctx.write_results(nb.scorer_table(rows), "14_scorers")
-with_cols = ["claim", "section_key", "paper"] + [f"{f} {w}" for f in formulas for w in ("estimate", "verdict")]
-print(table[[c for c in with_cols if c in table.columns]].to_string(index=False))
+table = ctx.write_results(nb.scorer_table(rows), "14_scorers")  # printed (and checked) below
+
+# %% tags=["golden", "hide-input"]
+# checked: the values printed here are compared with notebooks/expected/14_scorers-1.txt in the test run
+with ctx.expected_output(1):
+    with_cols = ["section_key"] + [f"{f} {w}" for f in formulas for w in ("estimate", "verdict")]
+    print(table[[c for c in with_cols if c in table.columns]].to_string(index=False))
 
 # %%
 mech = ctx.write_results(nb.mechanisms(table, formulas), "14_mechanisms")

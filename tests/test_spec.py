@@ -32,7 +32,7 @@ def test_flat_names_route_into_their_groups_and_back():
     assert "sim" not in flat and "live" not in flat
     assert (flat["service"], flat["backlog"], flat["time_scale"]) == ("serial", "oracle", 2.0)
     assert spec_from_dict(flat) == spec
-    assert set(flat) | {"arrival"} == set(flat_field_names())
+    assert set(flat) | {"arrival", "physics"} == set(flat_field_names())  # (both omitted when unset)
 
 
 def test_replace_accepts_flat_group_fields():
