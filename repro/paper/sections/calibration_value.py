@@ -8,6 +8,7 @@ instances, 1.0 = even; `repro.experiment.metrics`). Goodput a fraction, times in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +118,11 @@ def calibration_headline(runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any
                 {"key": f"{key}_hi", "ours": tails[f"{g}_p99_max"], "unit": "s", "runs": ids,
                  "meaning": "highest P99 TTFT over the traces (interval: its requests resampled, these traces kept)"}]
     if "tail_share" in tails:
-        out.append({"key": "calib_tail_share", "ours": tails["tail_share"], "unit": "%",
+        share = tails["tail_share"]
+        if math.isnan(share.value):  # no advantage to give away: the share is undefined, not missing
+            share = dataclasses.replace(share, method="none: the calibrated router's mean P99 TTFT is not below "
+                                                       "round-robin's here, so there is no advantage to share")
+        out.append({"key": "calib_tail_share", "ours": share, "unit": "%",
                     "runs": ctx.run_ids(r_cal, r_sim, r_rr),
                     "meaning": "share of the calibrated router's P99 TTFT advantage over round-robin lost with "
                                "simulator-derived constants, % (mean P99 over traces)"})
