@@ -3,6 +3,8 @@ without files (`simulate_spec`, or `run_or_simulate` with ``sim_in_memory``)."""
 
 from __future__ import annotations
 
+import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from repro.experiment.journal import write_frame
 from repro.experiment.manifest import read_manifest, sha256, versions, write_json_atomic
 from repro.experiment.metrics import RequestOutcomes, request_outcomes, summarize
 from repro.experiment.spec import RunSpec
+from repro.routing.policies import policy_fingerprint
 from repro.sim.simulator import Simulator
 
 
@@ -86,12 +89,22 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_inv
     the ``time_scale_used``. See `OnInvalid` for what happens to an invalid run."""
     run_dir = Path(out_dir) / spec.run_id
     manifest_path = run_dir / "manifest.json"
+    code = policy_fingerprint(spec.policy)
     if resume and manifest_path.exists():
         manifest = read_manifest(manifest_path)
         journal_path = run_dir / "journal.jsonl"
         if (manifest and manifest.get("complete") and journal_path.exists()
                 and sha256(journal_path) == manifest.get("journal_sha256")):
-            return RunResult(spec, run_dir, manifest["summary"], skipped=True)
+            if manifest.get("policy_code") == code:
+                return RunResult(spec, run_dir, manifest["summary"], skipped=True)
+            # the same spec run by another formula of this policy name (or before fingerprints were kept):
+            # keep that run beside this one, untouched, and run the spec again
+            stale = run_dir.with_name(f"{run_dir.name}.policy-{manifest.get('policy_code') or 'unknown'}")
+            if stale.exists():
+                shutil.rmtree(stale)
+            run_dir.rename(stale)
+            print(f"run {spec.run_id}: finished by other code of policy {spec.policy!r} (kept in {stale.name}); "
+                  "running it again", file=sys.stderr)
     check_choice("run", "on_invalid", on_invalid, ("retry", "keep"))
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -108,6 +121,7 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_inv
         "run_id": spec.run_id,
         "spec": spec.to_dict(),
         "complete": True,
+        "policy_code": code,
         "started_unix": None if spec.backend == "sim" else started,
         "wall_s": None if spec.backend == "sim" else time.time() - started,
         "versions": versions(),

@@ -90,6 +90,26 @@ def policy_class(name: str) -> type:
     )
 
 
+def policy_fingerprint(name: str) -> str:
+    """A short hash of the code of policy ``name``: the source of its class and of every base class it
+    inherits from outside `repro.routing.policies.base` (the formula, not the interface). Two runs
+    of one spec by different formulas under the same name (``marginal_cost`` was our batching
+    variant before it became the paper's scorer) get different fingerprints; a finished live run
+    is resumed only when its manifest's fingerprint matches (`repro.experiment.runner.run`)."""
+    import hashlib
+
+    cls = policy_class(name)
+    parts = []
+    for c in cls.__mro__:
+        if c is object or c.__module__ == "repro.routing.policies.base" or c.__module__ == "abc":
+            continue
+        try:
+            parts.append(inspect.getsource(c))
+        except (OSError, TypeError):  # a class without source (built in, or made at run time)
+            parts.append(f"{c.__module__}.{c.__qualname__}")
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:16]
+
+
 def make_policy(name: str, cost_model: CostModel | None = None, **options: Any) -> Policy:
     """Instantiate a policy by name (or import path) with options.
 
