@@ -65,6 +65,11 @@ class RequestOutcomes:
         """The outcomes at ``index`` (a bootstrap resample)."""
         return RequestOutcomes(self.good[index], self.ttft[index])
 
+    def ttft_percentile(self, q: float) -> float:
+        """The ``q``-th percentile of TTFT (seconds) over the requests that produced a first token, as
+        `summarize`'s tails; NaN when none did."""
+        return _pct(self.ttft, q)
+
 
 def request_outcomes(journal: pd.DataFrame, slo: SLOTargets) -> RequestOutcomes:
     """Per-request good flags and TTFTs of ``journal`` in request-id order (`RequestOutcomes`)."""

@@ -41,9 +41,7 @@ def ttft_p99_estimate(outcomes: Sequence[RequestOutcomes]) -> Estimate:
     with replacement then requests within each (requests alone with one trace). A bootstrap over the
     per-trace P99s alone (`over_traces`) would ignore each P99's own noise and gives no interval for one trace."""
     def stat(groups: Mapping[str, Sequence[RequestOutcomes]]) -> dict[str, float]:
-        p99 = [float(np.percentile(o.ttft[~np.isnan(o.ttft)], 99)) if (~np.isnan(o.ttft)).any() else np.nan
-               for o in groups["runs"]]
-        return {"ttft_p99_s": float(np.mean(p99))}
+        return {"ttft_p99_s": float(np.mean([o.ttft_percentile(99) for o in groups["runs"]]))}
 
     return joint_bootstrap({"runs": list(outcomes)}, stat)["ttft_p99_s"]
 

@@ -82,8 +82,7 @@ def tail_statistics(groups: Outcomes) -> dict[str, float]:
     a list of per-trace outcomes): each learned router's lowest and highest P99 TTFT over the traces,
     and with ``rr`` the share (%) of the calibrated router's advantage over round-robin in mean P99 TTFT
     that the simulator-derived constants give away (NaN when there is no advantage)."""
-    p99 = {g: [float(np.nanpercentile(o.ttft, 99)) if np.isfinite(o.ttft).any() else math.nan for o in runs]
-           for g, runs in groups.items()}
+    p99 = {g: [o.ttft_percentile(99) for o in runs] for g, runs in groups.items()}
     out = {f"{g}_p99_{f.__name__}": float(f(p99[g])) for g in ("cal", "sim") for f in (min, max)}
     if "rr" in groups:
         adv = float(np.mean(p99["rr"]) - np.mean(p99["cal"]))

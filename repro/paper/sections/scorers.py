@@ -169,11 +169,17 @@ def scorer_rows(ctx: Section, formulas: Sequence[str] = FORMULAS,
     return rows, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _judged(rows: list[dict[str, Any]], notebook: str = "14_scorers") -> pd.DataFrame:
+    """The rows judged (`repro.paper.headline.headline_frame`), their keys split into section key and formula."""
+    judged = headline_frame(rows, notebook)
+    judged[["section_key", "formula"]] = judged.key.str.split("@", n=1, expand=True)
+    return judged
+
+
 def scorer_table(rows: list[dict[str, Any]], notebook: str = "14_scorers") -> pd.DataFrame:
     """The judged rows side by side: one row per (claim group, section key), per formula its value
     with its interval and its verdict (`repro.paper.headline.headline_frame`)."""
-    judged = headline_frame(rows, notebook)
-    judged[["section_key", "formula"]] = judged.key.str.split("@", n=1, expand=True)
+    judged = _judged(rows, notebook)
     group_of = {k: g for g, keys in CLAIMS.items() for k in keys}
     judged["claim"] = judged.section_key.map(group_of)
     judged["estimate"] = [Estimate(r.ours, r.ours_lo, r.ours_hi).text() for r in judged.itertuples()]
@@ -196,8 +202,7 @@ def scorer_figure(rows: list[dict[str, Any]], title: str) -> Figure:
     value as a black cross where it states one. Absolute goodputs are left to the table."""
     import matplotlib.pyplot as plt
 
-    judged = headline_frame(rows, "14_scorers")
-    judged[["section_key", "formula"]] = judged.key.str.split("@", n=1, expand=True)
+    judged = _judged(rows)
     judged = judged[(judged.kind == "ordering") | (judged.unit == "points")]
     scale = np.where(judged.unit.isin(["fraction", "goodput"]), 100.0, 1.0)  # everything in points
     judged = judged.assign(v=judged.ours * scale, lo=judged.ours_lo * scale, hi=judged.ours_hi * scale,
