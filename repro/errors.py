@@ -17,6 +17,14 @@ class RunInvalid(RuntimeError):
     """
 
 
+class RunFailed(RuntimeError):
+    """A run of a sweep raised (on a worker or here): the message names its run id, its spec's grid
+    fields and the error. Runs of the sweep that finished before it are kept (a rerun resumes them).
+
+    The CLI prints the message and exits with code 1.
+    """
+
+
 def parse_assignments(pairs: "list[str] | tuple[str, ...]", what: str) -> dict:
     """``["k=v", ...]`` from the command line to a dict, each value read as YAML (numbers, bools,
     lists); a pair without ``=`` is a ConfigError naming ``what`` (the field or flag)."""

@@ -11,6 +11,9 @@ import pytest
 # Tests simulate for real: a cached result (repro.experiment.simcache) would hide a monkeypatched
 # simulator; tests of the cache turn it on for themselves.
 os.environ["REPRO_SIM_CACHE"] = "off"
+# ... and sweeps run in this process (a monkeypatch does not reach worker processes); the parallel
+# executors have their own tests (test_parallel_sweep.py, test_ray_executor.py), which pass them explicitly.
+os.environ["REPRO_JOBS"] = "1"
 
 
 def synthetic_trace(n: int, rate: float, prompt, output, seed: int = 0, slo=None) -> pd.DataFrame:

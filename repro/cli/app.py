@@ -13,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from repro.errors import ConfigError, RunInvalid, parse_assignments
+from repro.errors import ConfigError, RunFailed, RunInvalid, parse_assignments
+from repro.experiment.executor import EXECUTORS
 from repro.routing.policies import PAPER_POLICIES
 from repro.vocab import BACKENDS, BACKLOG_SOURCES, DEFAULT_PROFILE, PREDICTORS, SERVICES, WORKLOADS
 
@@ -26,7 +27,8 @@ err_console = Console(stderr=True)
 
 def _boundary(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn ConfigError into one clear line and exit code 2; RunInvalid (a live run the machine could
-    not keep up with, at any time scale tried) into its message and exit code 3."""
+    not keep up with, at any time scale tried) into its message and exit code 3; RunFailed (a run of a
+    sweep raised) into its message, naming the spec, and exit code 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -38,6 +40,9 @@ def _boundary(fn: Callable[..., Any]) -> Callable[..., Any]:
         except RunInvalid as exc:
             err_console.print(f"[red]invalid run:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(3) from None
+        except RunFailed as exc:
+            err_console.print(f"[red]run failed:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
 
     return wrapper
 
@@ -99,13 +104,22 @@ def run(
     on_invalid: str = typer.Option(
         "retry", help="live runs the machine could not keep up with: retry (at lower time scales, then stop "
                       "with exit code 3) | keep (record them, marked invalid)"),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=100_000,
+                                    help="sim runs at once (default: one per core; ray: the cluster's CPUs)"),
+    executor: str = typer.Option("local", "--executor", help="where sim runs execute: " + _one_of(EXECUTORS)),
+    address: str | None = typer.Option(None, "--address",
+                                       help="ray: the head's HOST:PORT, or 'auto' (default $REPRO_RAY_ADDRESS)"),
 ) -> None:
-    """Run one experiment (or a small grid over comma-listed seeds/policies); print a summary.
+    """Run one experiment (or a grid over comma-listed seeds/policies); print a summary.
+
+    Sim runs of a grid run in parallel (--jobs local processes, or a Ray cluster with --executor ray
+    --address HOST:PORT); the journals are written here, byte-identical to running them one by one.
 
     A live run (emulated, vllm) also prints its validity: whether this machine kept up with it
     (send lag, proxy loop lag, engine step lateness, CPU steal; `repro.live.validity`)."""
+    from repro.experiment.executor import make_executor
     from repro.experiment.manifest import read_manifest
-    from repro.experiment.runner import run as run_one
+    from repro.experiment.runner import sweep_results
     from repro.experiment.spec import RunSpec, load_spec, spec_from_dict
 
     flags = {
@@ -122,11 +136,8 @@ def run(
     specs = [base.replace(seed=s, policy=p) for s, p in itertools.product(seeds, policies)]
     for s in specs:
         RunSpec.from_flat(**s.to_dict())  # validate every combination before running any
-    rows = []
-    for s in specs:
-        with console.status(f"running {s.run_id} ({s.backend}, {s.n_requests} requests)"):
-            res = run_one(s, out, resume=not fresh, on_invalid=on_invalid)
-        rows.append(res)
+    with make_executor(executor, jobs, address) as ex:
+        rows = sweep_results(specs, out, progress=True, on_invalid=on_invalid, executor=ex, resume=not fresh)
     table = Table(title=f"{base.workload} on {base.topology_parsed().shorthand} ({base.backend})")
     live = base.backend != "sim"
     columns = ("policy", "seed", "rate", "goodput", "P99 TTFT (s)", "P99 TPOT (s)", "token skew", "ok/failed/rejected",
@@ -168,8 +179,12 @@ def saturate(
     time_scale: float = typer.Option(1.0, "--time-scale", help="emulated: time compression"),
     cluster: str | None = typer.Option(None, help="cluster YAML (vllm backend)"),
     out: Path = typer.Option(Path("runs/saturation"), help="probe runs are journaled here (and reused)"),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=100_000,
+                                    help="sim: probes simulated ahead at once (default: one per core); the "
+                                         "search and its result are the same for any value"),
 ) -> None:
     """Find, per workload, the arrival rate at which round-robin is mid-collapse (probes + bisection)."""
+    from repro.experiment.executor import make_executor
     from repro.experiment.runner import run as run_one
     from repro.experiment.saturation import PAPER_COLLAPSE_FRACTION, saturation_search
     from repro.experiment.spec import RunSpec
@@ -181,8 +196,8 @@ def saturate(
         base = RunSpec.from_flat(backend=backend, workload=wl, topology=topology, n_requests=n_requests, seed=seed,
                        time_scale=time_scale, cluster=cluster)
         probe = None if backend == "sim" else (lambda spec: run_one(spec, out).summary["goodput"])
-        with console.status(f"probing {wl}"):
-            res = saturation_search(base, light_rate=light_rate, band=band, probe=probe,
+        with console.status(f"probing {wl}"), make_executor("local", jobs) as ex:
+            res = saturation_search(base, light_rate=light_rate, band=band, probe=probe, executor=ex,
                                     collapse_fraction=collapse_fraction or PAPER_COLLAPSE_FRACTION)
         probes = ", ".join(f"{r:g}: {g:.3f}" for r, g in res.probes)
         table.add_row(wl, f"{res.rate:.2f}", f"{res.light_goodput:.3f}", f"{res.target_goodput:.3f}", probes)

@@ -3,13 +3,14 @@ without files (`simulate_spec`, or `run_or_simulate` with ``sim_in_memory``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -25,11 +26,14 @@ from repro.experiment.inputs import (
 )
 from repro.experiment.journal import read as read_journal
 from repro.experiment.journal import write_frame
-from repro.experiment.manifest import read_manifest, sha256, versions, write_json_atomic
+from repro.experiment.manifest import read_manifest, sha256, versions, write_bytes_atomic, write_json_atomic
 from repro.experiment.metrics import RequestOutcomes, request_outcomes, summarize
 from repro.experiment.spec import RunSpec
 from repro.routing.policies import policy_fingerprint
 from repro.sim.simulator import Simulator
+
+if TYPE_CHECKING:
+    from repro.experiment.executor import Executor
 
 
 # ---- running --------------------------------------------------------------------------------
@@ -81,58 +85,129 @@ OnInvalid = Literal["retry", "keep"]
 ``keep`` it, marked ``valid: false`` (for experiments about validity itself)."""
 
 
+def finished_run(spec: RunSpec, out_dir: str | Path) -> RunResult | None:
+    """The finished run of ``spec`` under ``out_dir`` (a complete manifest, its journal's hash, and this
+    code of its policy), skipped; else None. A finished run by other code of the same policy name is
+    moved aside to ``<run_id>.policy-<fingerprint>`` (kept, untouched) so the spec runs again."""
+    run_dir = Path(out_dir) / spec.run_id
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.exists():
+        return None
+    manifest = read_manifest(manifest_path)
+    journal_path = run_dir / "journal.jsonl"
+    if not (manifest and manifest.get("complete") and journal_path.exists()
+            and sha256(journal_path) == manifest.get("journal_sha256")):
+        return None
+    if manifest.get("policy_code") == policy_fingerprint(spec.policy):
+        return RunResult(spec, run_dir, manifest["summary"], skipped=True)
+    # the same spec run by another formula of this policy name (or before fingerprints were kept):
+    # keep that run beside this one, untouched, and run the spec again
+    stale = run_dir.with_name(f"{run_dir.name}.policy-{manifest.get('policy_code') or 'unknown'}")
+    if stale.exists():
+        shutil.rmtree(stale)
+    run_dir.rename(stale)
+    print(f"run {spec.run_id}: finished by other code of policy {spec.policy!r} (kept in {stale.name}); "
+          "running it again", file=sys.stderr)
+    return None
+
+
 def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_invalid: OnInvalid = "retry") -> RunResult:
     """Run one spec, writing journal + manifest under ``out_dir/<run_id>/``; skip if finished.
 
     A live run gets a validity verdict (`repro.live.validity`); the manifest records ``valid``, the
     ``validity`` of the kept attempt, every attempt (``attempts``: time scale, valid, reasons) and
     the ``time_scale_used``. See `OnInvalid` for what happens to an invalid run."""
-    run_dir = Path(out_dir) / spec.run_id
-    manifest_path = run_dir / "manifest.json"
-    code = policy_fingerprint(spec.policy)
-    if resume and manifest_path.exists():
-        manifest = read_manifest(manifest_path)
-        journal_path = run_dir / "journal.jsonl"
-        if (manifest and manifest.get("complete") and journal_path.exists()
-                and sha256(journal_path) == manifest.get("journal_sha256")):
-            if manifest.get("policy_code") == code:
-                return RunResult(spec, run_dir, manifest["summary"], skipped=True)
-            # the same spec run by another formula of this policy name (or before fingerprints were kept):
-            # keep that run beside this one, untouched, and run the spec again
-            stale = run_dir.with_name(f"{run_dir.name}.policy-{manifest.get('policy_code') or 'unknown'}")
-            if stale.exists():
-                shutil.rmtree(stale)
-            run_dir.rename(stale)
-            print(f"run {spec.run_id}: finished by other code of policy {spec.policy!r} (kept in {stale.name}); "
-                  "running it again", file=sys.stderr)
+    if resume and (done := finished_run(spec, out_dir)) is not None:
+        return done
+    if spec.backend == "sim":
+        return commit_simulated(spec, simulate_output(SimTask(spec, journal=True)), out_dir)
     check_choice("run", "on_invalid", on_invalid, ("retry", "keep"))
+    run_dir = Path(out_dir) / spec.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    live: dict[str, Any] = {}
-    if spec.backend == "sim":
-        journal = simulate_spec(spec)
-        write_frame(journal, run_dir / "journal.jsonl")
-    else:
-        journal, live = run_live_valid(spec, run_dir, on_invalid)
+    journal, live = run_live_valid(spec, run_dir, on_invalid)
     summary = summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests)
-    if live:  # validity beside every live number
-        summary.update(valid=live["valid"], time_scale_used=live["time_scale_used"])
+    summary.update(valid=live["valid"], time_scale_used=live["time_scale_used"])  # validity beside every number
+    length = build_trace(spec).meta["length_cap"] if length_cap(spec) is not None else None
+    return _write_manifest(spec, run_dir, summary, {"started_unix": started, "wall_s": time.time() - started,
+                                                    **live}, length)
+
+
+def _write_manifest(spec: RunSpec, run_dir: Path, summary: dict[str, Any], extra: dict[str, Any],
+                    length: Any) -> RunResult:
     manifest = {
         "run_id": spec.run_id,
         "spec": spec.to_dict(),
         "complete": True,
-        "policy_code": code,
-        "started_unix": None if spec.backend == "sim" else started,
-        "wall_s": None if spec.backend == "sim" else time.time() - started,
+        "policy_code": policy_fingerprint(spec.policy),
+        "started_unix": None,
+        "wall_s": None,
         "versions": versions(),
         "journal_sha256": sha256(run_dir / "journal.jsonl"),
         "summary": summary,
-        **live,
+        **extra,
     }
-    if length_cap(spec) is not None:  # requests were cut to the engines' context: say so beside the numbers
-        manifest["length_cap"] = build_trace(spec).meta["length_cap"]
-    write_json_atomic(manifest_path, manifest)
+    if length is not None:  # requests were cut to the engines' context: say so beside the numbers
+        manifest["length_cap"] = length
+    write_json_atomic(run_dir / "manifest.json", manifest)
     return RunResult(spec, run_dir, summary)  # good flags: read from the journal when asked (good_flags)
+
+
+# ---- one simulation, on any worker ------------------------------------------------------------
+@dataclass(frozen=True)
+class SimTask:
+    """One ``sim`` spec to simulate on a worker: ``journal`` = also send back the journal file's bytes
+    (a run written to a folder), else only the summary and outcomes (a simulation in memory)."""
+
+    spec: RunSpec
+    journal: bool
+
+
+@dataclass
+class SimOutput:
+    """What a worker sends back for a `SimTask`: the summary (`summarize`), the per-request outcomes
+    (in memory only: a written run reads them from its journal, as a resumed one does), the journal
+    file's exact bytes (`repro.experiment.journal.write_frame`) and the trace's ``length_cap`` meta
+    (None unless requests were cut to the engines' context)."""
+
+    summary: dict[str, Any]
+    outcomes: RequestOutcomes | None = field(default=None, repr=False)
+    journal: bytes | None = field(default=None, repr=False)
+    length_cap: Any = None
+
+
+def simulate_output(task: SimTask) -> SimOutput:
+    """Simulate one spec where this runs (a top-level function: workers of `repro.experiment.executor`
+    call it). Writes nothing the caller sees: the journal's bytes come back in the output."""
+    import tempfile
+
+    spec = task.spec
+    journal = simulate_spec(spec)
+    slo = truth_cost_model(spec).slo
+    summary = summarize(journal, slo, sent=spec.n_requests)
+    if not task.journal:
+        return SimOutput(summary, request_outcomes(journal, slo))
+    with tempfile.TemporaryDirectory(prefix="repro-journal-") as tmp:
+        path = Path(tmp) / "journal.jsonl"
+        write_frame(journal, path)
+        data = path.read_bytes()
+    length = build_trace(spec).meta["length_cap"] if length_cap(spec) is not None else None
+    return SimOutput(summary, journal=data, length_cap=length)
+
+
+def commit_simulated(spec: RunSpec, out: SimOutput, out_dir: str | Path) -> RunResult:
+    """Keep a worker's simulation here: with journal bytes, write the run's journal (atomically) and
+    manifest under ``out_dir/<run_id>/``; without, store it in the simulation cache
+    (`repro.experiment.simcache`) and return it in memory."""
+    if out.journal is None:
+        from repro.experiment import simcache
+
+        simcache.store(spec, out.summary, out.outcomes)
+        return RunResult(spec, None, out.summary, outcomes=out.outcomes)
+    run_dir = Path(out_dir) / spec.run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(run_dir / "journal.jsonl", out.journal)
+    return _write_manifest(spec, run_dir, out.summary, {}, out.length_cap)
 
 
 def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry",
@@ -189,11 +264,16 @@ def simulated_summary(spec: RunSpec) -> tuple[dict[str, Any], RequestOutcomes]:
     hit = simcache.load(spec)
     if hit is not None:
         return hit
-    journal = simulate_spec(spec)
-    slo = truth_cost_model(spec).slo
-    summary, outcomes = summarize(journal, slo, sent=spec.n_requests), request_outcomes(journal, slo)
-    simcache.store(spec, summary, outcomes)
-    return summary, outcomes
+    res = commit_simulated(spec, simulate_output(SimTask(spec, journal=False)), "")
+    return res.summary, res.request_outcomes()
+
+
+def simulated_summaries(specs: Sequence[RunSpec], executor: Executor | None = None,
+                        ) -> list[tuple[dict[str, Any], RequestOutcomes]]:
+    """`simulated_summary` of each spec (in order), the missing ones simulated on ``executor``
+    (default: the environment's, `repro.experiment.executor.default_executor`)."""
+    results = sweep_results(specs, "", progress=False, sim_in_memory=True, executor=executor)
+    return [(r.summary, r.request_outcomes()) for r in results]
 
 
 RowMaker = Callable[[RunResult], dict[str, Any]]
@@ -202,28 +282,117 @@ RowMaker = Callable[[RunResult], dict[str, Any]]
 
 def sweep(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progress: bool = True,
           row: RowMaker | None = None, *, sim_in_memory: bool = False,
-          on_invalid: OnInvalid = "retry") -> pd.DataFrame:
-    """Run many specs in order (resumable: finished ones are skipped); one row per run.
+          on_invalid: OnInvalid = "retry", executor: Executor | None = None) -> pd.DataFrame:
+    """Run many specs (resumable: finished ones are skipped); one row per run, in ``specs`` order.
 
     This is the one grid runner: the CLI and the notebooks (`repro.paper.section.Section.run`) both
     use it. ``sim_in_memory`` simulates ``sim`` specs without files (`run_or_simulate`). ``row`` makes
-    each row (default `run_row`: run id, the spec's grid fields and the summary).
+    each row (default `run_row`: run id, the spec's grid fields and the summary). ``sim`` specs run
+    on ``executor`` (default: the environment's, one local process per core; `sweep_results`); the
+    table is the same for any executor and any number of workers.
     """
     make_row = row or run_row
-    how: dict[str, Any] = {"sim_in_memory": sim_in_memory, "on_invalid": on_invalid}
-    rows = []
-    if progress:
-        from rich.progress import Progress
+    results = sweep_results(specs, out_dir, progress, sim_in_memory=sim_in_memory, on_invalid=on_invalid,
+                            executor=executor)
+    return pd.DataFrame([make_row(r) for r in results])
 
-        with Progress(transient=True) as bar:
-            task = bar.add_task("runs", total=len(specs))
-            for spec in specs:
-                rows.append(make_row(run_or_simulate(spec, out_dir, **how)))
-                bar.advance(task)
-    else:
-        for spec in specs:
-            rows.append(make_row(run_or_simulate(spec, out_dir, **how)))
-    return pd.DataFrame(rows)
+
+def describe_spec(spec: RunSpec) -> str:
+    """A spec's grid fields in one line, for progress and error messages."""
+    return (f"{spec.backend} {spec.workload} {spec.topology_parsed().shorthand} {spec.policy} "
+            f"rate {spec.rate:g} seed {spec.seed} n {spec.n_requests}")
+
+
+def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progress: bool = True, *,
+                  sim_in_memory: bool = False, on_invalid: OnInvalid = "retry",
+                  executor: Executor | None = None, resume: bool = True) -> list[RunResult]:
+    """The `RunResult` of each spec, in ``specs`` order (what `sweep` tabulates).
+
+    Here, in this process: what is done already (finished runs under ``out_dir``, or cached
+    simulations with ``sim_in_memory``) is read back. The other ``sim`` specs (each run id once)
+    are simulated on ``executor``'s workers, which send back summaries, outcomes and journal bytes;
+    this process writes every journal and manifest, one run at a time as each arrives, so the
+    workers need no shared file system and a killed sweep resumes from the runs it wrote. Live specs
+    run last, here, one at a time (their validity needs the machine to themselves). A run that
+    raises stops the sweep with `repro.errors.RunFailed` naming its spec. ``resume=False`` runs
+    every spec again (finished runs are overwritten; the simulation cache is still used).
+    """
+    from repro.errors import RunFailed
+    from repro.experiment import simcache
+    from repro.experiment.executor import SerialExecutor, TaskFailed, default_executor
+
+    specs = list(specs)
+    results: list[RunResult | None] = [None] * len(specs)
+    todo: dict[str, list[int]] = {}  # sim run id -> the positions it fills (a spec given twice runs once)
+    live: list[int] = []
+    for i, spec in enumerate(specs):
+        if spec.backend != "sim":
+            live.append(i)
+            continue
+        if spec.run_id in todo:
+            todo[spec.run_id].append(i)
+            continue
+        if sim_in_memory:
+            hit = simcache.load(spec)
+            done = RunResult(spec, None, hit[0], outcomes=hit[1]) if hit is not None else None
+        else:
+            done = finished_run(spec, out_dir) if resume else None
+        if done is not None:
+            results[i] = done
+        else:
+            todo[spec.run_id] = [i]
+    first = [specs[idx[0]] for idx in todo.values()]
+    ex = executor or default_executor()
+    if ex.jobs <= 1 or len(first) < 2:
+        ex = SerialExecutor()  # nothing to share out: no worker start-up
+    bar = _progress(len(specs), ex, progress)
+    bar.advance(len(specs) - len(live) - sum(len(idx) for idx in todo.values()))
+    try:
+        tasks = [SimTask(s, journal=not sim_in_memory) for s in first]
+        try:
+            for j, out in ex.imap_unordered(simulate_output, tasks):
+                res = commit_simulated(first[j], out, out_dir)
+                positions = todo[first[j].run_id]
+                results[positions[0]] = res
+                for k in positions[1:]:  # a spec given twice: later ones skip the first, as one after another
+                    results[k] = res if sim_in_memory else dataclasses.replace(res, skipped=True)
+                bar.advance(len(positions))
+        except TaskFailed as exc:
+            spec = first[exc.index]
+            raise RunFailed(f"run {spec.run_id} ({describe_spec(spec)}) failed on {ex.describe()}: {exc.cause}. "
+                            f"The runs finished before it are kept under {out_dir or 'the simulation cache'}; "
+                            "run the sweep again to resume") from exc
+        for i in live:
+            results[i] = run(specs[i], out_dir, resume=resume, on_invalid=on_invalid)
+            bar.advance(1)
+    finally:
+        bar.close()
+    return [r for r in results if r is not None]
+
+
+class _Bar:
+    """Progress over a sweep's runs (done / total, across workers), or nothing."""
+
+    def __init__(self, total: int, label: str, show: bool) -> None:
+        self._progress: Any = None
+        if show and total:
+            from rich.progress import Progress
+
+            self._progress = Progress(transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task(label, total=total)
+
+    def advance(self, n: int) -> None:
+        if self._progress is not None and n:
+            self._progress.advance(self._task, n)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def _progress(total: int, ex: Executor, show: bool) -> _Bar:
+    return _Bar(total, f"runs ({ex.describe()})", show)
 
 
 def run_row(res: RunResult) -> dict[str, Any]:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from repro.errors import ConfigError
 from repro.experiment.inputs import truth_cost_model
-from repro.experiment.runner import simulated_summary
+from repro.experiment.runner import simulated_summaries, simulated_summary
 from repro.experiment.spec import RunSpec
+
+if TYPE_CHECKING:
+    from repro.experiment.executor import Executor
 
 # ---- saturation search ----------------------------------------------------------------------
 PAPER_COLLAPSE_FRACTION = 0.733 / 0.880  # Fig. 5: round-robin's goodput at the operating point / at light load
@@ -85,6 +89,23 @@ def rate_band(probes: list[tuple[float, float]], target: float, band: float = SA
     return crossing(target + band), crossing(target - band)
 
 
+def bisection_ahead(lo: float, hi: float, workers: int, left: int, high_first: bool = False) -> list[float]:
+    """The rates a geometric bisection of ``(lo, hi)`` may probe next, breadth first: its next
+    midpoint, then both midpoints of the level below, and so on, at most ``workers`` (and at most
+    ``left``, the probes the search has left) rates; within a level, the upper half's first when
+    ``high_first`` (where the search expects to go). Computed exactly as the search computes them
+    (``sqrt(lo * hi)``), so they match its probes bit for bit."""
+    level, out = [(lo, hi)], []
+    while level and len(out) < min(workers, left):
+        below = []
+        for a, b in level:
+            mid = math.sqrt(a * b)
+            out.append(mid)
+            below += [(mid, b), (a, mid)] if high_first else [(a, mid), (mid, b)]
+        level = below
+    return out[:min(workers, left)]
+
+
 def saturation_search(
     base: RunSpec,
     light_rate: float = 1.0,
@@ -93,12 +114,19 @@ def saturation_search(
     max_rate: float = 512.0,
     max_probes: int = 16,
     probe: Callable[[RunSpec], float] | None = None,
+    executor: Executor | None = None,
 ) -> SaturationResult:
     """Find the arrival rate where round-robin's goodput is ``collapse_fraction`` of its light-load
     goodput (within ``band``, absolute), by doubling then bisection on the rate.
 
     ``probe(spec) -> goodput`` runs one short probe; the default simulates ``base`` with
     ``policy=round_robin`` (backends other than sim pass a probe that runs the live harness).
+
+    With the default probe, the probes the search may need next are simulated ahead on ``executor``'s
+    workers (default: the environment's; `repro.experiment.executor`): the next doublings while
+    doubling, the next levels of the bisection tree while bisecting (as many as there are workers).
+    The search itself is unchanged: it takes the same steps and returns the same probes and rate as
+    with one worker; a probe simulated ahead and not needed is only kept in the simulation cache.
     """
     if not 0 < collapse_fraction < 1:
         raise ConfigError(f"saturation: field 'collapse_fraction' must be in (0, 1), got {collapse_fraction!r}")
@@ -106,21 +134,41 @@ def saturation_search(
         raise ConfigError(f"saturation: field 'band' must be in (0, 0.5), got {band!r}")
     rr = base.replace(policy="round_robin", policy_options={})
 
-    def default_probe(spec: RunSpec) -> float:
-        return simulated_summary(spec)[0]["goodput"]
+    ahead: dict[float, float] = {}  # rate -> goodput simulated ahead of the search
+    workers = 1
+    if probe is None:
+        from repro.experiment.executor import default_executor
 
-    probe = probe or default_probe
+        ex = executor or default_executor()
+        workers = ex.jobs
+
+        def default_probe(spec: RunSpec) -> float:
+            return simulated_summary(spec)[0]["goodput"]
+
+        def prefetch(rates: list[float]) -> None:
+            rates = [r for r in dict.fromkeys(rates) if r not in ahead and r <= max_rate]
+            if len(rates) > 1:
+                found = simulated_summaries([rr.replace(rate=r) for r in rates], ex)
+                ahead.update({r: float(sm["goodput"]) for r, (sm, _) in zip(rates, found, strict=True)})
+
+        probe = default_probe
     probes: list[tuple[float, float]] = []
 
     def g(rate: float) -> float:
-        value = float(probe(rr.replace(rate=rate)))
+        value = ahead[rate] if rate in ahead else float(probe(rr.replace(rate=rate)))
         probes.append((rate, value))
         return value
 
+    if workers > 1:  # the light probe and the first doublings at once
+        prefetch([light_rate * 2.0 ** k for k in range(workers)])
     light = g(light_rate)
     target = light * collapse_fraction
     lo, hi = light_rate, light_rate * 2
-    while g(hi) > target + band:
+    while True:
+        if workers > 1 and hi not in ahead:
+            prefetch([hi * 2.0 ** k for k in range(workers)])
+        if g(hi) <= target + band:
+            break
         lo, hi = hi, hi * 2
         if hi > max_rate:
             raise ConfigError(
@@ -129,6 +177,11 @@ def saturation_search(
     best = min(probes, key=lambda p: abs(p[1] - target))
     while abs(best[1] - target) > band and len(probes) < max_probes:
         mid = math.sqrt(lo * hi)
+        if workers > 1 and mid not in ahead:
+            seen = dict(probes)  # where the target lies, by the line through (lo, g(lo)) and (hi, g(hi)) in log rate
+            g_lo, g_hi = seen.get(lo, math.nan), seen.get(hi, math.nan)
+            high = g_lo > g_hi and (g_lo - target) / (g_lo - g_hi) > 0.5
+            prefetch(bisection_ahead(lo, hi, workers, max_probes - len(probes), high_first=high))
         value = g(mid)
         if value > target:
             lo = mid

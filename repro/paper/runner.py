@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from repro.errors import ConfigError, parse_assignments
+from repro.errors import ConfigError, check_choice, parse_assignments
 from repro.paper.summary import collect_headlines, commit_id, default_dirs, verdict_counts
 from repro.paths import CLUSTERS_DIR, NOTEBOOK_DIR, resolve_dir
 from repro.vocab import BACKENDS, SCALES
@@ -62,6 +62,16 @@ class NotebookResult:
 
 # ---- discovery and the parameters cell ---------------------------------------------------------
 OVERVIEW = "00_overview"
+
+NOTEBOOK_WALL_S: dict[str, float] = {
+    "13_beyond": 211, "14_scorers": 148, "10_feature_ablation": 103, "12_sim_vs_hardware": 80,
+    "09_load_and_tails": 70, "07_pool_width": 45, "08_frontier": 40, "05_calibration_value": 35,
+    "11_predictor_noise": 30, "06_heterogeneity": 25, "04_mixed_goodput": 20, "03_methodology": 20,
+    "02_length_predictor": 15, "01_calibration": 10,
+}
+"""Each section notebook's wall seconds in the main job (sim, full, 2 cores, measured at 85d9d7e):
+`run_paper` starts the longest first (longest-processing-time order), so no long notebook starts
+last and runs alone. Only the order depends on these; a notebook not listed starts after them."""
 """The notebook that reads the run's ``summary.csv``: `run_paper` runs it after the sections."""
 
 
@@ -183,12 +193,19 @@ def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = 
 def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = None,
               cluster: str | None = None, out: str | Path = "build/notebooks",
               results_dir: str | Path | None = None, figures_dir: str | Path | None = None,
-              extra: dict[str, Any] | None = None, jobs: int = 0,
+              extra: dict[str, Any] | None = None, jobs: int = 0, executor: str = "local",
+              address: str | None = None,
               console: Console | None = None) -> tuple[list[NotebookResult], pd.DataFrame]:
     """Run the selected notebooks; returns their results and the summary table (also written).
-    Results and figures go to `default_dirs` unless given. ``jobs`` notebooks run at once (0: one per
-    core on ``sim``, whose notebooks share nothing and are deterministic; one on a live backend, whose
-    runs need the machine to themselves)."""
+    Results and figures go to `default_dirs` unless given.
+
+    ``jobs``: the cores to use (0: every core on ``sim``; 1 on a live backend, whose runs need the
+    machine to themselves). On ``sim`` up to ``jobs`` notebooks run at once (they share nothing and
+    are deterministic; the longest first, `NOTEBOOK_WALL_S`), and each notebook's sweeps and
+    saturation probes run on worker processes too (`repro.experiment.executor`: ``$REPRO_JOBS`` =
+    ``ceil(2 jobs / notebooks at once)``, so a notebook left running alone still uses every core).
+    ``executor="ray"`` sends the notebooks' simulations to the Ray cluster at ``address`` instead.
+    Every result is the same for any ``jobs`` and executor."""
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
@@ -241,7 +258,14 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             params["cluster"] = stack.enter_context(hold_cluster(cluster_param, out_dir / "cluster"))
         stack.enter_context(live := Live(render(), console=console, refresh_per_second=4, transient=False))
         sections = [n for n in nbs if n.stem != OVERVIEW]
-        workers = jobs if jobs else (min(len(sections), os.cpu_count() or 1) if backend == "sim" else 1)
+        cores = jobs if jobs else ((os.cpu_count() or 1) if backend == "sim" else 1)
+        workers = max(1, min(len(sections), cores))
+        env = {"REPRO_EXECUTOR": executor}
+        if executor != "ray" or jobs:  # on Ray: as many at once as the cluster has CPUs, unless told
+            env["REPRO_JOBS"] = str(max(1, -(-2 * cores // workers)) if cores > 1 else 1)
+        if address:
+            env["REPRO_RAY_ADDRESS"] = address
+        stack.enter_context(environment(env))  # the notebooks' kernels inherit it
 
         def started(nb: Path) -> None:
             status[nb.stem] = ("running", None)
@@ -259,8 +283,9 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                # later sections run longer (sweeps, grids): start them first so no long one starts last
-                futures = [pool.submit(run_notebook, nb, out_dir, params) for nb in reversed(sections)]
+                # the longest first, so no long one starts last and runs alone
+                order = sorted(sections, key=lambda nb: -NOTEBOOK_WALL_S.get(nb.stem, 0.0))
+                futures = [pool.submit(run_notebook, nb, out_dir, params) for nb in order]
                 for nb in sections:
                     started(nb)
                 for fut in as_completed(futures):
@@ -292,6 +317,21 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             console.print(f"[red]{r.name} failed[/red]; executed notebook: {r.output}")
             console.print(r.error, markup=False, highlight=False)
     return results, summary
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration (restored after, also on error)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def summary_table(summary: pd.DataFrame) -> Table:
@@ -345,8 +385,15 @@ def _make_cli() -> Callable[..., None]:
                                                 help="PNG + PDF figures (relative: to the repo root; default "
                                                      "figures/<backend>-<scale>)"),
         param: list[str] = typer.Option([], "--param", "-p", help="extra notebook parameter NAME=VALUE (repeatable)"),
-        jobs: int = typer.Option(0, "--jobs", "-j", min=0, max=64,
-                                 help="notebooks at once (0: one per core on sim, 1 on live backends)"),
+        jobs: int = typer.Option(0, "--jobs", "-j", min=0, max=1024,
+                                 help="cores to use: notebooks at once, and their simulations on worker "
+                                      "processes (0: every core on sim, 1 on live backends); any value "
+                                      "gives the same results"),
+        executor: str = typer.Option("local", "--executor",
+                                     help="where the notebooks' simulations run: local (worker processes) | "
+                                          "ray (a Ray cluster, --address) | serial"),
+        address: str | None = typer.Option(None, "--address",
+                                           help="ray: the head's HOST:PORT (or 'auto'; default $REPRO_RAY_ADDRESS)"),
     ) -> None:
         """Rerun the paper: execute the section notebooks and print ours vs the paper's numbers.
 
@@ -357,12 +404,17 @@ def _make_cli() -> Callable[..., None]:
         a 95% interval and a verdict; the run ends with summary.csv and report.html.
         """
         scale = scale or ("full" if backend == "sim" else "quick")
+        from repro.experiment.executor import EXECUTORS
+
+        check_choice("paper", "executor", executor, EXECUTORS)
+        if address and executor != "ray":
+            raise ConfigError(f"paper: --address is for --executor ray (got --executor {executor})")
         if jobs > 1 and backend != "sim":
             raise ConfigError(f"paper: --jobs {jobs} with --backend {backend}: live runs need the machine to "
                               "themselves (their validity depends on it); --jobs runs sim notebooks in parallel")
         results, _ = run_paper(backend=backend, scale=scale, only=only, cluster=cluster, out=out,
                                results_dir=results_dir, figures_dir=figures_dir, extra=_parse_extra(param),
-                               jobs=jobs)
+                               jobs=jobs, executor=executor, address=address)
         if not all(r.ok for r in results):
             raise typer.Exit(1)
 
