@@ -271,3 +271,27 @@ def test_predict_one_equals_the_batch_prediction():
         rows = zip(X["prompt_head"], X["prompt_tokens"], ids, strict=True)
         one = [model.predict_one(h, n, key=k) for h, n, k in rows]
         assert np.allclose(batch, one, rtol=1e-12, atol=0)
+
+
+def test_predict_one_is_bit_identical_to_the_batch_on_many_texts():
+    """The proxy's one-request path (`text_score_one`: plain Python, word hashes kept between calls)
+    gives the batch's exact bits: on ShareGPT heads, on random texts with non-ASCII words, short
+    and empty ones, and again once every word's hash is remembered."""
+    import random
+
+    from repro.workload.sharegpt import load_table
+
+    rng = random.Random(7)
+    heads = load_table()["prompt_head"].astype(str).tolist()[:1500]
+    alphabet = "aB_ 9-\u00e9\u4e2d.,Zq\n'"
+    heads += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 400))) for _ in range(800)]
+    heads += ["", "a", "ab", "a b", "__", "x" * 300]
+    tokens = [rng.randint(0, 40_000) for _ in heads]
+    model = P.load_default()
+    batch = model.predict(pd.DataFrame({"prompt_head": heads, "prompt_tokens": tokens}))
+    assert np.unique(batch).size > 500  # the texts matter: not one constant
+    coef = model.text_coef_.astype(np.float64).tolist()
+    assert np.array_equal(P.text_scores(heads, model.text_coef_),
+                          [P.text_score_one(h, coef) for h in heads])
+    for _ in range(2):  # cold, then warm word-hash tables
+        assert np.array_equal(batch, [model.predict_one(h, n) for h, n in zip(heads, tokens, strict=True)])

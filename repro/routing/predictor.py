@@ -49,6 +49,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -180,6 +181,65 @@ def text_scores(texts: Sequence[str], coef: np.ndarray, head_chars: int = 256) -
         acc = np.bincount(rows, weights=coef[cols], minlength=n)
         out[i:i + n] = acc / np.sqrt(np.maximum(total, 1.0))
     return out
+
+
+_WORD_RUN = re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in range(256) if _WORD[b]) + b"]+")
+_LOWER_TABLE = bytes(_LOWER.tolist())
+_P_INT, _MIX_INT = int(_P), int(_MIX)
+_BIGRAM_MUL_INT, _BIGRAM_ADD_INT = int(_BIGRAM_MUL), int(_BIGRAM_ADD)
+
+
+_TOKEN_HASHES: dict[bytes, tuple[int, int]] = {}  # word -> (hash, mixed hash): prompts share most words
+_BIGRAM_HASHES: dict[tuple[bytes, bytes], int] = {}  # (word, next word) -> mixed hash
+_HASHES_MAX = 200_000  # entries per table; a full table starts again empty
+
+
+def _remember(table: dict, key: Any, value: Any) -> Any:
+    if len(table) >= _HASHES_MAX:
+        table.clear()
+    table[key] = value
+    return value
+
+
+def _mix_int(h: int, n_bits: int) -> int:
+    h ^= h >> 29
+    h = (h * _MIX_INT) & _M64
+    h ^= h >> 32
+    h = (h * _MIX_INT) & _M64
+    return h >> (64 - n_bits)
+
+
+def text_score_one(text: str, coef: Sequence[float], head_chars: int = 256) -> float:
+    """``text_scores([text], coef, head_chars)[0]`` for one text, in plain Python (no array set-up;
+    the proxy's path). ``coef``: the weights as Python floats (``coef.astype(float64).tolist()``:
+    `text_scores` sums in float64 too). The same hashes in the same order, summed in the order
+    `numpy.bincount` sums them, so the result is bit-identical (tested)."""
+    n_bits = int(len(coef)).bit_length() - 1
+    data = (text[:head_chars] if isinstance(text, str) else "").encode("utf-8", "surrogatepass")
+    tokens, hashes, cols = [], [], []
+    for token in _WORD_RUN.findall(data.translate(_LOWER_TABLE)):  # lowercasing keeps word bytes word bytes
+        if len(token) < 2:
+            continue  # hashed, then dropped (and no bigram spans it): only tokens of >= 2 bytes count
+        known = _TOKEN_HASHES.get(token)
+        if known is None:
+            h = 0
+            for b in reversed(token):  # sum_j b_j P**j (mod 2**64), by Horner's rule
+                h = (h * _P_INT + b) & _M64
+            known = _remember(_TOKEN_HASHES, token, (h, _mix_int(h, 64)))
+        tokens.append(token)
+        hashes.append(known[0])
+        cols.append(known[1] >> (64 - n_bits))
+    for i in range(1, len(tokens)):
+        pair = (tokens[i - 1], tokens[i])
+        mixed = _BIGRAM_HASHES.get(pair)
+        if mixed is None:
+            mixed = _remember(_BIGRAM_HASHES, pair,
+                              _mix_int(((hashes[i - 1] * _BIGRAM_MUL_INT + hashes[i]) & _M64) ^ _BIGRAM_ADD_INT, 64))
+        cols.append(mixed >> (64 - n_bits))
+    acc = 0.0
+    for c in cols:
+        acc += coef[c]
+    return float(acc / np.sqrt(max(float(len(cols)), 1.0)))
 
 
 def length_features(prompt_tokens: np.ndarray) -> np.ndarray:
@@ -355,11 +415,18 @@ class LengthPredictor(RegressorMixin, BaseEstimator):
     def predict_one(self, prompt_head: str, prompt_tokens: int, key: Any = None) -> float:
         """One request without building a DataFrame (the proxy's hot path); equal to `predict`."""
         self._check_fitted()
-        score = text_scores([prompt_head[: self.head_chars]], self.text_coef_, self.head_chars)[0] + self.intercept_
-        feats = length_features(np.asarray([prompt_tokens], dtype=np.float64))
-        for j, c in enumerate(self.length_coef_.astype(np.float64)):
-            score = score + feats[0, j] * c
-        return float(np.clip(np.expm1(score), 1.0, MAX_TOKENS))
+        coef = self.__dict__.get("_text_coef_list")
+        if coef is None or len(coef) != len(self.text_coef_):  # the weights as Python floats, made once
+            coef = self._text_coef_list = self.text_coef_.astype(np.float64).tolist()
+        score = text_score_one(prompt_head, coef, self.head_chars) + float(self.intercept_)
+        # the columns of `length_features`: its logarithms by the same numpy loops, the rest in
+        # Python floats (IEEE doubles: the same sums and products, in the same order, as the batch)
+        pt = max(float(prompt_tokens), 0.0)
+        lp, l2 = float(np.log1p(np.float64(pt))), float(np.log2(np.float64(pt + 1.0)))
+        feats = [lp, lp * lp / 10.0, *(max(l2 - k, 0.0) for k in range(1, 16))]
+        for f, c in zip(feats, self.length_coef_.tolist(), strict=True):
+            score = score + f * c
+        return min(max(float(np.expm1(np.float64(score))), 1.0), float(MAX_TOKENS))
 
     # persistence
     def save(self, path: str | Path = PREDICTOR_DIR, extra: dict[str, Any] | None = None) -> Path:
