@@ -14,19 +14,28 @@ malformed answer or a time-out raises `OSError` / `asyncio.IncompleteReadError` 
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
+
+
+def metrics_query(names: tuple[str, ...]) -> str:
+    """The ``name[]=`` query that asks a Prometheus endpoint (vLLM's ``/metrics`` is prometheus-client's
+    exposition app, which honours it) for only the samples ``names``."""
+    return urlencode([("name[]", n) for n in names])
 
 
 class Scraper:
-    """``GET <url>/metrics`` on one kept-alive connection (`get` -> (status, body bytes))."""
+    """``GET <url>/metrics[?query]`` on one kept-alive connection (`get` -> (status, body bytes)).
 
-    def __init__(self, base_url: str, connect_timeout_s: float = 2.0) -> None:
+    ``query``: an already-encoded query string (e.g. `metrics_query`'s), sent as is."""
+
+    def __init__(self, base_url: str, connect_timeout_s: float = 2.0, query: str = "") -> None:
         u = urlsplit(base_url)
         self.fallback = u.scheme == "https"
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or (443 if self.fallback else 80)
         host_header = u.netloc.rsplit("@", 1)[-1]
-        path = (u.path.rstrip("/") or "") + "/metrics"
+        path = (u.path.rstrip("/") or "") + "/metrics" + (f"?{query}" if query else "")
+        self.url = f"{base_url.rstrip('/')}/metrics" + (f"?{query}" if query else "")  # for the fallback
         self.request = f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nAccept: */*\r\n\r\n".encode()
         self.connect_timeout_s = connect_timeout_s
         self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
