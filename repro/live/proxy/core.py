@@ -132,6 +132,15 @@ class Proxy:
         self.m_inflight = Gauge("repro_proxy_in_flight", "Ledger in-flight requests", labels, registry=r)
         self.m_healthy = Gauge("repro_proxy_instance_healthy", "1 if the instance answers", labels, registry=r)
         self.m_kv = Gauge("repro_proxy_kv_usage", "Last polled KV usage (0..1)", labels, registry=r)
+        # the labelled children the hot paths touch, looked up once (a ``labels()`` call costs ~5 us)
+        self._where = {e.name: (role, i) for role, pool in (("prefill", self.prefill), ("decode", self.decode))
+                       for i, e in enumerate(pool)}
+        self._placed = {(role, i): self.m_decisions.labels(role, pool[i].name)
+                        for role, pool in (("prefill", self.prefill), ("decode", self.decode))
+                        for i in range(len(pool))}
+        self._kv_gauge = {e.name: self.m_kv.labels(*self._where_name(e.name)) for e in cfg.endpoints}
+        self._healthy_gauge = {e.name: self.m_healthy.labels(*self._where_name(e.name)) for e in cfg.endpoints}
+        self._by_status: dict[str, Any] = {}
 
     # ---- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -171,11 +180,11 @@ class Proxy:
 
     def role_index(self, name: str) -> tuple[str, int]:
         """(role, index in that role's pool) of the engine called ``name``; KeyError if none."""
-        for role, pool in (("prefill", self.prefill), ("decode", self.decode)):
-            for i, e in enumerate(pool):
-                if e.name == name:
-                    return role, i
-        raise KeyError(name)
+        return self._where[name]
+
+    def _where_name(self, name: str) -> tuple[str, str]:
+        """(role, name): the labels of engine ``name``'s metrics."""
+        return self._where[name][0], name
 
     # ---- decisions ----------------------------------------------------------------------------
     def decide(self, request: RequestInfo) -> Decision:
@@ -185,8 +194,8 @@ class Proxy:
         decision = self.router.route(request, self.now())
         self.m_decision_s.observe(time.perf_counter() - t)
         if isinstance(decision, Placement):
-            self.m_decisions.labels("prefill", self.prefill[decision.prefill].name).inc()
-            self.m_decisions.labels("decode", self.decode[decision.decode].name).inc()
+            self._placed["prefill", decision.prefill].inc()
+            self._placed["decode", decision.decode].inc()
         return decision
 
     # ---- poller -----------------------------------------------------------------------------
@@ -224,7 +233,7 @@ class Proxy:
             if m:
                 usage = float(m.group(1))
                 self.router.observe_kv(role, i, usage, self.now())
-                self.m_kv.labels(role, e.name).set(usage)
+                self._kv_gauge[e.name].set(usage)
             stats = {}
             for key, rx in (("running", _RUN_RE), ("waiting", _WAIT_RE)):
                 mm = rx.search(text)
@@ -242,7 +251,7 @@ class Proxy:
             if silent >= window:
                 what = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
                 self.kill(e, f"/metrics silent for {silent:.1f} s ({what})")
-        self.m_healthy.labels(role, e.name).set(1.0 if self.router.is_healthy(role, i) else 0.0)
+        self._healthy_gauge[e.name].set(1.0 if self.router.is_healthy(role, i) else 0.0)
 
     # ---- life and death -----------------------------------------------------------------------
     def death_of(self, e: Endpoint) -> asyncio.Future[str]:
@@ -329,7 +338,11 @@ class Proxy:
     # ---- journal ----------------------------------------------------------------------------
     def record(self, row: dict[str, Any]) -> None:
         """Count the row's final status and append it to the journal (if any), flushed."""
-        self.m_requests.labels(row["status"]).inc()
+        status = row["status"]
+        counter = self._by_status.get(status)
+        if counter is None:
+            counter = self._by_status[status] = self.m_requests.labels(status)
+        counter.inc()
         if self.journal is not None:
             self.journal.write(row)
 

@@ -24,7 +24,6 @@ engine's ``usage.completion_tokens``, else the streamed text counted with the to
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +31,7 @@ import aiohttp
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from repro.experiment.journal import tpot
-from repro.live.pd_protocol import SSEParser, decode_body, headers_for, prefill_body
+from repro.live.pd_protocol import SSEParser, decode_body, dumps, headers_for, loads, prefill_body
 from repro.live.proxy.core import EngineDead
 from repro.workload.tokenizer import DEFAULT_TOKENIZER
 
@@ -102,6 +101,7 @@ class Exchange:
         self.out_headers = {"X-Request-Id": self.rid, "X-Prefill-Instance": self.pe.name,
                             "X-Decode-Instance": self.de.name}
         self.engine_headers = headers_for(self.rid, self.cfg.api_key)
+        self.engine_headers["Content-Type"] = "application/json"  # the bodies go out as `dumps` bytes
         self.upstream: aiohttp.ClientResponse | None = None  # the decode answer, once it started
         self.parser = SSEParser()  # of the relayed stream
         self.first_token_s: float | None = None  # physics s: the first streamed chunk with content
@@ -135,11 +135,11 @@ class Exchange:
         proxy, pe, row = self.proxy, self.pe, self.row
         assert proxy.client is not None
         row["prefill_start_s"] = proxy.now()
-        client, url, body, headers = proxy.client, pe.url.rstrip("/") + self.path, prefill_body(self.body), \
+        client, url, body, headers = proxy.client, pe.url.rstrip("/") + self.path, dumps(prefill_body(self.body)), \
             self.engine_headers
 
         async def call() -> tuple[int, bytes]:
-            async with client.post(url, json=body, headers=headers) as r:
+            async with client.post(url, data=body, headers=headers) as r:
                 return r.status, await r.read()
 
         for attempt in (1, 2):
@@ -163,7 +163,7 @@ class Exchange:
                 return Response(content, status_code=status, media_type="application/json", headers=self.out_headers)
             return self.fail(f"prefill {pe.name}: HTTP {status}: {detail}", 502)
         try:
-            kv = json.loads(content).get("kv_transfer_params")
+            kv = loads(content).get("kv_transfer_params")
         except (ValueError, AttributeError):
             return self.fail(f"prefill {pe.name}: answer is not a JSON object", 502)
         now = proxy.now()
@@ -171,23 +171,35 @@ class Exchange:
         row["prefill_end_s"] = now
         return kv
 
-    async def on(self, e: Endpoint, coro: Any) -> Any:
-        """Await ``coro`` (a call to engine ``e``) unless ``e`` dies first: then cancel it and raise
-        `EngineDead` with the reason."""
+    async def on(self, e: Endpoint, aw: Any) -> Any:
+        """Await ``aw`` (a call to engine ``e``: a coroutine or an aiohttp request) unless ``e`` dies
+        first: then cancel it and raise `EngineDead` with the reason.
+
+        No task per call: the engine's death cancels the task awaiting here (as `asyncio.timeout`
+        does); a cancellation from outside (the client went away) propagates as itself."""
         death = self.proxy.death_of(e)
         if death.done():
-            coro.close()
+            aw.close()
             raise EngineDead(death.result())
-        task = asyncio.ensure_future(coro)
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"waiting": True, "fired": False}
+
+        def cut(_: asyncio.Future[str]) -> None:  # may run after the await ended: then a no-op
+            if state["waiting"]:
+                state["fired"] = True
+                task.cancel()
+
+        death.add_done_callback(cut)
         try:
-            await asyncio.wait((task, death), return_when=asyncio.FIRST_COMPLETED)
+            return await aw
         except asyncio.CancelledError:
-            task.cancel()
+            if state["fired"] and task.uncancel() == 0:
+                raise EngineDead(death.result()) from None
             raise
-        if task.done():
-            return task.result()
-        task.cancel()
-        raise EngineDead(death.result())
+        finally:
+            state["waiting"] = False
+            death.remove_done_callback(cut)
 
     # ---- 2. decode ------------------------------------------------------------------------------
     async def _decode(self, dbody: dict[str, Any]) -> Response:
@@ -195,7 +207,7 @@ class Exchange:
         assert proxy.client is not None
         self.row["decode_start_s"] = proxy.now()
         try:
-            upstream = await self.on(de, proxy.client.post(de.url.rstrip("/") + self.path, json=dbody,
+            upstream = await self.on(de, proxy.client.post(de.url.rstrip("/") + self.path, data=dumps(dbody),
                                                            headers=self.engine_headers))
         except EngineDead as exc:
             return self.fail(f"decode {exc}", 502)
@@ -225,7 +237,7 @@ class Exchange:
                              502 if upstream.status >= 500 else upstream.status)
         now = proxy.now()
         try:
-            usage = json.loads(content).get("usage") or {}
+            usage = loads(content).get("usage") or {}
         except (ValueError, AttributeError):
             usage = {}
         self.finish_ok(now, now, int(usage.get("completion_tokens") or 0))
@@ -261,7 +273,7 @@ class Exchange:
             self.outcome = reason
             self.finish_failed(first, reason)
             err = {"error": {"message": reason, "type": "BadGatewayError", "code": 502}}
-            yield f"data: {json.dumps(err)}\n\n".encode()
+            yield b"data: " + dumps(err) + b"\n\n"
         finally:
             death.remove_done_callback(cut)
             upstream.release()

@@ -43,7 +43,8 @@ class Scraper:
     async def get(self, timeout_s: float) -> tuple[int, bytes]:
         """One scrape within ``timeout_s`` wall seconds."""
         try:
-            return await asyncio.wait_for(self._get(), timeout_s)
+            async with asyncio.timeout(timeout_s):  # no task per scrape (asyncio.wait_for makes one)
+                return await self._get()
         except BaseException:
             self.close()
             raise
