@@ -148,15 +148,18 @@ def body_for(stream: bool) -> dict:
             "stream": stream}
 
 
-async def _read(r: aiohttp.ClientResponse, stream: bool) -> None:
-    """Read an answer; return once the first content arrived (stream) or the whole body (not)."""
+async def _read(r: aiohttp.ClientResponse, stream: bool) -> float:
+    """Read a whole answer; the perf_counter time of its first content (stream) or of its end (not)."""
     if not stream:
         await r.read()
-        return
-    parser = SSEParser()
+        return time.perf_counter()
+    parser, first = SSEParser(), None
     async for chunk in r.content.iter_any():
-        if parser.feed(chunk):
-            return
+        if parser.feed(chunk) and first is None:
+            first = time.perf_counter()
+    if first is None or not parser.usage.done:
+        raise ValueError("stream ended without content or [DONE]")
+    return first
 
 
 async def drive(send, arrivals: np.ndarray, cell: Cell) -> None:
@@ -204,9 +207,9 @@ async def client_cell(url: str | None, pre: str, dec: str, arrivals: np.ndarray,
             async with c.post(target, json=payload, headers=headers) as r:
                 if r.status != 200:
                     raise ValueError(f"HTTP {r.status}")
-                await _read(r, stream)
+                at = await _read(r, stream)
                 if record:
-                    cell.lat.append(time.perf_counter() - t0)
+                    cell.lat.append(at - t0)
 
         warm = Cell()
         await drive(lambda i, t0: send(10_000_000 + i, t0, False), np.arange(10) / 20.0, warm)

@@ -67,16 +67,42 @@ def describe(exc: BaseException) -> str:
 
 class RelayResponse(StreamingResponse):
     """A streamed answer whose row is journaled even if its body is never iterated (a client
-    that disconnects before the first byte): ``on_end`` runs when the response ends, however."""
+    that disconnects before the first byte): ``on_end`` runs when the response ends, however.
+
+    Relayed without Starlette's per-response task group (anyio: ~15% of the proxy's CPU per
+    streamed request): the chunks are sent from the request's own task, and one plain watcher task
+    waits for the client's ``http.disconnect`` and then cancels the relay (the body iterator sees
+    the cancellation, as under Starlette); a client that went away ends the response quietly."""
 
     def __init__(self, content: AsyncIterator[bytes], on_end: Callable[[], None], **kw: Any) -> None:
         super().__init__(content, **kw)
         self._on_end = on_end
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        relay = asyncio.current_task()
+        assert relay is not None
+        state = {"streaming": True, "gone": False}
+
+        async def watch() -> None:  # the request body was read whole: next comes the disconnect
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if state["streaming"]:  # after the last chunk, a disconnect is the normal end
+                state["gone"] = True
+                relay.cancel()
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            await super().__call__(scope, receive, send)
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            state["streaming"] = False
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not state["gone"] or relay.uncancel() > 0:  # cancelled from elsewhere too: propagate
+                raise
         finally:
+            state["streaming"] = False
+            watcher.cancel()
             self._on_end()
 
 
