@@ -27,12 +27,12 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from repro.experiment.journal import tpot
 from repro.live.pd_protocol import SSEParser, decode_body, dumps, headers_for, loads, prefill_body
 from repro.live.proxy.core import EngineDead
+from repro.live.proxy.engine_client import Answer, ConnectTimeout, Disconnected, EngineError, PayloadError
 from repro.workload.tokenizer import DEFAULT_TOKENIZER
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def error_response(status: int, message: str, kind: str = "BadRequestError",
 def retriable(exc: BaseException) -> bool:
     """True for a connection that broke before any answer came (the engine closed an idle
     keep-alive connection as we reused it, or a connect that timed out): safe to send again."""
-    return isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ConnectionTimeoutError))
+    return isinstance(exc, (Disconnected, ConnectTimeout))
 
 
 def describe(exc: BaseException) -> str:
@@ -128,7 +128,7 @@ class Exchange:
                             "X-Decode-Instance": self.de.name}
         self.engine_headers = headers_for(self.rid, self.cfg.api_key)
         self.engine_headers["Content-Type"] = "application/json"  # the bodies go out as `dumps` bytes
-        self.upstream: aiohttp.ClientResponse | None = None  # the decode answer, once it started
+        self.upstream: Answer | None = None  # the decode answer, once it started
         self.parser = SSEParser()  # of the relayed stream
         self.first_token_s: float | None = None  # physics s: the first streamed chunk with content
         self.outcome: str | None = None  # of the stream: None until the relay journaled the row
@@ -161,12 +161,15 @@ class Exchange:
         proxy, pe, row = self.proxy, self.pe, self.row
         assert proxy.client is not None
         row["prefill_start_s"] = proxy.now()
-        client, url, body, headers = proxy.client, pe.url.rstrip("/") + self.path, dumps(prefill_body(self.body)), \
-            self.engine_headers
+        engines, url, body, headers = proxy.engines, pe.url.rstrip("/") + self.path, \
+            dumps(prefill_body(self.body)), self.engine_headers
 
         async def call() -> tuple[int, bytes]:
-            async with client.post(url, data=body, headers=headers) as r:
+            r = await engines.post(url, body, headers)
+            try:
                 return r.status, await r.read()
+            finally:
+                r.release()
 
         for attempt in (1, 2):
             try:
@@ -174,7 +177,7 @@ class Exchange:
                 break
             except EngineDead as exc:
                 return self.fail(f"prefill {exc}", 502)
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except (EngineError, TimeoutError) as exc:
                 if proxy.refused(pe, exc) or attempt == 2 or not retriable(exc):
                     return self.fail(f"prefill {pe.name}: {describe(exc)}", 502)
         if status != 200:
@@ -198,7 +201,7 @@ class Exchange:
         return kv
 
     async def on(self, e: Endpoint, aw: Any) -> Any:
-        """Await ``aw`` (a call to engine ``e``: a coroutine or an aiohttp request) unless ``e`` dies
+        """Await ``aw`` (a coroutine calling engine ``e``) unless ``e`` dies
         first: then cancel it and raise `EngineDead` with the reason.
 
         No task per call: the engine's death cancels the task awaiting here (as `asyncio.timeout`
@@ -233,11 +236,11 @@ class Exchange:
         assert proxy.client is not None
         self.row["decode_start_s"] = proxy.now()
         try:
-            upstream = await self.on(de, proxy.client.post(de.url.rstrip("/") + self.path, data=dumps(dbody),
-                                                           headers=self.engine_headers))
+            upstream = await self.on(de, proxy.engines.post(de.url.rstrip("/") + self.path, dumps(dbody),
+                                                            self.engine_headers))
         except EngineDead as exc:
             return self.fail(f"decode {exc}", 502)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (EngineError, TimeoutError) as exc:
             proxy.refused(de, exc)
             return self.fail(f"decode {de.name}: {describe(exc)}", 502)
         self.upstream = upstream
@@ -246,14 +249,14 @@ class Exchange:
         return RelayResponse(self._relay(upstream), self._abandon, status_code=200, media_type="text/event-stream",
                              headers=self.out_headers)
 
-    async def _whole_answer(self, upstream: aiohttp.ClientResponse) -> Response:
+    async def _whole_answer(self, upstream: Answer) -> Response:
         """A non-streamed decode answer (or an error answer): read it whole and pass it on."""
         proxy, de = self.proxy, self.de
         try:
             content = await self.on(de, upstream.read())
         except EngineDead as exc:
             return self.fail(f"decode {exc}", 502)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (EngineError, TimeoutError) as exc:
             return self.fail(f"decode {de.name}: {describe(exc)}", 502)
         finally:
             upstream.release()
@@ -269,7 +272,7 @@ class Exchange:
         self.finish_ok(now, now, int(usage.get("completion_tokens") or 0))
         return Response(content, status_code=200, media_type="application/json", headers=self.out_headers)
 
-    async def _relay(self, upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    async def _relay(self, upstream: Answer) -> AsyncIterator[bytes]:
         """The decode stream, chunk by chunk; journals the row when the stream ends or is cut."""
         proxy, parser = self.proxy, self.parser
         first = None
@@ -281,19 +284,19 @@ class Exchange:
 
         death.add_done_callback(cut)
         try:
-            async for chunk in upstream.content.iter_any():
+            async for chunk in upstream.iter_any():
                 if parser.feed(chunk) and first is None:
                     first = self.first_token_s = proxy.now()
                 yield chunk
             if not parser.usage.done:
-                raise aiohttp.ClientPayloadError("stream ended without [DONE]")
+                raise PayloadError("stream ended without [DONE]")
             now = proxy.now()
             tokens = parser.usage.completion_tokens
             if tokens is None:
                 tokens = DEFAULT_TOKENIZER.count(parser.usage.text)
             self.outcome = "ok"
             self.finish_ok(first if first is not None else now, now, tokens)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (EngineError, TimeoutError) as exc:
             reason = (f"decode {self.died}: stream cut" if self.died
                       else f"decode {self.de.name}: stream cut: {describe(exc)}")
             self.outcome = reason
