@@ -375,7 +375,7 @@ def test_metrics_names_and_labels(cluster):
 
 
 def test_metrics_name_filter_serves_only_the_named_samples(cluster):
-    """``/metrics?name[]=...`` (prometheus-client's filter, which vLLM's /metrics honours): the proxy's
+    """``/metrics?name[]=...`` (prometheus-client's exposition filter): the proxy's
     poller asks for its three gauges only; the answer is those lines, the same values as the full text."""
     from repro.live.proxy.core import POLLED_METRICS
     from repro.live.proxy.scrape import metrics_query

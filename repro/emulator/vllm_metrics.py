@@ -209,10 +209,12 @@ class EngineMetrics:
     def text(self, names: Collection[str] | None = None) -> bytes:
         """``/metrics``: byte for byte what ``generate_latest(self.registry())`` renders, faster.
 
-        ``names``: only the samples of those names (prometheus-client's ``?name[]=`` filter, which
-        vLLM's ``/metrics`` honours: byte for byte ``generate_latest(registry.restricted_registry(names))``;
+        ``names``: only the samples of those names (prometheus-client's ``?name[]=`` filter, as its
+        ``make_asgi_app`` serves it: byte for byte ``generate_latest(registry.restricted_registry(names))``;
         a family is shown, with its HELP/TYPE head, when at least one of its samples is). The proxy's
-        poller asks for the three gauges it reads: ~0.5 KB instead of ~32 KB per poll.
+        poller asks for the three gauges it reads: ~0.5 KB instead of ~32 KB per poll, rendered on the
+        engine's own event loop (a real vLLM renders in its API server, apart from the GPU's work;
+        newer vLLM ignores the filter and sends everything).
         """
         parts = self._parts or self._prepare()
         keep = (lambda _: True) if names is None else frozenset(names).__contains__

@@ -104,7 +104,7 @@ async def detok(request: Request) -> JSONResponse:
 
 async def metrics(request: Request) -> Response:
     """Prometheus text (times in physics seconds); ``?name[]=N&name[]=M`` keeps only the samples
-    named (prometheus-client's filter, as vLLM's ``/metrics``); the ``dead-metrics`` fault answers
+    named (prometheus-client's exposition filter); the ``dead-metrics`` fault answers
     500 or waits for the next fault switch."""
     state = emulator_state(request)
     dead = state.faults.dead_metrics

@@ -46,8 +46,9 @@ from repro.routing.router import Router
 _KV_RE = re.compile(rb"^vllm:kv_cache_usage_perc\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 _RUN_RE = re.compile(rb"^vllm:num_requests_running\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 _WAIT_RE = re.compile(rb"^vllm:num_requests_waiting\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
-# the samples the poller reads: asked for by name (``/metrics?name[]=...``), so an engine renders and
-# sends ~0.5 KB instead of its whole exposition (~32 KB on the emulator: ~0.3 ms of its CPU per poll)
+# the samples the poller reads: asked for by name (``/metrics?name[]=...``), so an engine that honours the
+# filter (the emulator, prometheus-client's exposition app) renders and sends ~0.5 KB instead of its whole
+# exposition (~32 KB on the emulator: ~0.3 ms of its CPU per poll); one that ignores it sends everything
 POLLED_METRICS = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
 HEAD_CHARS = 1000  # characters of the prompt the length predictor reads
 LAG_TICK_S = 0.02  # wall s between event-loop lag samples

@@ -18,8 +18,10 @@ from urllib.parse import urlencode, urlsplit
 
 
 def metrics_query(names: tuple[str, ...]) -> str:
-    """The ``name[]=`` query that asks a Prometheus endpoint (vLLM's ``/metrics`` is prometheus-client's
-    exposition app, which honours it) for only the samples ``names``."""
+    """The ``name[]=`` query that asks a Prometheus endpoint for only the samples ``names``:
+    prometheus-client's exposition app (``make_asgi_app``, older vLLM's ``/metrics``) and the emulated
+    engine honour it; an endpoint that ignores it (newer vLLM's ``/metrics`` is
+    prometheus-fastapi-instrumentator's route) answers everything, which the poller reads the same."""
     return urlencode([("name[]", n) for n in names])
 
 
