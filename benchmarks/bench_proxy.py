@@ -1,7 +1,7 @@
 """Proxy overhead side by side: the direct P/D client, vLLM's reference proxy design, vllm-router
 (Rust, P/D mode) and our proxy (round_robin, marginal_cost), interleaved, in one sitting.
 
-Usage: python3 -m benchmarks.bench_proxy [--rates 50,100,200] [--seconds 8] [--passes 2]
+Usage: python3 -m benchmarks.bench_proxy [--rates 50,100,200] [--seconds 7] [--passes 2]
        [--time-scale 50] [--modes direct,vllm-ref,vllm-router,ours-rr,ours-mc] [--stream both]
        [--old-tree /work/main] [--out table.md]
 
@@ -23,8 +23,9 @@ Each proxy is started fresh for each (pass, rate) and serves that rate's two cel
 the modes in alternating order. Per cell: added p50/p99 = the mode's percentile minus the direct
 client's in the same pass, rate and streaming mode (wall ms); the proxy process's CPU per request
 (utime + stime of the process listening on its port and of its descendants, from /proc, ms per
-request sent); HTTP errors (non-200 or a broken exchange); the client's schedule lag (p99 of the
-actual send time minus the scheduled one, ms: above a few ms the client, not the proxy, was late);
+request sent); HTTP errors (non-200, a broken exchange, or no answer within `CLIENT_TIMEOUT_S`);
+the client's schedule lag (p99 of the actual send time minus the scheduled one, ms: above a few ms
+the client, not the proxy, was late);
 and the box's busy fraction (1 - idle share of /proc/stat's CPU time). Prints a markdown table;
 asserts nothing. The policy decision time alone is `benchmarks/bench_router.py`'s.
 """
@@ -57,7 +58,8 @@ from repro.workload.tokenizer import DEFAULT_TOKENIZER
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
 PROMPT = "Please route this short request to a prefill engine and then a decode engine, thanks. " * 2 + "Go now."
 MODES = ("direct", "vllm-ref", "vllm-router", "ours-rr", "ours-mc")
-CLIENT_TIMEOUT_S = 60.0
+CLIENT_TIMEOUT_S = 10.0  # wall s: a request not answered by then is an error (a saturated proxy's
+# backlog would otherwise take minutes to drain; the table then shows it as errors, not as latency)
 
 
 # ---- the box, from /proc ---------------------------------------------------------------------------
@@ -321,7 +323,7 @@ def table(res: dict, rates: list[float], modes: list[str], streams: list[bool], 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", default="50,100,200", help="req/s, comma-separated")
-    ap.add_argument("--seconds", type=float, default=8.0, help="wall seconds of load per cell")
+    ap.add_argument("--seconds", type=float, default=7.0, help="wall seconds of load per cell")
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--time-scale", type=float, default=50.0)
     ap.add_argument("--modes", default=",".join(MODES))
