@@ -374,6 +374,25 @@ def test_metrics_names_and_labels(cluster):
     assert "# TYPE vllm:prefix_cache_queries_total counter" in text
 
 
+def test_metrics_name_filter_serves_only_the_named_samples(cluster):
+    """``/metrics?name[]=...`` (prometheus-client's exposition filter): the proxy's
+    poller asks for its three gauges only; the answer is those lines, the same values as the full text."""
+    from repro.live.proxy.core import POLLED_METRICS
+    from repro.live.proxy.scrape import metrics_query
+
+    D = url(cluster, "decode-0")
+    part = httpx.get(D + "/metrics?" + metrics_query(POLLED_METRICS), trust_env=False).text
+    full = httpx.get(D + "/metrics", trust_env=False).text
+    samples = [ln for ln in part.splitlines() if not ln.startswith("#")]
+    assert sorted(ln.split("{")[0] for ln in samples) == sorted(POLLED_METRICS)
+    assert all(ln in full for ln in samples)
+    assert len(part) < len(full) / 20
+    only = httpx.get(D + "/metrics", params=[("name[]", "vllm:time_to_first_token_seconds_count")],
+                     trust_env=False).text
+    assert only.startswith("# HELP vllm:time_to_first_token_seconds ")
+    assert "_bucket" not in only and only.count("_count{") == 1
+
+
 def test_prefix_cache_counters_and_reset(cluster):
     D = url(cluster, "decode-0")
     body = {"prompt": "shared prefix " * 100, "max_tokens": 1, "temperature": 0}

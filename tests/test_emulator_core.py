@@ -338,8 +338,9 @@ def test_emulator_cli_help_and_config_error(capsys):
 
 
 def test_fast_metrics_text_is_byte_identical_to_prometheus_client():
-    """`EngineMetrics.text` (what /metrics serves) must render exactly what prometheus-client renders."""
-    from prometheus_client import generate_latest
+    """`EngineMetrics.text` (what /metrics serves) must render exactly what prometheus-client renders,
+    whole and filtered by sample names (``?name[]=``, as prometheus-client's exposition app)."""
+    from prometheus_client import CollectorRegistry, generate_latest
 
     from repro.emulator.vllm_metrics import EngineMetrics
 
@@ -356,3 +357,10 @@ def test_fast_metrics_text_is_byte_identical_to_prometheus_client():
     m.c["vllm:prompt_tokens"][0] += 1e7 + 0.5
     m.success["length"] += 4
     assert m.text() == generate_latest(m.registry())
+    reg = CollectorRegistry(auto_describe=False, support_collectors_without_names=True)
+    reg.register(m)
+    for names in (["vllm:kv_cache_usage_perc"], ["vllm:kv_cache_usage_perc", "vllm:num_requests_running", "nope"],
+                  ["vllm:inter_token_latency_seconds_count", "vllm:iteration_tokens_total_sum"],
+                  ["vllm:prompt_tokens_total", "vllm:request_success_total", "vllm:cache_config_info",
+                   "emulator:scheduler_lag_seconds_bucket"], ["nope"]):
+        assert m.text(names) == generate_latest(reg.restricted_registry(names)), names  # ?name[]= filter

@@ -74,6 +74,33 @@ def test_pd_flow_streaming_and_not_and_the_journal(cluster, tmp_path):
     assert b.tpot_s > 0 and b.ttft_s > 0 and b.generated_tokens == 25
 
 
+def test_a_client_that_leaves_a_stream_is_journaled_and_settled_and_the_others_finish(cluster, tmp_path):
+    """The relay notices a client's disconnect mid-stream: that row is failed "client disconnected"
+    with the tokens relayed so far, the ledger is settled (nothing left in flight), and a stream
+    read to its end at the same time is journaled ok."""
+    cfg, proc = make_proxy(cluster, tmp_path, policy="round_robin")
+    with proc as url, httpx.Client(timeout=30) as c:
+        with c.stream("POST", url + "/v1/completions", json=body(400, stream=True),
+                      headers={"X-Request-Id": "leaves"}) as s, \
+                c.stream("POST", url + "/v1/completions", json=body(30, stream=True),
+                         headers={"X-Request-Id": "stays"}) as t:
+            assert s.status_code == 200 and t.status_code == 200
+            next(s.iter_raw())  # one chunk, then the client goes away (the context closes it)
+            parser = SSEParser()
+            for chunk in t.iter_raw():
+                parser.feed(chunk)
+            assert parser.usage.done and parser.usage.completion_tokens == 30
+        deadline = time.monotonic() + 20
+        while c.get(url + "/health").json()["in_flight"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.get(url + "/health").json()["in_flight"] == 0
+    j = read_journal(tmp_path / "proxy.jsonl").set_index("request_id")
+    assert j.loc["stays", "status"] == "ok" and j.loc["stays", "generated_tokens"] == 30
+    left = j.loc["leaves"]
+    assert left.status == "failed" and left.reason == "client disconnected"
+    assert 0 < left.generated_tokens < 400
+
+
 def test_bad_requests_get_4xx_and_the_proxy_stays_healthy(cluster, tmp_path):
     cfg, proc = make_proxy(cluster, tmp_path)
     with proc as url, httpx.Client(timeout=30) as c:

@@ -17,7 +17,7 @@ byte-identical. Gauges (running, waiting, KV usage) are read from the engine at 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -206,40 +206,59 @@ class EngineMetrics:
         return []
 
     # ---- fast exposition ---------------------------------------------------------------------------
-    def text(self) -> bytes:
-        """``/metrics``: byte for byte what ``generate_latest(self.registry())`` renders, faster."""
+    def text(self, names: Collection[str] | None = None) -> bytes:
+        """``/metrics``: byte for byte what ``generate_latest(self.registry())`` renders, faster.
+
+        ``names``: only the samples of those names (prometheus-client's ``?name[]=`` filter, as its
+        ``make_asgi_app`` serves it: byte for byte ``generate_latest(registry.restricted_registry(names))``;
+        a family is shown, with its HELP/TYPE head, when at least one of its samples is). The proxy's
+        poller asks for the three gauges it reads: ~0.5 KB instead of ~32 KB per poll, rendered on the
+        engine's own event loop (a real vLLM renders in its API server, apart from the GPU's work;
+        newer vLLM ignores the filter and sends everything).
+        """
         parts = self._parts or self._prepare()
+        keep = (lambda _: True) if names is None else frozenset(names).__contains__
         g = floatToGoString
         out: list[str] = []
         add = out.append
-        for head, fn in parts["gauges"]:
-            add(head)
-            add(g(fn()))
-            add("\n")
-        add(parts["info"])
-        for head, cell in parts["counters"]:
-            add(head)
-            add(g(cell[0]))
-            add("\n")
-        add(parts["success_head"])
-        for line, reason in parts["success"]:
-            add(line)
-            add(g(self.success[reason]))
-            add("\n")
-        for head, bucket_lines, count_line, sum_line, hist in parts["hists"]:
+        for sample, head, fn in parts["gauges"]:
+            if keep(sample):
+                add(head)
+                add(g(fn()))
+                add("\n")
+        if parts["info"] and keep("vllm:cache_config_info"):
+            add(parts["info"])
+        for sample, head, cell in parts["counters"]:
+            if keep(sample):
+                add(head)
+                add(g(cell[0]))
+                add("\n")
+        if keep("vllm:request_success_total"):
+            add(parts["success_head"])
+            for line, reason in parts["success"]:
+                add(line)
+                add(g(self.success[reason]))
+                add("\n")
+        for name, head, bucket_lines, count_line, sum_line, hist in parts["hists"]:
+            b, c, s = keep(name + "_bucket"), keep(name + "_count"), keep(name + "_sum")
+            if not (b or c or s):
+                continue
             add(head)
             acc = 0
-            for line, c in zip(bucket_lines, hist.counts, strict=True):
-                acc += c
-                add(line)
+            for line, n in zip(bucket_lines, hist.counts, strict=True):
+                acc += n
+                if b:
+                    add(line)
+                    add(g(acc))
+                    add("\n")
+            if c:
+                add(count_line)
                 add(g(acc))
                 add("\n")
-            add(count_line)
-            add(g(acc))
-            add("\n")
-            add(sum_line)
-            add(g(hist.sum))
-            add("\n")
+            if s:
+                add(sum_line)
+                add(g(hist.sum))
+                add("\n")
         return "".join(out).encode()
 
     _parts: dict | None = None
@@ -261,13 +280,13 @@ class EngineMetrics:
         def head(name: str, kind: str, documentation: str) -> str:
             return f"# HELP {name} {doc(documentation)}\n# TYPE {name} {kind}\n"
 
-        gauges = [(head(name, "gauge", d) + f"{name}{base} ", fn) for name, (fn, d) in self.gauges.items()]
+        gauges = [(name, head(name, "gauge", d) + f"{name}{base} ", fn) for name, (fn, d) in self.gauges.items()]
         info = ""
         if self.info:
             name = "vllm:cache_config_info"
             info = (head(name, "gauge", "Information of the LLMEngine CacheConfig")
                     + f"{name}{labels(**self.info, engine=engine)} 1.0\n")
-        counters = [(head(name + "_total", "counter", cell[1]) + f"{name}_total{base} ", cell)
+        counters = [(name + "_total", head(name + "_total", "counter", cell[1]) + f"{name}_total{base} ", cell)
                     for name, cell in self.c.items()]
         succ = "vllm:request_success_total"
         success = [(f"{succ}{labels(model_name=model, engine=engine, finished_reason=r)} ", r) for r in self.success]
@@ -275,7 +294,8 @@ class EngineMetrics:
         for name, (hist, d) in [*self.h.items(), ("emulator:scheduler_lag_seconds", (self.lag, _LAG_DOC))]:
             edges = [_fmt(b) for b in hist.buckets] + ["+Inf"]
             bucket_lines = [f"{name}_bucket{labels(model_name=model, engine=engine, le=le)} " for le in edges]
-            hists.append((head(name, "histogram", d), bucket_lines, f"{name}_count{base} ", f"{name}_sum{base} ", hist))
+            hists.append((name, head(name, "histogram", d), bucket_lines, f"{name}_count{base} ",
+                          f"{name}_sum{base} ", hist))
         self._parts = {"gauges": gauges, "info": info, "counters": counters, "success": success,
                        "success_head": head(succ, "counter", "Count of successfully processed requests."),
                        "hists": hists}

@@ -10,23 +10,45 @@ bodies are written once:
 - the prefill answer carries a top-level ``kv_transfer_params`` (``null`` when the first token
   ended the request: the decode engine then prefills locally);
 - decode call: the client's own body plus that dict verbatim, with the same ``X-Request-Id``.
+
+`loads` / `dumps` are the JSON codec of the hot path (orjson, ~5-10x faster than the standard
+library; whatever orjson refuses, e.g. integers beyond 64 bits or NaN literals, goes through the
+standard library, so every document the standard library accepts is accepted).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 REQUEST_ID_HEADER = "X-Request-Id"
 
 
+def loads(data: bytes | str) -> Any:
+    """Parse a JSON document (orjson; the standard library for what orjson refuses); ValueError if
+    it is not JSON (RecursionError if nested too deeply for the standard library)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def dumps(obj: Any) -> bytes:
+    """Serialize to compact JSON bytes (orjson; the standard library for what orjson refuses)."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
-    """The body sent to the prefill engine for a client body (the client's body is not modified)."""
-    out = copy.deepcopy(body)
+    """The body sent to the prefill engine for a client body: a new top-level dict (the client's
+    body is not modified; nested values are shared with it, and nothing here changes them)."""
+    out = dict(body)
     out["stream"] = False
     out["max_tokens"] = 1
     if "max_completion_tokens" in out:
@@ -96,7 +118,7 @@ class SSEParser:
                     self.usage.done = True
                     continue
                 try:
-                    obj = json.loads(data)
+                    obj = loads(data)
                 except ValueError:
                     self.usage.errors.append("malformed SSE event")
                     continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -102,12 +103,15 @@ async def detok(request: Request) -> JSONResponse:
 
 
 async def metrics(request: Request) -> Response:
-    """Prometheus text (times in physics seconds); the ``dead-metrics`` fault answers 500 or
-    waits for the next fault switch."""
+    """Prometheus text (times in physics seconds); ``?name[]=N&name[]=M`` keeps only the samples
+    named (prometheus-client's exposition filter); the ``dead-metrics`` fault answers
+    500 or waits for the next fault switch."""
     state = emulator_state(request)
     dead = state.faults.dead_metrics
     if dead == "hang":
         await state.engine.faults_changed()
     elif dead == "500":
         return error_response("injected fault (dead-metrics)", "InternalServerError", 500)
-    return Response(state.engine.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    query = request.scope.get("query_string")
+    names = parse_qs(query.decode("latin-1")).get("name[]") if query else None
+    return Response(state.engine.metrics.text(names), media_type="text/plain; version=0.0.4; charset=utf-8")

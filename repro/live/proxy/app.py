@@ -2,8 +2,9 @@
 
 `create_app(cfg)` assembles the app: a `repro.live.proxy.core.Proxy` (router, pollers, journal)
 as ``app.state.proxy``, started and stopped with the app's lifespan, and the HTTP routes of
-`repro.live.proxy.routes` (``ROUTES``; the completions, ``HOT_PATHS``, answered by
-`repro.asgi.HotRoutes` without FastAPI's router). `serve(cfg)` runs it with uvicorn on ``cfg.host:cfg.port``;
+`repro.live.proxy.routes` (``ROUTES``). `serve(cfg)` runs it with uvicorn on ``cfg.host:cfg.port``
+behind `repro.asgi.HotRoutes` as the outermost ASGI app (`hot_app`): the completions, ``HOT_PATHS``,
+skip FastAPI's router and middleware;
 `main` is ``python -m repro.live.proxy --config FILE [--parent-pid N]``.
 """
 
@@ -46,8 +47,12 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     app.state.proxy = proxy
     for method, path, handler in ROUTES:
         app.add_api_route(path, handler, methods=[method])
-    app.add_middleware(HotRoutes, hot={(m, p): h for m, p, h in ROUTES if p in HOT_PATHS})
     return app
+
+
+def hot_app(app: FastAPI) -> HotRoutes:
+    """``app`` behind `HotRoutes` (outermost): the hot paths straight to their handlers, the rest to ``app``."""
+    return HotRoutes(app, hot={(m, p): h for m, p, h in ROUTES if p in HOT_PATHS})
 
 
 def serve(cfg: ProxyConfig) -> None:
@@ -60,8 +65,8 @@ def serve(cfg: ProxyConfig) -> None:
     app = create_app(cfg)
     app.state.live_process = True
     # clients close idle connections first (the load generator after 2 s): no reuse of a closed one
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
-                timeout_keep_alive=SERVER_KEEPALIVE_S)
+    uvicorn.run(hot_app(app), host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
+                timeout_keep_alive=SERVER_KEEPALIVE_S, proxy_headers=False)
 
 
 def main(argv: list[str] | None = None) -> None:

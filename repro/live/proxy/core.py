@@ -36,7 +36,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from repro.errors import ConfigError
 from repro.experiment.journal import JournalWriter
 from repro.live.proxy.config import Endpoint, ProxyConfig
-from repro.live.proxy.scrape import Scraper
+from repro.live.proxy.engine_client import CannotConnect, EngineClient
+from repro.live.proxy.scrape import Scraper, metrics_query
 from repro.routing.cost_model import CostModel
 from repro.routing.policies import make_policy
 from repro.routing.policies.base import Decision, Placement, RequestInfo
@@ -45,6 +46,10 @@ from repro.routing.router import Router
 _KV_RE = re.compile(rb"^vllm:kv_cache_usage_perc\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 _RUN_RE = re.compile(rb"^vllm:num_requests_running\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
 _WAIT_RE = re.compile(rb"^vllm:num_requests_waiting\{[^}]*\}\s+([0-9.eE+-]+)", re.MULTILINE)
+# the samples the poller reads: asked for by name (``/metrics?name[]=...``), so an engine that honours the
+# filter (the emulator, prometheus-client's exposition app) renders and sends ~0.5 KB instead of its whole
+# exposition (~32 KB on the emulator: ~0.3 ms of its CPU per poll); one that ignores it sends everything
+POLLED_METRICS = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
 HEAD_CHARS = 1000  # characters of the prompt the length predictor reads
 LAG_TICK_S = 0.02  # wall s between event-loop lag samples
 VALIDITY_SAMPLES = 100_000  # lag / poll-gap samples kept (the latest: ~33 min of ticks)
@@ -99,7 +104,8 @@ class Proxy:
         self.predict = _Predict(cfg)
         self.t0 = time.monotonic()
         self.journal = JournalWriter(cfg.journal) if cfg.journal else None
-        self.client: aiohttp.ClientSession | None = None
+        self.client: aiohttp.ClientSession | None = None  # /v1/models and https polls
+        self.engines: EngineClient | None = None  # the P/D calls
         self._poller: asyncio.Task[None] | None = None
         t0 = time.monotonic()
         self._last_ok: dict[str, float] = {e.name: t0 for e in cfg.endpoints}  # wall: last 200 from /metrics
@@ -111,7 +117,8 @@ class Proxy:
                                                    for e in cfg.endpoints}  # wall s between good polls
         self.loop_lags: deque[float] = deque(maxlen=VALIDITY_SAMPLES)  # wall s: how late the lag ticker woke
         self._lag_task: asyncio.Task[None] | None = None
-        self._scrapers = {e.name: Scraper(e.url, cfg.connect_timeout_s) for e in cfg.endpoints}
+        self._scrapers = {e.name: Scraper(e.url, cfg.connect_timeout_s, metrics_query(POLLED_METRICS))
+                          for e in cfg.endpoints}
         self.engine_stats: dict[str, dict[str, float]] = {e.name: {} for e in cfg.endpoints}
         self.in_flight = 0
         self.registry = CollectorRegistry()
@@ -128,12 +135,22 @@ class Proxy:
         self.m_inflight = Gauge("repro_proxy_in_flight", "Ledger in-flight requests", labels, registry=r)
         self.m_healthy = Gauge("repro_proxy_instance_healthy", "1 if the instance answers", labels, registry=r)
         self.m_kv = Gauge("repro_proxy_kv_usage", "Last polled KV usage (0..1)", labels, registry=r)
+        # the labelled children the hot paths touch, looked up once (a ``labels()`` call costs ~5 us)
+        self._where = {e.name: (role, i) for role, pool in (("prefill", self.prefill), ("decode", self.decode))
+                       for i, e in enumerate(pool)}
+        self._placed = {(role, i): self.m_decisions.labels(role, pool[i].name)
+                        for role, pool in (("prefill", self.prefill), ("decode", self.decode))
+                        for i in range(len(pool))}
+        self._kv_gauge = {e.name: self.m_kv.labels(*self._where_name(e.name)) for e in cfg.endpoints}
+        self._healthy_gauge = {e.name: self.m_healthy.labels(*self._where_name(e.name)) for e in cfg.endpoints}
+        self._by_status: dict[str, Any] = {}
 
     # ---- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        """Open the engine client and start polling (call inside the event loop that serves)."""
-        # aiohttp, not httpx, for the engine calls: ~0.2 ms of CPU per request instead of ~1.4 ms
-        # (benchmarks/bench_proxy.py), which matters on a 2-core machine hosting the engines too.
+        """Open the engine clients and start polling (call inside the event loop that serves)."""
+        # The P/D calls go through `EngineClient` (httptools on kept-alive connections: cheaper than
+        # aiohttp's client, itself ~0.2 ms of CPU per request cheaper than httpx's); aiohttp serves the
+        # rare calls (/v1/models, polls of https engines).
         # Idle connections are dropped after KEEPALIVE_S, before the engine's server closes them
         # (uvicorn's and vLLM's default: 5 s). With aiohttp's default (15 s) a request could go out on a
         # connection the engine had just closed: measured on real vLLM, "Can not write request body"
@@ -143,6 +160,7 @@ class Proxy:
         # no read time-out: an engine that is alive may take as long as its queue takes
         timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.connect_timeout_s)
         self.client = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+        self.engines = EngineClient(self.cfg.connect_timeout_s, KEEPALIVE_S)
         now = time.monotonic()
         self._last_ok = {name: now for name in self._last_ok}
         self._poller = asyncio.create_task(self.poll_forever())
@@ -157,6 +175,8 @@ class Proxy:
             scraper.close()
         if self.client is not None:
             await self.client.close()
+        if self.engines is not None:
+            self.engines.close()
         if self.journal is not None:
             self.journal.close()
 
@@ -167,11 +187,11 @@ class Proxy:
 
     def role_index(self, name: str) -> tuple[str, int]:
         """(role, index in that role's pool) of the engine called ``name``; KeyError if none."""
-        for role, pool in (("prefill", self.prefill), ("decode", self.decode)):
-            for i, e in enumerate(pool):
-                if e.name == name:
-                    return role, i
-        raise KeyError(name)
+        return self._where[name]
+
+    def _where_name(self, name: str) -> tuple[str, str]:
+        """(role, name): the labels of engine ``name``'s metrics."""
+        return self._where[name][0], name
 
     # ---- decisions ----------------------------------------------------------------------------
     def decide(self, request: RequestInfo) -> Decision:
@@ -181,8 +201,8 @@ class Proxy:
         decision = self.router.route(request, self.now())
         self.m_decision_s.observe(time.perf_counter() - t)
         if isinstance(decision, Placement):
-            self.m_decisions.labels("prefill", self.prefill[decision.prefill].name).inc()
-            self.m_decisions.labels("decode", self.decode[decision.decode].name).inc()
+            self._placed["prefill", decision.prefill].inc()
+            self._placed["decode", decision.decode].inc()
         return decision
 
     # ---- poller -----------------------------------------------------------------------------
@@ -209,7 +229,7 @@ class Proxy:
             scraper = self._scrapers[e.name]
             if scraper.fallback:
                 timeout = aiohttp.ClientTimeout(total=wait, connect=min(self.cfg.connect_timeout_s, wait))
-                async with self.client.get(e.url.rstrip("/") + "/metrics", timeout=timeout) as r:
+                async with self.client.get(scraper.url, timeout=timeout) as r:
                     status, text = r.status, await r.read()
             else:
                 status, text = await scraper.get(wait)
@@ -220,7 +240,7 @@ class Proxy:
             if m:
                 usage = float(m.group(1))
                 self.router.observe_kv(role, i, usage, self.now())
-                self.m_kv.labels(role, e.name).set(usage)
+                self._kv_gauge[e.name].set(usage)
             stats = {}
             for key, rx in (("running", _RUN_RE), ("waiting", _WAIT_RE)):
                 mm = rx.search(text)
@@ -238,7 +258,7 @@ class Proxy:
             if silent >= window:
                 what = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
                 self.kill(e, f"/metrics silent for {silent:.1f} s ({what})")
-        self.m_healthy.labels(role, e.name).set(1.0 if self.router.is_healthy(role, i) else 0.0)
+        self._healthy_gauge[e.name].set(1.0 if self.router.is_healthy(role, i) else 0.0)
 
     # ---- life and death -----------------------------------------------------------------------
     def death_of(self, e: Endpoint) -> asyncio.Future[str]:
@@ -274,8 +294,8 @@ class Proxy:
 
     def refused(self, e: Endpoint, exc: BaseException) -> bool:
         """If ``exc`` (from a call to ``e``) is a refused connection, declare ``e`` dead; True if so."""
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            self.kill(e, f"connection refused ({exc.os_error or exc})")
+        if isinstance(exc, (aiohttp.ClientConnectorError, CannotConnect)):
+            self.kill(e, f"connection refused ({getattr(exc, 'os_error', None) or exc})")
             return True
         return False
 
@@ -325,7 +345,11 @@ class Proxy:
     # ---- journal ----------------------------------------------------------------------------
     def record(self, row: dict[str, Any]) -> None:
         """Count the row's final status and append it to the journal (if any), flushed."""
-        self.m_requests.labels(row["status"]).inc()
+        status = row["status"]
+        counter = self._by_status.get(status)
+        if counter is None:
+            counter = self._by_status[status] = self.m_requests.labels(status)
+        counter.inc()
         if self.journal is not None:
             self.journal.write(row)
 

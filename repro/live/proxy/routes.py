@@ -22,7 +22,6 @@ that answers). Errors are OpenAI-style (`error_response`). The proxy object is
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from repro.live.pd_protocol import headers_for, prompt_of
+from repro.live.pd_protocol import headers_for, loads, prompt_of
 from repro.live.proxy.config import ProxyConfig
 from repro.live.proxy.core import Proxy
 from repro.live.proxy.relay import Exchange, error_response
@@ -194,7 +193,7 @@ async def admit(proxy: Proxy, path: str, request: Request) -> Admitted:
     if len(raw) > cfg.max_body_bytes:
         raise Refusal(413, f"request body of {len(raw)} bytes exceeds the limit of {cfg.max_body_bytes}")
     try:
-        body = json.loads(raw)
+        body = loads(raw)
     except ValueError as exc:
         raise Refusal(400, f"malformed JSON body: {exc}") from None
     except RecursionError:

@@ -14,19 +14,30 @@ malformed answer or a time-out raises `OSError` / `asyncio.IncompleteReadError` 
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
+
+
+def metrics_query(names: tuple[str, ...]) -> str:
+    """The ``name[]=`` query that asks a Prometheus endpoint for only the samples ``names``:
+    prometheus-client's exposition app (``make_asgi_app``, older vLLM's ``/metrics``) and the emulated
+    engine honour it; an endpoint that ignores it (newer vLLM's ``/metrics`` is
+    prometheus-fastapi-instrumentator's route) answers everything, which the poller reads the same."""
+    return urlencode([("name[]", n) for n in names])
 
 
 class Scraper:
-    """``GET <url>/metrics`` on one kept-alive connection (`get` -> (status, body bytes))."""
+    """``GET <url>/metrics[?query]`` on one kept-alive connection (`get` -> (status, body bytes)).
 
-    def __init__(self, base_url: str, connect_timeout_s: float = 2.0) -> None:
+    ``query``: an already-encoded query string (e.g. `metrics_query`'s), sent as is."""
+
+    def __init__(self, base_url: str, connect_timeout_s: float = 2.0, query: str = "") -> None:
         u = urlsplit(base_url)
         self.fallback = u.scheme == "https"
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or (443 if self.fallback else 80)
         host_header = u.netloc.rsplit("@", 1)[-1]
-        path = (u.path.rstrip("/") or "") + "/metrics"
+        path = (u.path.rstrip("/") or "") + "/metrics" + (f"?{query}" if query else "")
+        self.url = f"{base_url.rstrip('/')}/metrics" + (f"?{query}" if query else "")  # for the fallback
         self.request = f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nAccept: */*\r\n\r\n".encode()
         self.connect_timeout_s = connect_timeout_s
         self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
@@ -34,7 +45,8 @@ class Scraper:
     async def get(self, timeout_s: float) -> tuple[int, bytes]:
         """One scrape within ``timeout_s`` wall seconds."""
         try:
-            return await asyncio.wait_for(self._get(), timeout_s)
+            async with asyncio.timeout(timeout_s):  # no task per scrape (asyncio.wait_for makes one)
+                return await self._get()
         except BaseException:
             self.close()
             raise
