@@ -37,8 +37,11 @@ A user's own policy is given as an import path ``package.module:ClassName`` (or
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+import numpy as np
 
 from repro.routing.cost_model import CostModel
 from repro.vocab import SloClass
@@ -87,16 +90,100 @@ class InstanceSignals:
     """False while the instance does not answer; a policy must not place on it."""
 
 
-@dataclass(slots=True)
-class ClusterView:
-    """Snapshot handed to a policy for one decision."""
+@dataclass(slots=True, frozen=True)
+class PoolArrays:
+    """One pool's signals as numpy arrays, element i = instance i: the same numbers as the
+    `InstanceSignals` of ``ClusterView.prefill`` / ``ClusterView.decode`` (bit for bit), for
+    policies that price a large pool at once. Read-only: a policy must not write into them."""
 
-    now_s: float
-    """Decision time (seconds, on the router's clock)."""
-    prefill: list[InstanceSignals]
-    """The prefill pool, ``prefill[i].index == i``."""
-    decode: list[InstanceSignals]
-    """The decode pool, ``decode[i].index == i``."""
+    backlog_s: np.ndarray
+    """Ledger seconds of priced work outstanding (float64, s)."""
+    in_flight: np.ndarray
+    """Ledger requests in flight (int64)."""
+    in_flight_tokens: np.ndarray
+    """Ledger tokens of those requests (float64, tokens)."""
+    kv_usage: np.ndarray
+    """Last polled KV usage (float64, fraction 0..1)."""
+    kv_age_s: np.ndarray
+    """Age of that poll (float64, s)."""
+    healthy: np.ndarray
+    """Health (bool)."""
+
+    @classmethod
+    def of(cls, pool: list[InstanceSignals]) -> PoolArrays:
+        """The arrays of a list of signals (``pool[i].index == i``)."""
+        return cls(
+            np.array([s.backlog_s for s in pool], dtype=np.float64),
+            np.array([s.in_flight for s in pool], dtype=np.int64),
+            np.array([s.in_flight_tokens for s in pool], dtype=np.float64),
+            np.array([s.kv_usage for s in pool], dtype=np.float64),
+            np.array([s.kv_age_s for s in pool], dtype=np.float64),
+            np.array([s.healthy for s in pool], dtype=bool),
+        )
+
+
+class ClusterView:
+    """Snapshot handed to a policy for one decision.
+
+    Two equivalent forms of the same numbers, each made on first use from the other (the `Router`
+    hands over arrays; a test may hand over lists): ``prefill`` / ``decode`` (lists of
+    `InstanceSignals`) and `arrays` (`PoolArrays`, for vectorised pricing of large pools).
+    ``ClusterView(now_s, prefill, decode)`` as before; the router passes ``arrays=(prefill,
+    decode)`` and a ``fill`` callable that writes the arrays' values into the lists' signals.
+    """
+
+    __slots__ = ("now_s", "_prefill", "_decode", "_arrays", "_fill")
+
+    def __init__(
+        self,
+        now_s: float,
+        prefill: list[InstanceSignals],
+        decode: list[InstanceSignals],
+        *,
+        arrays: tuple[PoolArrays, PoolArrays] | None = None,
+        fill: Callable[[], None] | None = None,
+    ) -> None:
+        self.now_s = now_s
+        """Decision time (seconds, on the router's clock)."""
+        self._prefill = prefill
+        self._decode = decode
+        self._arrays = arrays
+        self._fill = fill
+
+    def _lists(self) -> None:
+        fill, self._fill = self._fill, None
+        if fill is not None:
+            fill()
+
+    @property
+    def prefill(self) -> list[InstanceSignals]:
+        """The prefill pool, ``prefill[i].index == i``."""
+        if self._fill is not None:
+            self._lists()
+        return self._prefill
+
+    @property
+    def decode(self) -> list[InstanceSignals]:
+        """The decode pool, ``decode[i].index == i``."""
+        if self._fill is not None:
+            self._lists()
+        return self._decode
+
+    @property
+    def n_prefill(self) -> int:
+        """Instances in the prefill pool (without building the signals)."""
+        return len(self._prefill)
+
+    @property
+    def n_decode(self) -> int:
+        """Instances in the decode pool (without building the signals)."""
+        return len(self._decode)
+
+    def arrays(self) -> tuple[PoolArrays, PoolArrays]:
+        """(prefill, decode) as `PoolArrays`."""
+        if self._arrays is None:
+            self._arrays = (PoolArrays.of(self._prefill), PoolArrays.of(self._decode))
+        return self._arrays
 
 
 @dataclass(slots=True, frozen=True)

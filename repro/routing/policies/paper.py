@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
@@ -23,6 +26,7 @@ from repro.routing.policies.base import (
     InstanceSignals,
     Placement,
     Policy,
+    PoolArrays,
     Rejection,
     RequestInfo,
 )
@@ -121,6 +125,54 @@ class LengthThreshold(Policy):
         if p is None or d is None:
             return Rejection(NO_HEALTHY)
         return Placement(p, d)
+
+
+TIE_S = 1e-12
+"""Two scores closer than this (s) tie; the tie goes to fewer in-flight requests on p and d together."""
+
+Candidate = tuple[float, int, int, int]  # (score s, in-flight tiebreak, p, d)
+
+
+def first_best(candidates: Any) -> Candidate | None:
+    """The scorers' argmin over (score, tiebreak, p, d, ...) in enumeration order: a candidate wins if
+    its score is lower by more than `TIE_S`, or within `TIE_S` with a smaller tiebreak (the exact
+    rule of the enumeration, kept as it is: the journals depend on it)."""
+    best = None
+    for cand in candidates:
+        if (best is None or cand[0] < best[0] - TIE_S
+                or (abs(cand[0] - best[0]) <= TIE_S and cand[1] < best[1])):
+            best = cand
+    return best
+
+
+@dataclass(slots=True)
+class VectorParts:
+    """A scorer's per-candidate parts over candidate rows (prefill) and columns (decode), numpy arrays:
+    score(p, d) = ``a[p] + b[d]`` + a hinge that couples them only through ``a[p] + first[d]``
+    (`MarginalCostBase._vector_scores`), never below ``a[p] + floor[d]``."""
+
+    a: np.ndarray
+    """Prefill side of the score (s), per row."""
+    b: np.ndarray
+    """Decode side of the score (s), per column."""
+    first: np.ndarray
+    """What the hinge adds to ``a`` to predict the TTFT (s), per column."""
+    tpot: np.ndarray
+    """The decode-only part of the hinge (s), per column (zeros where the scorer has none)."""
+    floor: np.ndarray
+    """A lower bound of ``score - a`` (s), per column: ``b`` plus the hinge's decode-only part."""
+    in_flight_p: np.ndarray
+    """Tiebreak part per row (requests)."""
+    in_flight_d: np.ndarray
+    """Tiebreak part per column (requests)."""
+    guard_p: np.ndarray | None
+    """The guard's prefill-side TTFT per row (s), when the guard is on."""
+    guard_d: np.ndarray | None
+    """The guard's decode-side TTFT per column (s), when the guard is on."""
+    ttft_target_s: float
+    """The request's TTFT target (s), where the hinge starts."""
+    hinge_weight: float
+    """Seconds of score per second of TTFT overrun."""
 
 
 class MarginalCostBase(Policy):
@@ -252,31 +304,142 @@ class MarginalCostBase(Policy):
         safe = self.cache_safe_fraction
         return ttft_target_s * (u - safe) / (1.0 - safe) if u > safe else 0.0
 
+    VECTOR_MIN_PAIRS = 64
+    """From this many (prefill x decode) instances, `place` prices with numpy (`place_vectorized`);
+    below it the enumeration is cheaper. Both decide the same (tests/test_router_scale.py)."""
+
     def place(self, request: RequestInfo, view: ClusterView) -> Decision:
+        """The argmin pair (exact): vectorised for large pools, enumerated for small ones or with a
+        softmax temperature (its draw reads every score in enumeration order)."""
+        if (self.temperature_s == 0 and type(self)._vector_parts is not MarginalCostBase._vector_parts
+                and view.n_prefill * view.n_decode >= self.VECTOR_MIN_PAIRS):
+            return self.place_vectorized(request, view)
+        return self.place_enumerated(request, view)
+
+    def place_enumerated(self, request: RequestInfo, view: ClusterView) -> Decision:
+        """The reference: price every candidate pair in Python (`_priced`) and take the argmin
+        (`first_best`), or the softmax draw."""
         self._tick += 1
-        priced = self._priced(request, view)
+        return self._decide(request, self._priced(request, view))
+
+    def _decide(self, request: RequestInfo, priced: list[tuple[float, int, int, int, float]]) -> Decision:
         if not priced:
             return Rejection(NO_HEALTHY)
         if self.admission_guard:
-            target = self.cost_model.slo.ttft_s(request.slo_class)
-            fastest = min(c[4] for c in priced)
-            if fastest > self.guard_margin * target:
-                return Rejection(
-                    f"admission guard: predicted TTFT {fastest:.3f} s exceeds {self.guard_margin:g} x the "
-                    f"{request.slo_class} target ({target:.3f} s) on every instance",
-                    retry_after_s=fastest - target,
-                )
+            rejection = self._guard(request, min(c[4] for c in priced))
+            if rejection is not None:
+                return rejection
         if self.temperature_s > 0:
             low = min(c[0] for c in priced)
             weights = [math.exp(-(c[0] - low) / self.temperature_s) for c in priced]
             pick = self._rng.choices(priced, weights=weights)[0]
             return Placement(pick[2], pick[3])
-        best = None
-        for cand in priced:
-            if (best is None or cand[0] < best[0] - 1e-12
-                    or (abs(cand[0] - best[0]) <= 1e-12 and cand[1] < best[1])):
-                best = cand
+        best = first_best(priced)
         return Placement(best[2], best[3])
+
+    def _guard(self, request: RequestInfo, fastest: float) -> Rejection | None:
+        """The admission guard's rejection when the ``fastest`` predicted TTFT (s) is hopeless."""
+        target = self.cost_model.slo.ttft_s(request.slo_class)
+        if fastest > self.guard_margin * target:
+            return Rejection(
+                f"admission guard: predicted TTFT {fastest:.3f} s exceeds {self.guard_margin:g} x the "
+                f"{request.slo_class} target ({target:.3f} s) on every instance",
+                retry_after_s=fastest - target,
+            )
+        return None
+
+    # ---- the vectorised path (the same decisions, from the view's arrays) -----------------------
+    def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
+                      dc: np.ndarray) -> VectorParts:
+        """The scorer's parts over candidate rows ``pc`` and columns ``dc`` (indices into the pools),
+        with the float operations of `_priced` in the same order (a subclass that has none is
+        always enumerated)."""
+        raise NotImplementedError
+
+    def _vector_scores(self, v: VectorParts, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The score matrix (s) of candidate rows x columns (positions in ``v``), as `_priced`
+        computes each element."""
+        raise NotImplementedError
+
+    def _candidate_positions(self, healthy: np.ndarray) -> np.ndarray:
+        """`_candidates` as pool indices: healthy ones in tie-rotation order, or ``sample_d`` of them
+        (the same draws: `random.Random.sample` depends only on the population's size)."""
+        n = healthy.size
+        start = self._tick % n if n else 0
+        order = np.concatenate((np.arange(start, n), np.arange(0, start)))
+        alive = order[healthy[order]]
+        if self.sample_d and self.sample_d < alive.size:
+            alive = alive[self._rng.sample(range(alive.size), self.sample_d)]
+        return alive
+
+    def place_vectorized(self, request: RequestInfo, view: ClusterView) -> Decision:
+        """`place_enumerated`'s decision (argmin only, no temperature) from the view's `PoolArrays`.
+
+        score(p, d) >= a[p] + floor[d] bounds which rows and columns can hold the minimum (those
+        whose bound exceeds the best of one priced row by more than a margin cannot), so only a
+        small block is priced; the enumeration's tie rule is then applied, in enumeration order, to
+        the scores within 1e-9 s of the minimum, which is exact whenever no other score lies within
+        `TIE_S` of them (checked; otherwise the enumeration decides)."""
+        self._tick += 1
+        state = self._rng.getstate() if self.sample_d else None
+        pre, dec = view.arrays()
+        pc = self._candidate_positions(pre.healthy)
+        dc = self._candidate_positions(dec.healthy)
+        if not pc.size or not dc.size:
+            return Rejection(NO_HEALTHY)
+        v = self._vector_parts(request, pre, dec, pc, dc)
+        if self.admission_guard:
+            rejection = self._guard(request, float(v.guard_p.min() + v.guard_d.min()))
+            if rejection is not None:
+                return rejection
+        all_cols = np.arange(dc.size)
+        p0 = int(np.argmin(v.a))
+        bound = float(self._vector_scores(v, np.array([p0]), all_cols).min())
+        limit = bound + 1e-6 + 1e-9 * abs(bound)
+        rows = np.flatnonzero(v.a + v.floor.min() <= limit)
+        cols = np.flatnonzero(v.floor + v.a.min() <= limit)
+        scores = self._vector_scores(v, rows, cols)
+        low = scores.min() + 1e-9
+        near = scores <= low
+        if np.any((scores > low) & (scores <= low + 2 * TIE_S)):  # no clear gap: enumerate
+            if state is not None:
+                self._rng.setstate(state)
+            self._tick -= 1
+            return self.place_enumerated(request, view)
+        flat = np.flatnonzero(near)  # row-major: enumeration order
+        r = rows[flat // cols.size]
+        c = cols[flat % cols.size]
+        if flat.size == 1:
+            return Placement(int(pc[r[0]]), int(dc[c[0]]))
+        vals = scores.ravel()[flat]
+        ties = v.in_flight_p[r] + v.in_flight_d[c]
+        if vals.min() == vals.max():
+            k = int(np.argmin(ties))
+            return Placement(int(pc[r[k]]), int(dc[c[k]]))
+        best = first_best(zip(vals.tolist(), ties.tolist(), pc[r].tolist(), dc[c].tolist(), strict=True))
+        return Placement(best[2], best[3])
+
+    def _request_terms(self, request: RequestInfo) -> tuple[int, float, float, float, float]:
+        """(L tokens, o tokens, T_ttft s, T_tpot s, the own prefill work tau_pre(L) + tau_xfer(L) s)."""
+        cm = self.cost_model
+        L = request.prompt_tokens
+        return (L, self.output_estimate(request), cm.slo.ttft_s(request.slo_class),
+                cm.slo.tpot_s(request.slo_class), cm.tau_pre(L) + cm.tau_xfer(L))
+
+    def _cache_pressure_vec(self, kv_usage: np.ndarray, prompt_tokens: int, output_tokens: float,
+                            ttft_target_s: float) -> np.ndarray:
+        """`_cache_pressure_s` over an array of polled KV usages (s)."""
+        cap = float(self.cost_model.kv_capacity_tokens)
+        u = (kv_usage * cap + prompt_tokens + output_tokens) / cap
+        safe = self.cache_safe_fraction
+        return np.where(u > safe, ttft_target_s * (u - safe) / (1.0 - safe), 0.0)
+
+    def _guard_prefill_vec(self, in_flight_tokens: np.ndarray, prompt_tokens: int) -> np.ndarray:
+        """`_guard_prefill_s` over an array of prefill instances' queued tokens (s)."""
+        cm = self.cost_model
+        q = in_flight_tokens + prompt_tokens
+        budget = max(1, int(cm.max_num_batched_tokens))
+        return np.ceil(q / budget) * cm.tau_pre_base_s + q * cm.tau_pre_per_token_s + cm.tau_xfer(prompt_tokens)
 
 
 class MarginalCost(MarginalCostBase):
@@ -387,11 +550,9 @@ class MarginalCost(MarginalCostBase):
 
     def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
         cm = self.cost_model
-        L = request.prompt_tokens
-        o = self.output_estimate(request)
-        ttft_target = cm.slo.ttft_s(request.slo_class)
-        tpot_target = cm.slo.tpot_s(request.slo_class)
-        own_pre = cm.tau_pre(L) + cm.tau_xfer(L) if self.use_own_work else 0.0
+        L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
+        if not self.use_own_work:
+            own_pre = 0.0
 
         pre_parts = []
         for s in self._candidates(view.prefill):
@@ -415,6 +576,36 @@ class MarginalCost(MarginalCostBase):
                     score += self.slo_weight * (ttft_over + tpot_over)
                 out.append((score, pn + dn, p, d, guard_pre + guard_dec))
         return out
+
+    def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
+                      dc: np.ndarray) -> VectorParts:
+        cm = self.cost_model
+        L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
+        if not self.use_own_work:
+            own_pre = 0.0
+        zeros = np.zeros(dc.size)
+        a = (pre.backlog_s[pc] if self.use_backlog else np.zeros(pc.size)) + own_pre
+        n_d = dec.in_flight[dc]
+        tau = cm.tau_dec(n_d.astype(np.float64))
+        backlog = dec.backlog_s[dc] if self.use_backlog else zeros
+        work = backlog + o * tau if self.use_own_work else backlog + 0.0
+        first = tau if self.use_own_work else zeros
+        cache = self._cache_pressure_vec(dec.kv_usage[dc], L, o, ttft_target) if self.use_cache_pressure else zeros
+        tpot = np.maximum(0.0, work - o * tpot_target)
+        b = work + cache
+        guard = self.admission_guard
+        return VectorParts(a, b, first, tpot, b + self.slo_weight * tpot if self.use_slo else b,
+                           pre.in_flight[pc], n_d,
+                           self._guard_prefill_vec(pre.in_flight_tokens[pc], L) if guard else None,
+                           tau + cache if guard else None, ttft_target, self.slo_weight)
+
+    def _vector_scores(self, v: VectorParts, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        a = v.a[rows][:, None]
+        score = a + v.b[cols]
+        if self.use_slo:
+            ttft_over = np.maximum(0.0, (a + v.first[cols]) - v.ttft_target_s)
+            score = score + v.hinge_weight * (ttft_over + v.tpot[cols])
+        return score
 
 
 class MarginalCostBatching(MarginalCostBase):
@@ -459,13 +650,8 @@ class MarginalCostBatching(MarginalCostBase):
 
     def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
         cm = self.cost_model
-        L = request.prompt_tokens
-        o = self.output_estimate(request)
-        cls = request.slo_class
-        ttft_target = cm.slo.ttft_s(cls)
-        tpot_target = cm.slo.tpot_s(cls)
+        L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
         slo_scale = self.slo_weight * (cm.ttft_tight_s * cm.loose_factor) / ttft_target
-        own_pre = cm.tau_pre(L) + cm.tau_xfer(L)
 
         pre_parts = []
         for s in self._candidates(view.prefill):
@@ -495,6 +681,39 @@ class MarginalCostBatching(MarginalCostBase):
                         score += slo_scale * (ttft_hat - ttft_target)
                 out.append((score, pn + dn, p, d, pre_wait + first))
         return out
+
+    def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
+                      dc: np.ndarray) -> VectorParts:
+        cm = self.cost_model
+        L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
+        a = (pre.backlog_s[pc] if self.use_backlog else np.zeros(pc.size)) + own_pre
+        n_d = dec.in_flight[dc]
+        n = n_d.astype(np.float64)
+        tau = cm.tau_dec(n)
+        cost = o * tau
+        if self.use_backlog:
+            cost = cost + cm.dec_concurrency_slope * np.minimum(dec.backlog_s[dc], n * o * cm.tau_dec_s)
+        wait = np.zeros(dc.size)
+        if self.use_cache_pressure:
+            wait = self._cache_pressure_vec(dec.kv_usage[dc], L, o, ttft_target)
+            cost = cost + wait
+        if self.use_slo:
+            cost = np.where(tau > tpot_target, cost + self.slo_weight * o * (tau - tpot_target), cost)
+        first = tau + wait
+        slo_scale = self.slo_weight * (cm.ttft_tight_s * cm.loose_factor) / ttft_target
+        guard = self.admission_guard
+        return VectorParts(a, cost, first, np.zeros(dc.size), cost, pre.in_flight[pc], n_d,
+                           self._guard_prefill_vec(pre.in_flight_tokens[pc], L) if guard else None,
+                           first if guard else None, ttft_target, slo_scale)
+
+    def _vector_scores(self, v: VectorParts, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        a = v.a[rows][:, None]
+        score = a + v.b[cols]
+        if self.use_slo:
+            ttft_hat = a + v.first[cols]
+            score = np.where(ttft_hat > v.ttft_target_s,
+                             score + v.hinge_weight * (ttft_hat - v.ttft_target_s), score)
+        return score
 
 
 class MarginalCostPlus(MarginalCostBatching):
