@@ -18,6 +18,7 @@ from repro.routing.cost_model import CostModel
 from repro.routing.ledger import Ledger
 from repro.routing.policies import make_policy
 from repro.routing.policies.base import ClusterView, InstanceSignals, Placement, RequestInfo
+from repro.routing.policies.paper import MarginalCostBase
 from repro.routing.router import Router
 
 CM = CostModel.load("calibrated")
@@ -69,9 +70,12 @@ def configs():
     yield "marginal_cost", {"use_own_work": False, "use_backlog": False}
 
 
+@pytest.mark.parametrize("prune", [True, False], ids=["pruned", "whole"])
 @pytest.mark.parametrize(("name", "options"), list(configs()), ids=lambda x: str(x))
-def test_vectorized_decides_exactly_as_the_enumeration(name, options):
-    rng = random.Random(zlib.crc32(repr((name, sorted(options.items()))).encode()))
+def test_vectorized_decides_exactly_as_the_enumeration(name, options, prune, monkeypatch):
+    # pruned: only the block of rows and columns that can hold the minimum is priced (large pools)
+    monkeypatch.setattr(MarginalCostBase, "PRUNE_MIN_PAIRS", 0 if prune else 10**9)
+    rng = random.Random(zlib.crc32(repr((name, sorted(options.items()), prune)).encode()))
     fast = make_policy(name, CM, **options)
     ref = make_policy(name, CM, **options)
     fired = {"vector": 0, "reject": 0, "tie": 0}

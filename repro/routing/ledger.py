@@ -135,7 +135,7 @@ class ParallelBook(MirroredBook):
 
     def _sync(self) -> None:
         m, i = self._mirror, self._index
-        m.sum_end[i] = self._sum_end
+        m.sum_end[i] = self._sum_end if self._active else 0.0  # nothing active reads 0 (reset at next touch)
         m.active[i] = self._active
         m.in_flight[i] = self.in_flight
         m.tokens[i] = self.tokens
@@ -251,11 +251,8 @@ class Ledger:
         books = self.decode
         while ends and ends[0][0] <= now:  # touch the books whose earliest end time has passed
             books[heapq.heappop(ends)[1]].expire(now)
-        pre = np.where(pa.tail > now, pa.tail - now, 0.0)
-        dec = da.sum_end - da.active * now
-        # a book with nothing active reads 0 (its running sum is reset at its next touch)
-        dec = np.where((da.active > 0) & (dec > 0.0), dec, 0.0)
-        return pre, dec
+        # tail - now is +0.0 when equal, negative when passed: the max is each book's ``backlog``
+        return np.maximum(pa.tail - now, 0.0), np.maximum(da.sum_end - da.active * now, 0.0)
 
     def dispatch(
         self, key: str, prefill: int, decode: int, prompt_tokens: int, output_estimate: float, now: float

@@ -104,8 +104,9 @@ class Router:
             dec_b = np.array([oracle("decode", i, now) for i in range(len(led.decode))], dtype=np.float64)
         arrays = []
         for role, backlog, book in (("prefill", pre_b, led.prefill_arrays), ("decode", dec_b, led.decode_arrays)):
-            arrays.append(base.PoolArrays(backlog, book.in_flight.copy(), book.tokens.copy(), self._kv[role].copy(),
-                                     now - self._kv_at_arr[role], self._healthy[role].copy()))
+            # the ledger's and the router's own arrays, not copies: read during this decision only
+            arrays.append(base.PoolArrays(backlog, book.in_flight, book.tokens, self._kv[role],
+                                          now - self._kv_at_arr[role], self._healthy[role]))
         pre, dec = arrays
 
         def fill() -> None:

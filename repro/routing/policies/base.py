@@ -94,7 +94,8 @@ class InstanceSignals:
 class PoolArrays:
     """One pool's signals as numpy arrays, element i = instance i: the same numbers as the
     `InstanceSignals` of ``ClusterView.prefill`` / ``ClusterView.decode`` (bit for bit), for
-    policies that price a large pool at once. Read-only: a policy must not write into them."""
+    policies that price a large pool at once. Read-only and, like the signals, valid during
+    `Policy.place` only: the router hands over its own live arrays (a speed shortcut)."""
 
     backlog_s: np.ndarray
     """Ledger seconds of priced work outstanding (float64, s)."""

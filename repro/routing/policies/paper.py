@@ -175,6 +175,22 @@ class VectorParts:
     """Seconds of score per second of TTFT overrun."""
 
 
+def _take(values: np.ndarray, positions: np.ndarray | None) -> np.ndarray:
+    """``values`` at the candidate ``positions`` (None: every instance, in pool order)."""
+    return values if positions is None else values[positions]
+
+
+def _pool_index(positions: np.ndarray | None, k: int) -> int:
+    """The pool index of candidate ``k``."""
+    return k if positions is None else int(positions[k])
+
+
+def _enumeration_rank(k: np.ndarray, positions: np.ndarray | None, n: int, tick: int) -> np.ndarray:
+    """Where candidates ``k`` come in the enumeration: their place in the tie rotation starting at
+    ``tick`` (every instance), or in ``positions`` (already in enumeration order)."""
+    return (k - tick) % n if positions is None else k
+
+
 class MarginalCostBase(Policy):
     """What the marginal-cost scorers share (not registered itself): price every healthy (prefill p,
     decode d) pair in seconds and place the request on the cheapest.
@@ -361,11 +377,20 @@ class MarginalCostBase(Policy):
         computes each element."""
         raise NotImplementedError
 
-    def _candidate_positions(self, healthy: np.ndarray) -> np.ndarray:
-        """`_candidates` as pool indices: healthy ones in tie-rotation order, or ``sample_d`` of them
-        (the same draws: `random.Random.sample` depends only on the population's size)."""
+    PRUNE_MIN_PAIRS = 4096
+    """From this many candidate pairs, `place_vectorized` prices only the block that can hold the
+    minimum; below it, the whole matrix (fewer numpy calls)."""
+
+    def _candidate_positions(self, healthy: np.ndarray) -> np.ndarray | None:
+        """`_candidates` as pool indices, in enumeration order (healthy ones in tie-rotation order, or
+        ``sample_d`` of them: the same draws, `random.Random.sample` depends only on the population's
+        size); None when that is the whole pool (the rotation is then applied to ties only)."""
         n = healthy.size
         start = self._tick % n if n else 0
+        if n and healthy.all():
+            if self.sample_d and self.sample_d < n:
+                return np.array([(start + j) % n for j in self._rng.sample(range(n), self.sample_d)], dtype=np.intp)
+            return None
         order = np.concatenate((np.arange(start, n), np.arange(0, start)))
         alive = order[healthy[order]]
         if self.sample_d and self.sample_d < alive.size:
@@ -376,48 +401,59 @@ class MarginalCostBase(Policy):
         """`place_enumerated`'s decision (argmin only, no temperature) from the view's `PoolArrays`.
 
         score(p, d) >= a[p] + floor[d] bounds which rows and columns can hold the minimum (those
-        whose bound exceeds the best of one priced row by more than a margin cannot), so only a
-        small block is priced; the enumeration's tie rule is then applied, in enumeration order, to
-        the scores within 1e-9 s of the minimum, which is exact whenever no other score lies within
-        `TIE_S` of them (checked; otherwise the enumeration decides)."""
+        whose bound exceeds the best of one priced row by more than a margin cannot), so for many
+        pairs only that block is priced; the enumeration's tie rule is then applied, in enumeration
+        order, to the scores within 1e-9 s of the minimum, which is exact whenever no other score
+        lies within 2 `TIE_S` above those (checked; otherwise the enumeration decides)."""
         self._tick += 1
         state = self._rng.getstate() if self.sample_d else None
         pre, dec = view.arrays()
         pc = self._candidate_positions(pre.healthy)
         dc = self._candidate_positions(dec.healthy)
-        if not pc.size or not dc.size:
+        n_rows = pre.healthy.size if pc is None else pc.size
+        n_cols = dec.healthy.size if dc is None else dc.size
+        if not n_rows or not n_cols:
             return Rejection(NO_HEALTHY)
         v = self._vector_parts(request, pre, dec, pc, dc)
         if self.admission_guard:
             rejection = self._guard(request, float(v.guard_p.min() + v.guard_d.min()))
             if rejection is not None:
                 return rejection
-        all_cols = np.arange(dc.size)
-        p0 = int(np.argmin(v.a))
-        bound = float(self._vector_scores(v, np.array([p0]), all_cols).min())
-        limit = bound + 1e-6 + 1e-9 * abs(bound)
-        rows = np.flatnonzero(v.a + v.floor.min() <= limit)
-        cols = np.flatnonzero(v.floor + v.a.min() <= limit)
+        rows: slice | np.ndarray = slice(None)
+        cols: slice | np.ndarray = slice(None)
+        if n_rows * n_cols >= self.PRUNE_MIN_PAIRS:
+            p0 = int(np.argmin(v.a))
+            bound = float(self._vector_scores(v, slice(p0, p0 + 1), cols).min())
+            limit = bound + 1e-6 + 1e-9 * abs(bound)
+            rows = np.flatnonzero(v.a + v.floor.min() <= limit)
+            cols = np.flatnonzero(v.floor + v.a.min() <= limit)
         scores = self._vector_scores(v, rows, cols)
-        low = scores.min() + 1e-9
-        near = scores <= low
-        if np.any((scores > low) & (scores <= low + 2 * TIE_S)):  # no clear gap: enumerate
+        low = float(scores.min()) + 1e-9
+        flat = np.flatnonzero(scores <= low + 2 * TIE_S)
+        width = scores.shape[1]
+        if flat.size == 1:  # the minimum alone, with a clear gap above it
+            r, c = divmod(int(flat[0]), width)
+            if not isinstance(rows, slice):
+                r, c = int(rows[r]), int(cols[c])
+            return Placement(_pool_index(pc, r), _pool_index(dc, c))
+        vals = scores.ravel()[flat]
+        if float(vals.max()) > low:  # a score just above the near-minimal ones: no clear gap, enumerate
             if state is not None:
                 self._rng.setstate(state)
             self._tick -= 1
             return self.place_enumerated(request, view)
-        flat = np.flatnonzero(near)  # row-major: enumeration order
-        r = rows[flat // cols.size]
-        c = cols[flat % cols.size]
-        if flat.size == 1:
-            return Placement(int(pc[r[0]]), int(dc[c[0]]))
-        vals = scores.ravel()[flat]
+        r, c = flat // width, flat % width
+        if not isinstance(rows, slice):
+            r, c = rows[r], cols[c]
+        start = self._tick
+        order = np.lexsort((_enumeration_rank(c, dc, n_cols, start), _enumeration_rank(r, pc, n_rows, start)))
+        r, c, vals = r[order], c[order], vals[order]
         ties = v.in_flight_p[r] + v.in_flight_d[c]
         if vals.min() == vals.max():
             k = int(np.argmin(ties))
-            return Placement(int(pc[r[k]]), int(dc[c[k]]))
-        best = first_best(zip(vals.tolist(), ties.tolist(), pc[r].tolist(), dc[c].tolist(), strict=True))
-        return Placement(best[2], best[3])
+            return Placement(_pool_index(pc, int(r[k])), _pool_index(dc, int(c[k])))
+        best = first_best(zip(vals.tolist(), ties.tolist(), r.tolist(), c.tolist(), strict=True))
+        return Placement(_pool_index(pc, best[2]), _pool_index(dc, best[3]))
 
     def _request_terms(self, request: RequestInfo) -> tuple[int, float, float, float, float]:
         """(L tokens, o tokens, T_ttft s, T_tpot s, the own prefill work tau_pre(L) + tau_xfer(L) s)."""
@@ -430,8 +466,11 @@ class MarginalCostBase(Policy):
                             ttft_target_s: float) -> np.ndarray:
         """`_cache_pressure_s` over an array of polled KV usages (s)."""
         cap = float(self.cost_model.kv_capacity_tokens)
-        u = (kv_usage * cap + prompt_tokens + output_tokens) / cap
         safe = self.cache_safe_fraction
+        # u is non-decreasing in the usage (each rounded step is): if the fullest is safe, all are
+        if not (float(kv_usage.max()) * cap + prompt_tokens + output_tokens) / cap > safe:
+            return np.zeros(kv_usage.size)
+        u = (kv_usage * cap + prompt_tokens + output_tokens) / cap
         return np.where(u > safe, ttft_target_s * (u - safe) / (1.0 - safe), 0.0)
 
     def _guard_prefill_vec(self, in_flight_tokens: np.ndarray, prompt_tokens: int) -> np.ndarray:
@@ -583,28 +622,29 @@ class MarginalCost(MarginalCostBase):
         L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
         if not self.use_own_work:
             own_pre = 0.0
-        zeros = np.zeros(dc.size)
-        a = (pre.backlog_s[pc] if self.use_backlog else np.zeros(pc.size)) + own_pre
-        n_d = dec.in_flight[dc]
+        n_d = _take(dec.in_flight, dc)
+        zeros = np.zeros(n_d.size)
+        a = (_take(pre.backlog_s, pc) if self.use_backlog else np.zeros(pre.healthy.size if pc is None else pc.size))
+        a = a + own_pre
         tau = cm.tau_dec(n_d.astype(np.float64))
-        backlog = dec.backlog_s[dc] if self.use_backlog else zeros
+        backlog = _take(dec.backlog_s, dc) if self.use_backlog else zeros
         work = backlog + o * tau if self.use_own_work else backlog + 0.0
         first = tau if self.use_own_work else zeros
-        cache = self._cache_pressure_vec(dec.kv_usage[dc], L, o, ttft_target) if self.use_cache_pressure else zeros
+        cache = self._cache_pressure_vec(_take(dec.kv_usage, dc), L, o, ttft_target) if self.use_cache_pressure else 0.0
         tpot = np.maximum(0.0, work - o * tpot_target)
         b = work + cache
         guard = self.admission_guard
         return VectorParts(a, b, first, tpot, b + self.slo_weight * tpot if self.use_slo else b,
-                           pre.in_flight[pc], n_d,
-                           self._guard_prefill_vec(pre.in_flight_tokens[pc], L) if guard else None,
+                           _take(pre.in_flight, pc), n_d,
+                           self._guard_prefill_vec(_take(pre.in_flight_tokens, pc), L) if guard else None,
                            tau + cache if guard else None, ttft_target, self.slo_weight)
 
     def _vector_scores(self, v: VectorParts, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         a = v.a[rows][:, None]
         score = a + v.b[cols]
         if self.use_slo:
-            ttft_over = np.maximum(0.0, (a + v.first[cols]) - v.ttft_target_s)
-            score = score + v.hinge_weight * (ttft_over + v.tpot[cols])
+            hinge = np.maximum(0.0, (a + v.first[cols]) - v.ttft_target_s) + v.tpot[cols]
+            score = score + (hinge if v.hinge_weight == 1.0 else v.hinge_weight * hinge)  # 1.0 * x is x
         return score
 
 
@@ -686,24 +726,25 @@ class MarginalCostBatching(MarginalCostBase):
                       dc: np.ndarray) -> VectorParts:
         cm = self.cost_model
         L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
-        a = (pre.backlog_s[pc] if self.use_backlog else np.zeros(pc.size)) + own_pre
-        n_d = dec.in_flight[dc]
+        a = (_take(pre.backlog_s, pc) if self.use_backlog else np.zeros(pre.healthy.size if pc is None else pc.size))
+        a = a + own_pre
+        n_d = _take(dec.in_flight, dc)
         n = n_d.astype(np.float64)
         tau = cm.tau_dec(n)
         cost = o * tau
         if self.use_backlog:
-            cost = cost + cm.dec_concurrency_slope * np.minimum(dec.backlog_s[dc], n * o * cm.tau_dec_s)
-        wait = np.zeros(dc.size)
+            cost = cost + cm.dec_concurrency_slope * np.minimum(_take(dec.backlog_s, dc), n * o * cm.tau_dec_s)
+        wait = 0.0
         if self.use_cache_pressure:
-            wait = self._cache_pressure_vec(dec.kv_usage[dc], L, o, ttft_target)
+            wait = self._cache_pressure_vec(_take(dec.kv_usage, dc), L, o, ttft_target)
             cost = cost + wait
         if self.use_slo:
             cost = np.where(tau > tpot_target, cost + self.slo_weight * o * (tau - tpot_target), cost)
         first = tau + wait
         slo_scale = self.slo_weight * (cm.ttft_tight_s * cm.loose_factor) / ttft_target
         guard = self.admission_guard
-        return VectorParts(a, cost, first, np.zeros(dc.size), cost, pre.in_flight[pc], n_d,
-                           self._guard_prefill_vec(pre.in_flight_tokens[pc], L) if guard else None,
+        return VectorParts(a, cost, first, np.zeros(n_d.size), cost, _take(pre.in_flight, pc), n_d,
+                           self._guard_prefill_vec(_take(pre.in_flight_tokens, pc), L) if guard else None,
                            first if guard else None, ttft_target, slo_scale)
 
     def _vector_scores(self, v: VectorParts, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
