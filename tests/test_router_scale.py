@@ -18,7 +18,6 @@ from repro.routing.cost_model import CostModel
 from repro.routing.ledger import Ledger
 from repro.routing.policies import make_policy
 from repro.routing.policies.base import ClusterView, InstanceSignals, Placement, RequestInfo
-from repro.routing.policies.paper import MarginalCostBase
 from repro.routing.router import Router
 
 CM = CostModel.load("calibrated")
@@ -29,7 +28,7 @@ SWITCHES = ("use_backlog", "use_length", "use_cache_pressure", "use_slo")
 def random_pool(rng: random.Random, role: str, n: int, style: str) -> list[InstanceSignals]:
     """Signals of ``n`` instances; ``style`` 'spread' (all distinct), 'ties' (few distinct values, so
     exact ties are common), 'near' (backlogs a few 1e-13 s apart: scores within the tie tolerance of
-    each other but not equal), 'idle' (all zero) or 'hot' (large backlogs: the hinges fire)."""
+    each other but not equal, or chained across 1e-9), 'idle' (all zero) or 'hot' (large backlogs: the hinges fire)."""
     pool = []
     for i in range(n):
         if style == "idle":
@@ -39,7 +38,10 @@ def random_pool(rng: random.Random, role: str, n: int, style: str) -> list[Insta
             inflight = rng.choice([0, 1, 2])
             tokens, kv = rng.choice([0.0, 512.0]), rng.choice([0.0, 0.85])
         elif style == "near":
-            backlog = 1.0 + rng.choice([0.0, 1e-13, 4e-13, 9e-13, 1.5e-12, 3e-12])
+            # offsets within the tie tolerance of each other, some in a chain across 1e-9 (the fast
+            # path's window: the enumeration must decide there)
+            near = [0.0, 1e-13, 4e-13, 9e-13, 1.5e-12, 3e-12, *(1e-9 + k * 7e-13 for k in range(6))]
+            backlog = 1.0 + rng.choice(near)
             inflight = rng.choice([0, 1, 2])
             tokens, kv = 0.0, 0.0
         else:
@@ -70,18 +72,15 @@ def configs():
     yield "marginal_cost", {"use_own_work": False, "use_backlog": False}
 
 
-@pytest.mark.parametrize("prune", [True, False], ids=["pruned", "whole"])
 @pytest.mark.parametrize(("name", "options"), list(configs()), ids=lambda x: str(x))
-def test_vectorized_decides_exactly_as_the_enumeration(name, options, prune, monkeypatch):
-    # pruned: only the block of rows and columns that can hold the minimum is priced (large pools)
-    monkeypatch.setattr(MarginalCostBase, "PRUNE_MIN_PAIRS", 0 if prune else 10**9)
-    rng = random.Random(zlib.crc32(repr((name, sorted(options.items()), prune)).encode()))
+def test_vectorized_decides_exactly_as_the_enumeration(name, options):
+    rng = random.Random(zlib.crc32(repr((name, sorted(options.items()))).encode()))
     fast = make_policy(name, CM, **options)
     ref = make_policy(name, CM, **options)
     fired = {"vector": 0, "reject": 0, "tie": 0}
     for k in range(150):
         style = rng.choice(["spread", "ties", "near", "idle", "hot"])
-        n_p, n_d = rng.choice([(1, 1), (2, 5), (8, 24), (13, 40)])
+        n_p, n_d = rng.choice([(1, 1), (2, 5), (8, 24), (13, 40), (40, 120)])
         view = ClusterView(0.0, random_pool(rng, "prefill", n_p, style), random_pool(rng, "decode", n_d, style))
         req = random_request(rng, k)
         got = fast.place_vectorized(req, view)
@@ -93,6 +92,21 @@ def test_vectorized_decides_exactly_as_the_enumeration(name, options, prune, mon
             fired["tie"] += 1
     assert fast._rng.getstate() == ref._rng.getstate()  # the same draws, in the same order
     assert fired["reject"] > 0 and fired["tie"] > 0
+
+
+def test_a_chain_of_ties_across_the_window_is_left_to_the_enumeration():
+    # decode scores 0.9e-12 s apart, each with one request fewer in flight: the enumeration's tie rule
+    # walks the whole chain, ~1.08e-9 s above the minimum, beyond the fast path's 1e-9 s window
+    n = 1201
+    pol = {k: make_policy("marginal_cost", CM, use_own_work=False, use_cache_pressure=False, use_slo=False)
+           for k in ("fast", "ref")}
+    dec = [InstanceSignals(i, f"d{i}", 1.0 + ((i - 1) % n) * 9e-13, 2000 - (i - 1) % n, 0.0, 0.0, 0.0)
+           for i in range(n)]
+    view = ClusterView(0.0, [InstanceSignals(0, "p0", 0.0, 0, 0.0, 0.0, 0.0)], dec)
+    req = RequestInfo("r", 100, 10.0, "loose", 0.0)
+    want = pol["ref"].place_enumerated(req, view)
+    assert want == Placement(0, 0)  # the chain's end: k = n - 1 sits at index 0
+    assert pol["fast"].place_vectorized(req, view) == want
 
 
 @pytest.mark.parametrize("name", SCORERS)

@@ -149,7 +149,7 @@ def first_best(candidates: Any) -> Candidate | None:
 class VectorParts:
     """A scorer's per-candidate parts over candidate rows (prefill) and columns (decode), numpy arrays:
     score(p, d) = ``a[p] + b[d]`` + a hinge that couples them only through ``a[p] + first[d]``
-    (`MarginalCostBase._vector_scores`), never below ``a[p] + floor[d]``."""
+    (`MarginalCostBase._vector_scores`), non-decreasing in ``a[p]`` with slope >= 1."""
 
     a: np.ndarray
     """Prefill side of the score (s), per row."""
@@ -159,8 +159,6 @@ class VectorParts:
     """What the hinge adds to ``a`` to predict the TTFT (s), per column."""
     tpot: np.ndarray
     """The decode-only part of the hinge (s), per column (zeros where the scorer has none)."""
-    floor: np.ndarray
-    """A lower bound of ``score - a`` (s), per column: ``b`` plus the hinge's decode-only part."""
     in_flight_p: np.ndarray
     """Tiebreak part per row (requests)."""
     in_flight_d: np.ndarray
@@ -183,6 +181,17 @@ def _take(values: np.ndarray, positions: np.ndarray | None) -> np.ndarray:
 def _pool_index(positions: np.ndarray | None, k: int) -> int:
     """The pool index of candidate ``k``."""
     return k if positions is None else int(positions[k])
+
+
+def _signals_at(pool: PoolArrays, positions: np.ndarray | None, tick: int) -> list[InstanceSignals]:
+    """The candidates at ``positions`` (None: all, in the tie rotation from ``tick``) as
+    `InstanceSignals` (unnamed), in enumeration order."""
+    n = pool.healthy.size
+    idx = (tick + np.arange(n)) % n if positions is None else positions
+    return [InstanceSignals(i, "", b, n, t, kv, age, h) for i, b, n, t, kv, age, h in zip(
+        idx.tolist(), pool.backlog_s[idx].tolist(), pool.in_flight[idx].tolist(),
+        pool.in_flight_tokens[idx].tolist(), pool.kv_usage[idx].tolist(), pool.kv_age_s[idx].tolist(),
+        pool.healthy[idx].tolist(), strict=True)]
 
 
 def _enumeration_rank(k: np.ndarray, positions: np.ndarray | None, n: int, tick: int) -> np.ndarray:
@@ -292,6 +301,11 @@ class MarginalCostBase(Policy):
 
     def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
         """(score in s, in-flight tiebreak, p, d, the guard's predicted TTFT in s) for every candidate pair."""
+        return self._priced_pairs(request, self._candidates(view.prefill), self._candidates(view.decode))
+
+    def _priced_pairs(self, request: RequestInfo, prefill: list[InstanceSignals],
+                      decode: list[InstanceSignals]) -> list[tuple[float, int, int, int, float]]:
+        """`_priced` over given candidates (in enumeration order): the scorer's formula."""
         raise NotImplementedError
 
     def _candidates(self, pool: list[InstanceSignals]) -> list[InstanceSignals]:
@@ -377,10 +391,6 @@ class MarginalCostBase(Policy):
         computes each element."""
         raise NotImplementedError
 
-    PRUNE_MIN_PAIRS = 4096
-    """From this many candidate pairs, `place_vectorized` prices only the block that can hold the
-    minimum; below it, the whole matrix (fewer numpy calls)."""
-
     def _candidate_positions(self, healthy: np.ndarray) -> np.ndarray | None:
         """`_candidates` as pool indices, in enumeration order (healthy ones in tie-rotation order, or
         ``sample_d`` of them: the same draws, `random.Random.sample` depends only on the population's
@@ -400,11 +410,14 @@ class MarginalCostBase(Policy):
     def place_vectorized(self, request: RequestInfo, view: ClusterView) -> Decision:
         """`place_enumerated`'s decision (argmin only, no temperature) from the view's `PoolArrays`.
 
-        score(p, d) >= a[p] + floor[d] bounds which rows and columns can hold the minimum (those
-        whose bound exceeds the best of one priced row by more than a margin cannot), so for many
-        pairs only that block is priced; the enumeration's tie rule is then applied, in enumeration
-        order, to the scores within 1e-9 s of the minimum, which is exact whenever no other score
-        lies within 2 `TIE_S` above those (checked; otherwise the enumeration decides)."""
+        Each scorer's score is ``a[p] + b[d]`` plus a hinge on ``a[p] + first[d]``, and every float
+        operation in it is non-decreasing in ``a[p]`` with slope >= 1: so the row of the smallest
+        ``a`` holds the minimum ``m`` (exactly, in floats), only the columns where that row is within
+        ~1e-9 s of ``m`` and the rows whose ``a`` is within a (generous) margin of the smallest can
+        hold a near-minimal score, and only that block is priced. The enumeration's tie rule is then
+        applied, in enumeration order, to the scores within 1e-9 s of ``m``: exact whenever no other
+        score lies within 2 `TIE_S` above those (checked; otherwise the enumeration decides). Few
+        sampled candidates are priced by the enumeration's own code (`_priced_pairs`)."""
         self._tick += 1
         state = self._rng.getstate() if self.sample_d else None
         pre, dec = view.arrays()
@@ -412,39 +425,38 @@ class MarginalCostBase(Policy):
         dc = self._candidate_positions(dec.healthy)
         n_rows = pre.healthy.size if pc is None else pc.size
         n_cols = dec.healthy.size if dc is None else dc.size
-        if not n_rows or not n_cols:
-            return Rejection(NO_HEALTHY)
+        if n_rows * n_cols < self.VECTOR_MIN_PAIRS:  # a few candidates (sampled, or mostly unhealthy)
+            return self._decide(request, self._priced_pairs(request, _signals_at(pre, pc, self._tick),
+                                                            _signals_at(dec, dc, self._tick)))
         v = self._vector_parts(request, pre, dec, pc, dc)
         if self.admission_guard:
             rejection = self._guard(request, float(v.guard_p.min() + v.guard_d.min()))
             if rejection is not None:
                 return rejection
-        rows: slice | np.ndarray = slice(None)
-        cols: slice | np.ndarray = slice(None)
-        if n_rows * n_cols >= self.PRUNE_MIN_PAIRS:
-            p0 = int(np.argmin(v.a))
-            bound = float(self._vector_scores(v, slice(p0, p0 + 1), cols).min())
-            limit = bound + 1e-6 + 1e-9 * abs(bound)
-            rows = np.flatnonzero(v.a + v.floor.min() <= limit)
-            cols = np.flatnonzero(v.floor + v.a.min() <= limit)
-        scores = self._vector_scores(v, rows, cols)
-        low = float(scores.min()) + 1e-9
-        flat = np.flatnonzero(scores <= low + 2 * TIE_S)
-        width = scores.shape[1]
-        if flat.size == 1:  # the minimum alone, with a clear gap above it
-            r, c = divmod(int(flat[0]), width)
-            if not isinstance(rows, slice):
-                r, c = int(rows[r]), int(cols[c])
-            return Placement(_pool_index(pc, r), _pool_index(dc, c))
+        p0 = int(np.argmin(v.a))
+        row = self._vector_scores(v, slice(p0, p0 + 1), slice(None))[0]
+        m = float(row.min())
+        low = m + 1e-9
+        hi = low + 2 * TIE_S
+        cols = np.flatnonzero(row <= hi)
+        margin = 1e-6 * (1.0 + abs(m) + v.ttft_target_s)  # >> the rounding of any score near m
+        rows = np.flatnonzero(v.a <= float(v.a[p0]) + (hi - m) + margin)
+        if rows.size == 1:
+            if cols.size == 1:  # the minimum alone, with a clear gap above it
+                return Placement(_pool_index(pc, p0), _pool_index(dc, int(cols[0])))
+            scores = row[cols][None, :]
+        else:
+            scores = self._vector_scores(v, rows, cols)
+        flat = np.flatnonzero(scores <= hi)
         vals = scores.ravel()[flat]
         if float(vals.max()) > low:  # a score just above the near-minimal ones: no clear gap, enumerate
             if state is not None:
                 self._rng.setstate(state)
             self._tick -= 1
             return self.place_enumerated(request, view)
-        r, c = flat // width, flat % width
-        if not isinstance(rows, slice):
-            r, c = rows[r], cols[c]
+        r, c = rows[flat // cols.size], cols[flat % cols.size]
+        if flat.size == 1:
+            return Placement(_pool_index(pc, int(r[0])), _pool_index(dc, int(c[0])))
         start = self._tick
         order = np.lexsort((_enumeration_rank(c, dc, n_cols, start), _enumeration_rank(r, pc, n_rows, start)))
         r, c, vals = r[order], c[order], vals[order]
@@ -587,18 +599,19 @@ class MarginalCost(MarginalCostBase):
         )
         self.use_own_work = bool(use_own_work)
 
-    def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
+    def _priced_pairs(self, request: RequestInfo, prefill: list[InstanceSignals],
+                      decode: list[InstanceSignals]) -> list[tuple[float, int, int, int, float]]:
         cm = self.cost_model
         L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
         if not self.use_own_work:
             own_pre = 0.0
 
         pre_parts = []
-        for s in self._candidates(view.prefill):
+        for s in prefill:
             backlog = s.backlog_s if self.use_backlog else 0.0
             pre_parts.append((s.index, backlog, s.in_flight, self._guard_prefill_s(s, L)))
         dec_parts = []
-        for s in self._candidates(view.decode):
+        for s in decode:
             tau = cm.tau_dec(s.in_flight)
             backlog = s.backlog_s if self.use_backlog else 0.0
             work = o * tau if self.use_own_work else 0.0
@@ -634,8 +647,7 @@ class MarginalCost(MarginalCostBase):
         tpot = np.maximum(0.0, work - o * tpot_target)
         b = work + cache
         guard = self.admission_guard
-        return VectorParts(a, b, first, tpot, b + self.slo_weight * tpot if self.use_slo else b,
-                           _take(pre.in_flight, pc), n_d,
+        return VectorParts(a, b, first, tpot, _take(pre.in_flight, pc), n_d,
                            self._guard_prefill_vec(_take(pre.in_flight_tokens, pc), L) if guard else None,
                            tau + cache if guard else None, ttft_target, self.slo_weight)
 
@@ -688,18 +700,19 @@ class MarginalCostBatching(MarginalCostBase):
 
     name = "marginal_cost_batching"
 
-    def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
+    def _priced_pairs(self, request: RequestInfo, prefill: list[InstanceSignals],
+                      decode: list[InstanceSignals]) -> list[tuple[float, int, int, int, float]]:
         cm = self.cost_model
         L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
         slo_scale = self.slo_weight * (cm.ttft_tight_s * cm.loose_factor) / ttft_target
 
         pre_parts = []
-        for s in self._candidates(view.prefill):
+        for s in prefill:
             b = s.backlog_s if self.use_backlog else 0.0
             pre_parts.append((s.index, b, s.in_flight, self._guard_prefill_s(s, L)))
         dec_parts = []
         slope = cm.dec_concurrency_slope
-        for s in self._candidates(view.decode):
+        for s in decode:
             tau = cm.tau_dec(s.in_flight)
             cost = o * tau
             if self.use_backlog:
@@ -743,7 +756,7 @@ class MarginalCostBatching(MarginalCostBase):
         first = tau + wait
         slo_scale = self.slo_weight * (cm.ttft_tight_s * cm.loose_factor) / ttft_target
         guard = self.admission_guard
-        return VectorParts(a, cost, first, np.zeros(n_d.size), cost, _take(pre.in_flight, pc), n_d,
+        return VectorParts(a, cost, first, np.zeros(n_d.size), _take(pre.in_flight, pc), n_d,
                            self._guard_prefill_vec(_take(pre.in_flight_tokens, pc), L) if guard else None,
                            first if guard else None, ttft_target, slo_scale)
 
