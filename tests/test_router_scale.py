@@ -152,9 +152,14 @@ def drive(router: Router, rng: random.Random, steps: int, on_view=None) -> list:
     return out
 
 
-def signals(view: ClusterView) -> list:
-    return [(s.index, s.backlog_s, s.in_flight, s.in_flight_tokens, s.kv_usage, s.kv_age_s, s.healthy)
-            for s in itertools.chain(view.prefill, view.decode)]
+def signals(view: ClusterView) -> tuple[list, list]:
+    """The view's arrays (read first: a large pool's router makes them from the ledger's arrays) and
+    its signals (then derived from the arrays) as plain values."""
+    arrays = [(a.backlog_s.tolist(), a.in_flight.tolist(), a.in_flight_tokens.tolist(), a.kv_usage.tolist(),
+               a.kv_age_s.tolist(), a.healthy.tolist()) for a in view.arrays()]
+    lists = [(s.index, s.backlog_s, s.in_flight, s.in_flight_tokens, s.kv_usage, s.kv_age_s, s.healthy)
+             for s in itertools.chain(view.prefill, view.decode)]
+    return arrays, lists
 
 
 @pytest.mark.parametrize("policy", ["marginal_cost", "marginal_cost_batching", "round_robin", "least_loaded"])
@@ -173,7 +178,7 @@ def test_array_view_shows_the_same_signals_as_the_loop(policy, monkeypatch):
     assert views[True] == views[False]  # every signal, bit for bit, at every decision
     assert decisions[True] == decisions[False]
     assert sum(isinstance(d, Placement) for d in decisions[True]) > 1000
-    busy = [row for view in views[True] for row in view if row[1] > 0.0 and row[2] > 0]
+    busy = [row for _, lists in views[True] for row in lists if row[1] > 0.0 and row[2] > 0]
     assert busy  # the books did hold backlog
 
 

@@ -247,17 +247,26 @@ class Ledger:
         pa, da = self.prefill_arrays, self.decode_arrays
         if pa is None or da is None:
             raise ValueError("Ledger.backlogs needs a ledger built with arrays=True")
-        ends = da.ends
-        books = self.decode
-        while ends and ends[0][0] <= now:  # touch the books whose earliest end time has passed
-            books[heapq.heappop(ends)[1]].expire(now)
+        self._expire(now)
         # tail - now is +0.0 when equal, negative when passed: the max is each book's ``backlog``
         return np.maximum(pa.tail - now, 0.0), np.maximum(da.sum_end - da.active * now, 0.0)
+
+    def _expire(self, now: float) -> None:
+        """Touch the decode books whose earliest end time has passed (array mirrors only; also on
+        each dispatch, so that the heap of end times stays as small as the books' own heaps)."""
+        da = self.decode_arrays
+        if da is None:
+            return
+        ends = da.ends
+        books = self.decode
+        while ends and ends[0][0] <= now:
+            books[heapq.heappop(ends)[1]].expire(now)
 
     def dispatch(
         self, key: str, prefill: int, decode: int, prompt_tokens: int, output_estimate: float, now: float
     ) -> None:
         """Charge a request placed on (prefill, decode) at time ``now``."""
+        self._expire(now)
         cm = self.cost_model
         pre_end = self.prefill[prefill].charge(cm.tau_pre(prompt_tokens), prompt_tokens, now)
         work = cm.tau_xfer(prompt_tokens) + output_estimate * cm.tau_dec_s

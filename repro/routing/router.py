@@ -77,9 +77,16 @@ class Router:
         return self._signals[role][index].healthy
 
     def view(self, now: float) -> ClusterView:
-        """The snapshot a policy sees at ``now`` (signals are updated in place)."""
+        """The snapshot a policy sees at ``now`` (signals are updated in place). Large pools: lazily,
+        the signals or the `repro.routing.policies.base.PoolArrays`, whichever the policy reads."""
         if self._arrays:
-            return self._array_view(now)
+            return ClusterView(now, self._signals["prefill"], self._signals["decode"],
+                               arrays=lambda: self._pool_arrays(now), fill=lambda: self._fill(now))
+        self._fill(now)
+        return ClusterView(now, self._signals["prefill"], self._signals["decode"])
+
+    def _fill(self, now: float) -> None:
+        """Bring every instance's `InstanceSignals` up to ``now`` (one Python step per instance)."""
         led = self.ledger
         oracle = self.oracle_backlog
         for role, books in (("prefill", led.prefill), ("decode", led.decode)):
@@ -91,10 +98,9 @@ class Router:
                 s.in_flight = book.in_flight
                 s.in_flight_tokens = book.tokens
                 s.kv_age_s = now - kv_at[i]
-        return ClusterView(now, self._signals["prefill"], self._signals["decode"])
 
-    def _array_view(self, now: float) -> ClusterView:
-        """The view of a large pool: `PoolArrays` now, the `InstanceSignals` on first read."""
+    def _pool_arrays(self, now: float) -> tuple[base.PoolArrays, base.PoolArrays]:
+        """Both pools' signals at ``now`` as arrays, from the ledger's arrays (a few numpy steps)."""
         led = self.ledger
         oracle = self.oracle_backlog
         if oracle is None:
@@ -102,23 +108,12 @@ class Router:
         else:
             pre_b = np.array([oracle("prefill", i, now) for i in range(len(led.prefill))], dtype=np.float64)
             dec_b = np.array([oracle("decode", i, now) for i in range(len(led.decode))], dtype=np.float64)
-        arrays = []
-        for role, backlog, book in (("prefill", pre_b, led.prefill_arrays), ("decode", dec_b, led.decode_arrays)):
-            # the ledger's and the router's own arrays, not copies: read during this decision only
-            arrays.append(base.PoolArrays(backlog, book.in_flight, book.tokens, self._kv[role],
-                                          now - self._kv_at_arr[role], self._healthy[role]))
-        pre, dec = arrays
-
-        def fill() -> None:
-            for role, a in (("prefill", pre), ("decode", dec)):
-                for s, b, n, t, age in zip(self._signals[role], a.backlog_s.tolist(), a.in_flight.tolist(),
-                                           a.in_flight_tokens.tolist(), a.kv_age_s.tolist(), strict=True):
-                    s.backlog_s = b
-                    s.in_flight = n
-                    s.in_flight_tokens = t
-                    s.kv_age_s = age
-
-        return ClusterView(now, self._signals["prefill"], self._signals["decode"], arrays=(pre, dec), fill=fill)
+        # the ledger's and the router's own arrays, not copies: read during this decision only
+        pre, dec = led.prefill_arrays, led.decode_arrays
+        return (base.PoolArrays(pre_b, pre.in_flight, pre.tokens, self._kv["prefill"],
+                                now - self._kv_at_arr["prefill"], self._healthy["prefill"]),
+                base.PoolArrays(dec_b, dec.in_flight, dec.tokens, self._kv["decode"],
+                                now - self._kv_at_arr["decode"], self._healthy["decode"]))
 
     # ---- decisions and bookkeeping ------------------------------------------------------------
     def route(self, request: RequestInfo, now: float) -> Decision:

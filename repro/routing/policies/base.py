@@ -122,15 +122,23 @@ class PoolArrays:
             np.array([s.healthy for s in pool], dtype=bool),
         )
 
+    def write(self, pool: list[InstanceSignals]) -> None:
+        """Write these values into ``pool``'s signals (``pool[i].index == i``)."""
+        for s, b, n, t, kv, age, ok in zip(pool, self.backlog_s.tolist(), self.in_flight.tolist(),
+                                           self.in_flight_tokens.tolist(), self.kv_usage.tolist(),
+                                           self.kv_age_s.tolist(), self.healthy.tolist(), strict=True):
+            s.backlog_s, s.in_flight, s.in_flight_tokens, s.kv_usage, s.kv_age_s, s.healthy = b, n, t, kv, age, ok
+
 
 class ClusterView:
     """Snapshot handed to a policy for one decision.
 
-    Two equivalent forms of the same numbers, each made on first use from the other (the `Router`
-    hands over arrays; a test may hand over lists): ``prefill`` / ``decode`` (lists of
-    `InstanceSignals`) and `arrays` (`PoolArrays`, for vectorised pricing of large pools).
-    ``ClusterView(now_s, prefill, decode)`` as before; the router passes ``arrays=(prefill,
-    decode)`` and a ``fill`` callable that writes the arrays' values into the lists' signals.
+    Two equivalent forms of the same numbers (bit for bit): ``prefill`` / ``decode`` (lists of
+    `InstanceSignals`) and `arrays` (`PoolArrays`, for vectorised pricing of large pools). A test
+    builds ``ClusterView(now_s, prefill, decode)`` from lists; the `Router` of a large pool builds
+    it lazily: ``arrays`` a callable making the arrays, ``fill`` a callable bringing the lists'
+    signals up to date, so that only the form a policy reads is made (the other, if read later, is
+    derived from it).
     """
 
     __slots__ = ("now_s", "_prefill", "_decode", "_arrays", "_fill")
@@ -141,19 +149,22 @@ class ClusterView:
         prefill: list[InstanceSignals],
         decode: list[InstanceSignals],
         *,
-        arrays: tuple[PoolArrays, PoolArrays] | None = None,
+        arrays: Callable[[], tuple[PoolArrays, PoolArrays]] | None = None,
         fill: Callable[[], None] | None = None,
     ) -> None:
         self.now_s = now_s
         """Decision time (seconds, on the router's clock)."""
         self._prefill = prefill
         self._decode = decode
-        self._arrays = arrays
+        self._arrays: tuple[PoolArrays, PoolArrays] | Callable[[], tuple[PoolArrays, PoolArrays]] | None = arrays
         self._fill = fill
 
     def _lists(self) -> None:
         fill, self._fill = self._fill, None
-        if fill is not None:
+        if isinstance(self._arrays, tuple):  # already made: the lists follow them
+            self._arrays[0].write(self._prefill)
+            self._arrays[1].write(self._decode)
+        elif fill is not None:
             fill()
 
     @property
@@ -182,9 +193,15 @@ class ClusterView:
 
     def arrays(self) -> tuple[PoolArrays, PoolArrays]:
         """(prefill, decode) as `PoolArrays`."""
-        if self._arrays is None:
-            self._arrays = (PoolArrays.of(self._prefill), PoolArrays.of(self._decode))
-        return self._arrays
+        made = self._arrays
+        if isinstance(made, tuple):
+            return made
+        if made is not None and self._fill is not None:  # the lists are not up to date: the source
+            made = made()
+        else:
+            made = (PoolArrays.of(self._prefill), PoolArrays.of(self._decode))
+        self._arrays = made
+        return made
 
 
 @dataclass(slots=True, frozen=True)
