@@ -118,9 +118,11 @@ def test_place_takes_the_vector_path_on_large_pools_only(name, monkeypatch):
     rng = random.Random(0)
     small = ClusterView(0.0, random_pool(rng, "prefill", 2, "spread"), random_pool(rng, "decode", 4, "spread"))
     large = ClusterView(0.0, random_pool(rng, "prefill", 8, "spread"), random_pool(rng, "decode", 24, "spread"))
-    pol.place(random_request(rng, 0), small)
-    pol.place(random_request(rng, 1), large)
-    assert calls == ["enum", "vector"]
+    larger = ClusterView(0.0, random_pool(rng, "prefill", 16, "spread"), random_pool(rng, "decode", 48, "spread"))
+    for k, v in enumerate((small, large, larger)):
+        pol.place(random_request(rng, k), v)
+    sampled = name == "marginal_cost_plus"  # sample_d=2: vectorised from 64 instances
+    assert calls == ["enum", "enum" if sampled else "vector", "vector"]
 
 
 def drive(router: Router, rng: random.Random, steps: int, on_view=None) -> list:

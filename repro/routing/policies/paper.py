@@ -187,11 +187,13 @@ def _signals_at(pool: PoolArrays, positions: np.ndarray | None, tick: int) -> li
     """The candidates at ``positions`` (None: all, in the tie rotation from ``tick``) as
     `InstanceSignals` (unnamed), in enumeration order."""
     n = pool.healthy.size
-    idx = (tick + np.arange(n)) % n if positions is None else positions
-    return [InstanceSignals(i, "", b, n, t, kv, age, h) for i, b, n, t, kv, age, h in zip(
-        idx.tolist(), pool.backlog_s[idx].tolist(), pool.in_flight[idx].tolist(),
-        pool.in_flight_tokens[idx].tolist(), pool.kv_usage[idx].tolist(), pool.kv_age_s[idx].tolist(),
-        pool.healthy[idx].tolist(), strict=True)]
+    idx = ((tick + np.arange(n)) % n if positions is None else positions).tolist()
+    fields = (pool.backlog_s, pool.in_flight, pool.in_flight_tokens, pool.kv_usage, pool.kv_age_s, pool.healthy)
+    if len(idx) <= 8:  # a few (sampled): element by element beats gathering
+        b, n_, t, kv, age, ok = fields
+        return [InstanceSignals(i, "", b.item(i), n_.item(i), t.item(i), kv.item(i), age.item(i), ok.item(i))
+                for i in idx]
+    return [InstanceSignals(i, "", *values) for i, *values in zip(idx, *(f[idx].tolist() for f in fields), strict=True)]
 
 
 def _enumeration_rank(k: np.ndarray, positions: np.ndarray | None, n: int, tick: int) -> np.ndarray:
@@ -338,11 +340,16 @@ class MarginalCostBase(Policy):
     """From this many (prefill x decode) instances, `place` prices with numpy (`place_vectorized`);
     below it the enumeration is cheaper. Both decide the same (tests/test_router_scale.py)."""
 
+    SAMPLED_VECTOR_MIN_INSTANCES = 64
+    """With ``sample_d``, from this many instances in all: below it, reading every instance's signals
+    costs less than making the arrays (measured, benchmarks/bench_router.py)."""
+
     def place(self, request: RequestInfo, view: ClusterView) -> Decision:
         """The argmin pair (exact): vectorised for large pools, enumerated for small ones or with a
         softmax temperature (its draw reads every score in enumeration order)."""
         if (self.temperature_s == 0 and type(self)._vector_parts is not MarginalCostBase._vector_parts
-                and view.n_prefill * view.n_decode >= self.VECTOR_MIN_PAIRS):
+                and view.n_prefill * view.n_decode >= self.VECTOR_MIN_PAIRS
+                and (not self.sample_d or view.n_prefill + view.n_decode >= self.SAMPLED_VECTOR_MIN_INSTANCES)):
             return self.place_vectorized(request, view)
         return self.place_enumerated(request, view)
 
@@ -397,7 +404,7 @@ class MarginalCostBase(Policy):
         size); None when that is the whole pool (the rotation is then applied to ties only)."""
         n = healthy.size
         start = self._tick % n if n else 0
-        if n and healthy.all():
+        if n and np.count_nonzero(healthy) == n:
             if self.sample_d and self.sample_d < n:
                 return np.array([(start + j) % n for j in self._rng.sample(range(n), self.sample_d)], dtype=np.intp)
             return None
@@ -419,7 +426,6 @@ class MarginalCostBase(Policy):
         score lies within 2 `TIE_S` above those (checked; otherwise the enumeration decides). Few
         sampled candidates are priced by the enumeration's own code (`_priced_pairs`)."""
         self._tick += 1
-        state = self._rng.getstate() if self.sample_d else None
         pre, dec = view.arrays()
         pc = self._candidate_positions(pre.healthy)
         dc = self._candidate_positions(dec.healthy)
@@ -450,10 +456,8 @@ class MarginalCostBase(Policy):
         flat = np.flatnonzero(scores <= hi)
         vals = scores.ravel()[flat]
         if float(vals.max()) > low:  # a score just above the near-minimal ones: no clear gap, enumerate
-            if state is not None:
-                self._rng.setstate(state)
-            self._tick -= 1
-            return self.place_enumerated(request, view)
+            return self._decide(request, self._priced_pairs(request, _signals_at(pre, pc, self._tick),
+                                                            _signals_at(dec, dc, self._tick)))
         r, c = rows[flat // cols.size], cols[flat % cols.size]
         if flat.size == 1:
             return Placement(_pool_index(pc, int(r[0])), _pool_index(dc, int(c[0])))
