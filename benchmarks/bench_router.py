@@ -15,7 +15,7 @@ minute and a half per cell at the default 1,000 decisions).
 
     python benchmarks/bench_router.py                              # every size, the policies below
     python benchmarks/bench_router.py --sizes 128,512 --policies marginal_cost,marginal_cost:sample_d=2 \\
-        --baseline 17da849 --repeat 3
+        --baseline 17da849 --repeat 3 --clock cpu
 
 A policy is a registry name, optionally with integer options: ``marginal_cost:sample_d=2``.
 Issue 15's goal: p99 <= 200 us at 128 instances (32p96d) for the paper's scorer (``marginal_cost``).
@@ -54,8 +54,16 @@ def parse_policy(spec: str) -> tuple[str, dict[str, int]]:
     return name, options
 
 
-def bench(policy: str, instances: int, decisions: int, rate: float = 1000.0, seed: int = 0) -> np.ndarray:
-    """Wall seconds of each of ``decisions`` `Router.route` calls (after as many warm-up decisions)."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+"""wall: elapsed time (what a request waits; includes being descheduled by other load on the
+machine); cpu: this thread's CPU time (the router's own work, without preemption by other processes)."""
+
+
+def bench(policy: str, instances: int, decisions: int, rate: float = 1000.0, seed: int = 0,
+          clock: str = "wall") -> np.ndarray:
+    """Seconds (on ``clock``, `CLOCKS`) of each of ``decisions`` `Router.route` calls (after as many
+    warm-up decisions)."""
+    timer = CLOCKS[clock]
     n_p = max(1, instances // 4)
     n_d = instances - n_p
     cm = CostModel.load("calibrated")
@@ -78,9 +86,9 @@ def bench(policy: str, instances: int, decisions: int, rate: float = 1000.0, see
             last_poll = now
         req = RequestInfo(f"r{k}", rng.randint(50, 4000), float(rng.randint(10, 1500)),
                           "tight" if rng.random() < 0.5 else "loose", now)
-        t0 = time.perf_counter()
+        t0 = timer()
         decision = router.route(req, now)
-        dt = time.perf_counter() - t0
+        dt = timer() - t0
         if k >= decisions:
             out[k - decisions] = dt
         if isinstance(decision, Placement):
@@ -88,9 +96,9 @@ def bench(policy: str, instances: int, decisions: int, rate: float = 1000.0, see
     return out
 
 
-def percentiles(policy: str, instances: int, decisions: int) -> tuple[float, float]:
+def percentiles(policy: str, instances: int, decisions: int, clock: str = "wall") -> tuple[float, float]:
     """(p50, p99) of `bench` in microseconds."""
-    t = bench(policy, instances, decisions) * 1e6
+    t = bench(policy, instances, decisions, clock=clock) * 1e6
     return float(np.percentile(t, 50)), float(np.percentile(t, 99))
 
 
@@ -104,11 +112,12 @@ def export_commit(commit: str, into: Path) -> Path:
     return into
 
 
-def baseline_cell(src: Path, policy: str, instances: int, decisions: int) -> tuple[float, float] | None:
+def baseline_cell(src: Path, policy: str, instances: int, decisions: int, clock: str) -> tuple[float, float] | None:
     """(p50, p99) of the router exported in ``src`` (this script in a subprocess), or None if that
     commit's router does not run the policy (e.g. an option it did not have)."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    out = subprocess.run([sys.executable, __file__, "--cell", policy, str(instances), str(decisions)],
+    out = subprocess.run([sys.executable, __file__, "--cell", policy, str(instances), str(decisions),
+                          "--clock", clock],
                          capture_output=True, text=True, env=env, cwd=src)
     if out.returncode != 0:
         return None
@@ -136,20 +145,22 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated; name[:key=int]")
     ap.add_argument("--baseline", metavar="COMMIT", help="also time the router of this commit (e.g. 17da849)")
     ap.add_argument("--repeat", type=int, default=1, help="times each cell is measured (ranges printed)")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="wall: elapsed time; cpu: the thread's CPU time (without preemption by other load)")
     ap.add_argument("--cell", nargs=3, metavar=("POLICY", "INSTANCES", "DECISIONS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.cell:  # the baseline's worker: one cell, as JSON
-        print(json.dumps(percentiles(args.cell[0], int(args.cell[1]), int(args.cell[2]))))
+        print(json.dumps(percentiles(args.cell[0], int(args.cell[1]), int(args.cell[2]), args.clock)))
         return
     sizes = [int(x) for x in args.sizes.split(",")]
     policies = [p for p in args.policies.split(",") if p]
     with tempfile.TemporaryDirectory() as tmp:
         src = export_commit(args.baseline, Path(tmp)) if args.baseline else None
-        print(f"Router.route wall time per decision, p50 / p99 in us ({args.decisions} timed decisions at 1,000/s "
-              f"of router clock, ~4,000 in flight; pools 1:3; {args.repeat} repeat(s), ranges over them)")
+        print(f"Router.route {args.clock} time per decision, p50 / p99 in us ({args.decisions} timed decisions "
+              f"at 1,000/s of router clock, ~4,000 in flight; pools 1:3; {args.repeat} repeat(s), ranges over them)")
         if src is not None:
             print(f"'old' = commit {args.baseline}, 'new' = this tree; measured alternately, cell by cell")
-        head = f"{'policy':<26}{'':<5}" + "".join(f"{f'{s} ({max(1, s // 4)}p{s - max(1, s // 4)}d)':>24}"
+        head = f"{'policy':<26}{'':<5}" + "".join(f"{f'{s} ({max(1, s // 4)}p{s - max(1, s // 4)}d)':>28}"
                                                   for s in sizes)
         print(head)
         for p in policies:
@@ -158,13 +169,13 @@ def main() -> None:
             for _ in range(args.repeat):
                 for j, s in enumerate(sizes):
                     if src is not None:
-                        cell = baseline_cell(src, p, s, args.decisions)
+                        cell = baseline_cell(src, p, s, args.decisions, args.clock)
                         if cell is not None:
                             old[j].append(cell)
-                    new[j].append(percentiles(p, s, args.decisions))
+                    new[j].append(percentiles(p, s, args.decisions, args.clock))
             rows = [("new", new)] if src is None else [("old", old), ("new", new)]
             for label, cells in rows:
-                print(f"{p:<26}{label:<5}" + "".join(f"{cell_text(c):>24}" for c in cells), flush=True)
+                print(f"{p:<26}{label:<5}" + "".join(f"{cell_text(c):>28}" for c in cells), flush=True)
 
 
 if __name__ == "__main__":

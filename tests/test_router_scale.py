@@ -164,11 +164,18 @@ def signals(view: ClusterView) -> tuple[list, list]:
     return arrays, lists
 
 
+def oracle(role: str, i: int, now: float) -> float:
+    """A stand-in for the simulator's true remaining work (s)."""
+    return (i % 3) * 0.25 + (now % 0.7) if role == "decode" else i * 0.1
+
+
+@pytest.mark.parametrize("with_oracle", [False, True], ids=["ledger", "oracle"])
 @pytest.mark.parametrize("policy", ["marginal_cost", "marginal_cost_batching", "round_robin", "least_loaded"])
-def test_array_view_shows_the_same_signals_as_the_loop(policy, monkeypatch):
+def test_array_view_shows_the_same_signals_as_the_loop(policy, with_oracle, monkeypatch):
     def router(arrays: bool) -> Router:
         monkeypatch.setattr(Ledger, "ARRAYS_MIN_INSTANCES", 0 if arrays else 10**9)
-        r = Router(make_policy(policy, CM), CM, [f"p{i}" for i in range(6)], [f"d{i}" for i in range(20)])
+        r = Router(make_policy(policy, CM), CM, [f"p{i}" for i in range(6)], [f"d{i}" for i in range(20)],
+                   oracle_backlog=oracle if with_oracle else None)
         assert (r.ledger.prefill_arrays is not None) == arrays
         return r
 
