@@ -17,6 +17,13 @@ Backlog models (seconds of priced work still outstanding at time ``now``):
 
 Times are seconds on the caller's clock (virtual in the simulator, physics time in the proxy) and
 must not go backwards.
+
+Large pools (issue 15): a `Ledger` built with ``arrays=True`` also keeps every book's state in numpy
+arrays (`PoolBook`), updated on each charge / re-anchor / settle, and a heap of every decode end time
+across its books, so that reading every instance's backlog at ``now`` (`Ledger.backlogs`) costs
+O(expired entries) plus a few vectorised operations instead of one Python call per instance. The
+arithmetic is the books' own (the same float operations in the same order per book), so the
+values read are bit-for-bit those of ``book.backlog(now)``.
 """
 
 from __future__ import annotations
@@ -24,10 +31,45 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+import numpy as np
+
 from repro.routing.cost_model import CostModel
 
 
-class SerialBook:
+class PoolBook:
+    """Array mirror of one pool's books, index i = instance i (see the module docstring).
+
+    ``tail`` (prefill: the FCFS tail, s), ``sum_end`` / ``active`` (decode: sum of the end times
+    still in the future, s, and their count), ``in_flight`` (requests), ``tokens`` (tokens).
+    ``ends`` (decode only) is a heap of (end time s, instance) for every end time a book inserted.
+    Written only by the books; read-only for everyone else.
+    """
+
+    __slots__ = ("tail", "sum_end", "active", "in_flight", "tokens", "ends")
+
+    def __init__(self, n: int) -> None:
+        self.tail = np.zeros(n)
+        self.sum_end = np.zeros(n)
+        self.active = np.zeros(n, dtype=np.int64)
+        self.in_flight = np.zeros(n, dtype=np.int64)
+        self.tokens = np.zeros(n)
+        self.ends: list[tuple[float, int]] = []
+
+
+class MirroredBook:
+    """What both books share: ``in_flight`` (requests charged and not settled), ``tokens`` (their
+    tokens), and the `PoolBook` they write through to (``arrays=True``), or None."""
+
+    __slots__ = ("in_flight", "tokens", "_mirror", "_index")
+
+    def __init__(self, mirror: PoolBook | None = None, index: int = 0) -> None:
+        self.in_flight = 0
+        self.tokens = 0.0
+        self._mirror = mirror
+        self._index = index
+
+
+class SerialBook(MirroredBook):
     """Backlog of a FCFS server as a workload process (see module docstring).
 
     ``tail``: time (s) at which the priced work charged so far would end; ``in_flight``: requests
@@ -35,18 +77,25 @@ class SerialBook:
     """
 
     # __slots__: a speed shortcut (one book per instance, read at every routing decision)
-    __slots__ = ("tail", "in_flight", "tokens")
+    __slots__ = ("tail",)
 
-    def __init__(self) -> None:
+    def __init__(self, mirror: PoolBook | None = None, index: int = 0) -> None:
+        super().__init__(mirror, index)
         self.tail = 0.0
-        self.in_flight = 0
-        self.tokens = 0.0
+
+    def _sync(self) -> None:
+        m, i = self._mirror, self._index
+        m.tail[i] = self.tail
+        m.in_flight[i] = self.in_flight
+        m.tokens[i] = self.tokens
 
     def charge(self, work_s: float, tokens: float, now: float) -> float:
         """Add work; returns the expected completion time of this work."""
         self.tail = max(self.tail, now) + work_s
         self.in_flight += 1
         self.tokens += tokens
+        if self._mirror is not None:
+            self._sync()
         return self.tail
 
     def settle(self, tokens: float, now: float) -> None:
@@ -57,13 +106,15 @@ class SerialBook:
             self.in_flight = 0
             self.tokens = 0.0
             self.tail = min(self.tail, now)
+        if self._mirror is not None:
+            self._sync()
 
     def backlog(self, now: float) -> float:
         """Seconds of priced work still outstanding at ``now``."""
         return self.tail - now if self.tail > now else 0.0
 
 
-class ParallelBook:
+class ParallelBook(MirroredBook):
     """Sum of remaining priced work over requests that progress concurrently.
 
     Speed shortcut: instead of summing ``max(E_i - now, 0)`` over every entry at each read, it
@@ -72,16 +123,22 @@ class ParallelBook:
     ``sum_end - active * now``.
     """
 
-    __slots__ = ("_heap", "_end", "_sum_end", "_active", "_seq", "in_flight", "tokens")
+    __slots__ = ("_heap", "_end", "_sum_end", "_active", "_seq")
 
-    def __init__(self) -> None:
+    def __init__(self, mirror: PoolBook | None = None, index: int = 0) -> None:
+        super().__init__(mirror, index)
         self._heap: list[tuple[float, int, str]] = []
         self._end: dict[str, tuple[float, int]] = {}  # key -> (end, insertion number)
         self._seq = 0
         self._sum_end = 0.0  # sum of end times of entries still in the future
         self._active = 0  # how many entries are still in the future
-        self.in_flight = 0
-        self.tokens = 0.0
+
+    def _sync(self) -> None:
+        m, i = self._mirror, self._index
+        m.sum_end[i] = self._sum_end if self._active else 0.0  # nothing active reads 0 (reset at next touch)
+        m.active[i] = self._active
+        m.in_flight[i] = self.in_flight
+        m.tokens[i] = self.tokens
 
     def _expire(self, now: float) -> None:
         heap = self._heap
@@ -93,6 +150,13 @@ class ParallelBook:
         if self._active == 0:
             self._sum_end = 0.0
 
+    def expire(self, now: float) -> None:
+        """Drop the end times passed at ``now`` from the running sums (what every operation does
+        first); the `Ledger` calls it for the books whose earliest end time has passed."""
+        self._expire(now)
+        if self._mirror is not None:
+            self._sync()
+
     def _insert(self, key: str, end: float, now: float) -> None:
         self._seq += 1
         self._end[key] = (end, self._seq)
@@ -100,6 +164,8 @@ class ParallelBook:
             heapq.heappush(self._heap, (end, self._seq, key))
             self._sum_end += end
             self._active += 1
+            if self._mirror is not None:
+                heapq.heappush(self._mirror.ends, (end, self._index))
 
     def _remove(self, key: str, now: float) -> None:
         entry = self._end.pop(key, None)
@@ -113,6 +179,8 @@ class ParallelBook:
         self._insert(key, end, now)
         self.in_flight += 1
         self.tokens += tokens
+        if self._mirror is not None:
+            self._sync()
 
     def reanchor(self, key: str, end: float, now: float) -> None:
         """Move an in-flight entry's expected end (e.g. when its decode actually starts)."""
@@ -120,6 +188,8 @@ class ParallelBook:
         if key in self._end:
             self._remove(key, now)
             self._insert(key, end, now)
+        if self._mirror is not None:
+            self._sync()
 
     def settle(self, key: str, tokens: float, now: float) -> None:
         """Request ``key`` finished or failed: remove it and release its ``tokens``."""
@@ -131,6 +201,8 @@ class ParallelBook:
         if self.in_flight <= 0:
             self.in_flight = 0
             self.tokens = 0.0
+        if self._mirror is not None:
+            self._sync()
 
     def backlog(self, now: float) -> float:
         """Seconds of priced work still outstanding at ``now`` (summed over the entries)."""
@@ -150,18 +222,51 @@ class _Entry:
 
 
 class Ledger:
-    """Per-instance books for a pool of ``n_prefill`` prefill and ``n_decode`` decode instances."""
+    """Per-instance books for a pool of ``n_prefill`` prefill and ``n_decode`` decode instances.
 
-    def __init__(self, n_prefill: int, n_decode: int, cost_model: CostModel) -> None:
+    ``arrays``: also keep the books' state in numpy arrays (``prefill_arrays``, ``decode_arrays``,
+    `PoolBook`), for `backlogs`; None (default) turns them on from `ARRAYS_MIN_INSTANCES` instances,
+    where one vectorised read beats a Python call per book.
+    """
+
+    ARRAYS_MIN_INSTANCES = 24
+
+    def __init__(self, n_prefill: int, n_decode: int, cost_model: CostModel, arrays: bool | None = None) -> None:
         self.cost_model = cost_model
-        self.prefill = [SerialBook() for _ in range(n_prefill)]
-        self.decode = [ParallelBook() for _ in range(n_decode)]
+        if arrays is None:
+            arrays = n_prefill + n_decode >= self.ARRAYS_MIN_INSTANCES
+        self.prefill_arrays = PoolBook(n_prefill) if arrays else None
+        self.decode_arrays = PoolBook(n_decode) if arrays else None
+        self.prefill = [SerialBook(self.prefill_arrays, i) for i in range(n_prefill)]
+        self.decode = [ParallelBook(self.decode_arrays, i) for i in range(n_decode)]
         self._entries: dict[str, _Entry] = {}
+
+    def backlogs(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """(prefill, decode) seconds of priced work outstanding at ``now`` on every instance (new
+        arrays), equal bit for bit to each book's ``backlog(now)``. Needs ``arrays=True``."""
+        pa, da = self.prefill_arrays, self.decode_arrays
+        if pa is None or da is None:
+            raise ValueError("Ledger.backlogs needs a ledger built with arrays=True")
+        self._expire(now)
+        # tail - now is +0.0 when equal, negative when passed: the max is each book's ``backlog``
+        return np.maximum(pa.tail - now, 0.0), np.maximum(da.sum_end - da.active * now, 0.0)
+
+    def _expire(self, now: float) -> None:
+        """Touch the decode books whose earliest end time has passed (array mirrors only; also on
+        each dispatch, so that the heap of end times stays as small as the books' own heaps)."""
+        da = self.decode_arrays
+        if da is None:
+            return
+        ends = da.ends
+        books = self.decode
+        while ends and ends[0][0] <= now:
+            books[heapq.heappop(ends)[1]].expire(now)
 
     def dispatch(
         self, key: str, prefill: int, decode: int, prompt_tokens: int, output_estimate: float, now: float
     ) -> None:
         """Charge a request placed on (prefill, decode) at time ``now``."""
+        self._expire(now)
         cm = self.cost_model
         pre_end = self.prefill[prefill].charge(cm.tau_pre(prompt_tokens), prompt_tokens, now)
         work = cm.tau_xfer(prompt_tokens) + output_estimate * cm.tau_dec_s

@@ -5,6 +5,12 @@ instance (with its age) and health — builds the `ClusterView` for each decisio
 and charges the ledger. The simulator and the HTTP proxy both drive this same object; only the
 clock (virtual vs physics time) and the source of the KV polls differ.
 
+Large pools (from `Ledger.ARRAYS_MIN_INSTANCES` instances): the ledger keeps its books in numpy
+arrays and the router its polls and health, so a view is a few vectorised operations
+(`repro.routing.policies.base.PoolArrays`); the per-instance `InstanceSignals` are filled only if
+the policy reads them. Small pools keep the plain per-instance loop (cheaper below a few dozen
+instances). Both give the same numbers.
+
 The one deliberate exception is ``oracle_backlog``: a callable giving the *true* remaining work
 per instance. Only the simulator can supply it; it reproduces the paper's §VI observation that a
 simulator can hand a policy information no deployment has.
@@ -14,8 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from repro.routing.cost_model import CostModel
 from repro.routing.ledger import Ledger
+from repro.routing.policies import base
 from repro.routing.policies.base import ClusterView, Decision, InstanceSignals, Placement, Policy, RequestInfo
 from repro.vocab import Role
 
@@ -37,6 +46,11 @@ class Router:
         self.cost_model = cost_model
         self.ledger = Ledger(len(prefill_names), len(decode_names), cost_model)
         self.oracle_backlog = oracle_backlog
+        self._arrays = self.ledger.prefill_arrays is not None  # the vectorised view (large pools)
+        n = {"prefill": len(prefill_names), "decode": len(decode_names)}
+        self._kv = {role: np.zeros(k) for role, k in n.items()}  # polled usage, as the signals'
+        self._kv_at_arr = {role: np.zeros(k) for role, k in n.items()}
+        self._healthy = {role: np.ones(k, dtype=bool) for role, k in n.items()}
         # one InstanceSignals per instance, updated in place by view() (a speed shortcut: no
         # allocation per decision; policies must not keep them, see repro.routing.policies.base)
         self._signals = {
@@ -50,16 +64,29 @@ class Router:
         """Record a KV-usage poll (fraction 0..1) taken at time ``at_s``."""
         self._signals[role][index].kv_usage = usage
         self._kv_at[role][index] = at_s
+        if self._arrays:
+            self._kv[role][index] = usage
+            self._kv_at_arr[role][index] = at_s
 
     def set_health(self, role: Role, index: int, healthy: bool) -> None:
         """Mark an instance (un)healthy; policies skip unhealthy instances."""
         self._signals[role][index].healthy = healthy
+        self._healthy[role][index] = healthy
 
     def is_healthy(self, role: Role, index: int) -> bool:
         return self._signals[role][index].healthy
 
     def view(self, now: float) -> ClusterView:
-        """The snapshot a policy sees at ``now`` (signals are updated in place)."""
+        """The snapshot a policy sees at ``now`` (signals are updated in place). Large pools: lazily,
+        the signals or the `repro.routing.policies.base.PoolArrays`, whichever the policy reads."""
+        if self._arrays:
+            return ClusterView(now, self._signals["prefill"], self._signals["decode"],
+                               arrays=lambda: self._pool_arrays(now), fill=lambda: self._fill(now))
+        self._fill(now)
+        return ClusterView(now, self._signals["prefill"], self._signals["decode"])
+
+    def _fill(self, now: float) -> None:
+        """Bring every instance's `InstanceSignals` up to ``now`` (one Python step per instance)."""
         led = self.ledger
         oracle = self.oracle_backlog
         for role, books in (("prefill", led.prefill), ("decode", led.decode)):
@@ -71,7 +98,22 @@ class Router:
                 s.in_flight = book.in_flight
                 s.in_flight_tokens = book.tokens
                 s.kv_age_s = now - kv_at[i]
-        return ClusterView(now, self._signals["prefill"], self._signals["decode"])
+
+    def _pool_arrays(self, now: float) -> tuple[base.PoolArrays, base.PoolArrays]:
+        """Both pools' signals at ``now`` as arrays, from the ledger's arrays (a few numpy steps)."""
+        led = self.ledger
+        oracle = self.oracle_backlog
+        if oracle is None:
+            pre_b, dec_b = led.backlogs(now)
+        else:
+            pre_b = np.array([oracle("prefill", i, now) for i in range(len(led.prefill))], dtype=np.float64)
+            dec_b = np.array([oracle("decode", i, now) for i in range(len(led.decode))], dtype=np.float64)
+        # the ledger's and the router's own arrays, not copies: read during this decision only
+        pre, dec = led.prefill_arrays, led.decode_arrays
+        return (base.PoolArrays(pre_b, pre.in_flight, pre.tokens, self._kv["prefill"],
+                                now - self._kv_at_arr["prefill"], self._healthy["prefill"]),
+                base.PoolArrays(dec_b, dec.in_flight, dec.tokens, self._kv["decode"],
+                                now - self._kv_at_arr["decode"], self._healthy["decode"]))
 
     # ---- decisions and bookkeeping ------------------------------------------------------------
     def route(self, request: RequestInfo, now: float) -> Decision:

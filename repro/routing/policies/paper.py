@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
@@ -23,6 +26,7 @@ from repro.routing.policies.base import (
     InstanceSignals,
     Placement,
     Policy,
+    PoolArrays,
     Rejection,
     RequestInfo,
 )
@@ -121,6 +125,81 @@ class LengthThreshold(Policy):
         if p is None or d is None:
             return Rejection(NO_HEALTHY)
         return Placement(p, d)
+
+
+TIE_S = 1e-12
+"""Two scores closer than this (s) tie; the tie goes to fewer in-flight requests on p and d together."""
+
+Candidate = tuple[float, int, int, int]  # (score s, in-flight tiebreak, p, d)
+
+
+def first_best(candidates: Any) -> Candidate | None:
+    """The scorers' argmin over (score, tiebreak, p, d, ...) in enumeration order: a candidate wins if
+    its score is lower by more than `TIE_S`, or within `TIE_S` with a smaller tiebreak (the exact
+    rule of the enumeration, kept as it is: the journals depend on it)."""
+    best = None
+    for cand in candidates:
+        if (best is None or cand[0] < best[0] - TIE_S
+                or (abs(cand[0] - best[0]) <= TIE_S and cand[1] < best[1])):
+            best = cand
+    return best
+
+
+@dataclass(slots=True)
+class VectorParts:
+    """A scorer's per-candidate parts over candidate rows (prefill) and columns (decode), numpy arrays:
+    score(p, d) = ``a[p] + b[d]`` + a hinge that couples them only through ``a[p] + first[d]``
+    (`MarginalCostBase._vector_scores`), non-decreasing in ``a[p]`` with slope >= 1."""
+
+    a: np.ndarray
+    """Prefill side of the score (s), per row."""
+    b: np.ndarray
+    """Decode side of the score (s), per column."""
+    first: np.ndarray
+    """What the hinge adds to ``a`` to predict the TTFT (s), per column."""
+    tpot: np.ndarray
+    """The decode-only part of the hinge (s), per column (zeros where the scorer has none)."""
+    in_flight_p: np.ndarray
+    """Tiebreak part per row (requests)."""
+    in_flight_d: np.ndarray
+    """Tiebreak part per column (requests)."""
+    guard_p: np.ndarray | None
+    """The guard's prefill-side TTFT per row (s), when the guard is on."""
+    guard_d: np.ndarray | None
+    """The guard's decode-side TTFT per column (s), when the guard is on."""
+    ttft_target_s: float
+    """The request's TTFT target (s), where the hinge starts."""
+    hinge_weight: float
+    """Seconds of score per second of TTFT overrun."""
+
+
+def _take(values: np.ndarray, positions: np.ndarray | None) -> np.ndarray:
+    """``values`` at the candidate ``positions`` (None: every instance, in pool order)."""
+    return values if positions is None else values[positions]
+
+
+def _pool_index(positions: np.ndarray | None, k: int) -> int:
+    """The pool index of candidate ``k``."""
+    return k if positions is None else int(positions[k])
+
+
+def _signals_at(pool: PoolArrays, positions: np.ndarray | None, tick: int) -> list[InstanceSignals]:
+    """The candidates at ``positions`` (None: all, in the tie rotation from ``tick``) as
+    `InstanceSignals` (unnamed), in enumeration order."""
+    n = pool.healthy.size
+    idx = ((tick + np.arange(n)) % n if positions is None else positions).tolist()
+    fields = (pool.backlog_s, pool.in_flight, pool.in_flight_tokens, pool.kv_usage, pool.kv_age_s, pool.healthy)
+    if len(idx) <= 8:  # a few (sampled): element by element beats gathering
+        b, n_, t, kv, age, ok = fields
+        return [InstanceSignals(i, "", b.item(i), n_.item(i), t.item(i), kv.item(i), age.item(i), ok.item(i))
+                for i in idx]
+    return [InstanceSignals(i, "", *values) for i, *values in zip(idx, *(f[idx].tolist() for f in fields), strict=True)]
+
+
+def _enumeration_rank(k: np.ndarray, positions: np.ndarray | None, n: int, tick: int) -> np.ndarray:
+    """Where candidates ``k`` come in the enumeration: their place in the tie rotation starting at
+    ``tick`` (every instance), or in ``positions`` (already in enumeration order)."""
+    return (k - tick) % n if positions is None else k
 
 
 class MarginalCostBase(Policy):
@@ -224,6 +303,11 @@ class MarginalCostBase(Policy):
 
     def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
         """(score in s, in-flight tiebreak, p, d, the guard's predicted TTFT in s) for every candidate pair."""
+        return self._priced_pairs(request, self._candidates(view.prefill), self._candidates(view.decode))
+
+    def _priced_pairs(self, request: RequestInfo, prefill: list[InstanceSignals],
+                      decode: list[InstanceSignals]) -> list[tuple[float, int, int, int, float]]:
+        """`_priced` over given candidates (in enumeration order): the scorer's formula."""
         raise NotImplementedError
 
     def _candidates(self, pool: list[InstanceSignals]) -> list[InstanceSignals]:
@@ -252,31 +336,165 @@ class MarginalCostBase(Policy):
         safe = self.cache_safe_fraction
         return ttft_target_s * (u - safe) / (1.0 - safe) if u > safe else 0.0
 
+    VECTOR_MIN_PAIRS = 64
+    """From this many (prefill x decode) instances, `place` prices with numpy (`place_vectorized`);
+    below it the enumeration is cheaper. Both decide the same (tests/test_router_scale.py)."""
+
+    SAMPLED_VECTOR_MIN_INSTANCES = 64
+    """With ``sample_d``, from this many instances in all: below it, reading every instance's signals
+    costs less than making the arrays (measured, benchmarks/bench_router.py)."""
+
     def place(self, request: RequestInfo, view: ClusterView) -> Decision:
+        """The argmin pair (exact): vectorised for large pools, enumerated for small ones or with a
+        softmax temperature (its draw reads every score in enumeration order)."""
+        if (self.temperature_s == 0 and type(self)._vector_parts is not MarginalCostBase._vector_parts
+                and view.n_prefill * view.n_decode >= self.VECTOR_MIN_PAIRS
+                and (not self.sample_d or view.n_prefill + view.n_decode >= self.SAMPLED_VECTOR_MIN_INSTANCES)):
+            return self.place_vectorized(request, view)
+        return self.place_enumerated(request, view)
+
+    def place_enumerated(self, request: RequestInfo, view: ClusterView) -> Decision:
+        """The reference: price every candidate pair in Python (`_priced`) and take the argmin
+        (`first_best`), or the softmax draw."""
         self._tick += 1
-        priced = self._priced(request, view)
+        return self._decide(request, self._priced(request, view))
+
+    def _decide(self, request: RequestInfo, priced: list[tuple[float, int, int, int, float]]) -> Decision:
         if not priced:
             return Rejection(NO_HEALTHY)
         if self.admission_guard:
-            target = self.cost_model.slo.ttft_s(request.slo_class)
-            fastest = min(c[4] for c in priced)
-            if fastest > self.guard_margin * target:
-                return Rejection(
-                    f"admission guard: predicted TTFT {fastest:.3f} s exceeds {self.guard_margin:g} x the "
-                    f"{request.slo_class} target ({target:.3f} s) on every instance",
-                    retry_after_s=fastest - target,
-                )
+            rejection = self._guard(request, min(c[4] for c in priced))
+            if rejection is not None:
+                return rejection
         if self.temperature_s > 0:
             low = min(c[0] for c in priced)
             weights = [math.exp(-(c[0] - low) / self.temperature_s) for c in priced]
             pick = self._rng.choices(priced, weights=weights)[0]
             return Placement(pick[2], pick[3])
-        best = None
-        for cand in priced:
-            if (best is None or cand[0] < best[0] - 1e-12
-                    or (abs(cand[0] - best[0]) <= 1e-12 and cand[1] < best[1])):
-                best = cand
+        best = first_best(priced)
         return Placement(best[2], best[3])
+
+    def _guard(self, request: RequestInfo, fastest: float) -> Rejection | None:
+        """The admission guard's rejection when the ``fastest`` predicted TTFT (s) is hopeless."""
+        target = self.cost_model.slo.ttft_s(request.slo_class)
+        if fastest > self.guard_margin * target:
+            return Rejection(
+                f"admission guard: predicted TTFT {fastest:.3f} s exceeds {self.guard_margin:g} x the "
+                f"{request.slo_class} target ({target:.3f} s) on every instance",
+                retry_after_s=fastest - target,
+            )
+        return None
+
+    # ---- the vectorised path (the same decisions, from the view's arrays) -----------------------
+    def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
+                      dc: np.ndarray) -> VectorParts:
+        """The scorer's parts over candidate rows ``pc`` and columns ``dc`` (indices into the pools),
+        with the float operations of `_priced` in the same order (a subclass that has none is
+        always enumerated)."""
+        raise NotImplementedError
+
+    def _vector_scores(self, v: VectorParts, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The score matrix (s) of candidate rows x columns (positions in ``v``), as `_priced`
+        computes each element."""
+        raise NotImplementedError
+
+    def _candidate_positions(self, healthy: np.ndarray) -> np.ndarray | None:
+        """`_candidates` as pool indices, in enumeration order (healthy ones in tie-rotation order, or
+        ``sample_d`` of them: the same draws, `random.Random.sample` depends only on the population's
+        size); None when that is the whole pool (the rotation is then applied to ties only)."""
+        n = healthy.size
+        start = self._tick % n if n else 0
+        if n and np.count_nonzero(healthy) == n:
+            if self.sample_d and self.sample_d < n:
+                return np.array([(start + j) % n for j in self._rng.sample(range(n), self.sample_d)], dtype=np.intp)
+            return None
+        order = np.concatenate((np.arange(start, n), np.arange(0, start)))
+        alive = order[healthy[order]]
+        if self.sample_d and self.sample_d < alive.size:
+            alive = alive[self._rng.sample(range(alive.size), self.sample_d)]
+        return alive
+
+    def place_vectorized(self, request: RequestInfo, view: ClusterView) -> Decision:
+        """`place_enumerated`'s decision (argmin only, no temperature) from the view's `PoolArrays`.
+
+        Each scorer's score is ``a[p] + b[d]`` plus a hinge on ``a[p] + first[d]``, and every float
+        operation in it is non-decreasing in ``a[p]`` with slope >= 1: so the row of the smallest
+        ``a`` holds the minimum ``m`` (exactly, in floats), only the columns where that row is within
+        ~1e-9 s of ``m`` and the rows whose ``a`` is within a (generous) margin of the smallest can
+        hold a near-minimal score, and only that block is priced. The enumeration's tie rule is then
+        applied, in enumeration order, to the scores within 1e-9 s of ``m``: exact whenever no other
+        score lies within 2 `TIE_S` above those (checked; otherwise the enumeration decides). Few
+        sampled candidates are priced by the enumeration's own code (`_priced_pairs`)."""
+        self._tick += 1
+        pre, dec = view.arrays()
+        pc = self._candidate_positions(pre.healthy)
+        dc = self._candidate_positions(dec.healthy)
+        n_rows = pre.healthy.size if pc is None else pc.size
+        n_cols = dec.healthy.size if dc is None else dc.size
+        if n_rows * n_cols < self.VECTOR_MIN_PAIRS:  # a few candidates (sampled, or mostly unhealthy)
+            return self._decide(request, self._priced_pairs(request, _signals_at(pre, pc, self._tick),
+                                                            _signals_at(dec, dc, self._tick)))
+        v = self._vector_parts(request, pre, dec, pc, dc)
+        if self.admission_guard:
+            rejection = self._guard(request, float(v.guard_p.min() + v.guard_d.min()))
+            if rejection is not None:
+                return rejection
+        p0 = int(np.argmin(v.a))
+        row = self._vector_scores(v, slice(p0, p0 + 1), slice(None))[0]
+        m = float(row.min())
+        low = m + 1e-9
+        hi = low + 2 * TIE_S
+        cols = np.flatnonzero(row <= hi)
+        margin = 1e-6 * (1.0 + abs(m) + v.ttft_target_s)  # >> the rounding of any score near m
+        rows = np.flatnonzero(v.a <= float(v.a[p0]) + (hi - m) + margin)
+        if rows.size == 1:
+            if cols.size == 1:  # the minimum alone, with a clear gap above it
+                return Placement(_pool_index(pc, p0), _pool_index(dc, int(cols[0])))
+            scores = row[cols][None, :]
+        else:
+            scores = self._vector_scores(v, rows, cols)
+        flat = np.flatnonzero(scores <= hi)
+        vals = scores.ravel()[flat]
+        if float(vals.max()) > low:  # a score just above the near-minimal ones: no clear gap, enumerate
+            return self._decide(request, self._priced_pairs(request, _signals_at(pre, pc, self._tick),
+                                                            _signals_at(dec, dc, self._tick)))
+        r, c = rows[flat // cols.size], cols[flat % cols.size]
+        if flat.size == 1:
+            return Placement(_pool_index(pc, int(r[0])), _pool_index(dc, int(c[0])))
+        start = self._tick
+        order = np.lexsort((_enumeration_rank(c, dc, n_cols, start), _enumeration_rank(r, pc, n_rows, start)))
+        r, c, vals = r[order], c[order], vals[order]
+        ties = v.in_flight_p[r] + v.in_flight_d[c]
+        if vals.min() == vals.max():
+            k = int(np.argmin(ties))
+            return Placement(_pool_index(pc, int(r[k])), _pool_index(dc, int(c[k])))
+        best = first_best(zip(vals.tolist(), ties.tolist(), r.tolist(), c.tolist(), strict=True))
+        return Placement(_pool_index(pc, best[2]), _pool_index(dc, best[3]))
+
+    def _request_terms(self, request: RequestInfo) -> tuple[int, float, float, float, float]:
+        """(L tokens, o tokens, T_ttft s, T_tpot s, the own prefill work tau_pre(L) + tau_xfer(L) s)."""
+        cm = self.cost_model
+        L = request.prompt_tokens
+        return (L, self.output_estimate(request), cm.slo.ttft_s(request.slo_class),
+                cm.slo.tpot_s(request.slo_class), cm.tau_pre(L) + cm.tau_xfer(L))
+
+    def _cache_pressure_vec(self, kv_usage: np.ndarray, prompt_tokens: int, output_tokens: float,
+                            ttft_target_s: float) -> np.ndarray:
+        """`_cache_pressure_s` over an array of polled KV usages (s)."""
+        cap = float(self.cost_model.kv_capacity_tokens)
+        safe = self.cache_safe_fraction
+        # u is non-decreasing in the usage (each rounded step is): if the fullest is safe, all are
+        if not (float(kv_usage.max()) * cap + prompt_tokens + output_tokens) / cap > safe:
+            return np.zeros(kv_usage.size)
+        u = (kv_usage * cap + prompt_tokens + output_tokens) / cap
+        return np.where(u > safe, ttft_target_s * (u - safe) / (1.0 - safe), 0.0)
+
+    def _guard_prefill_vec(self, in_flight_tokens: np.ndarray, prompt_tokens: int) -> np.ndarray:
+        """`_guard_prefill_s` over an array of prefill instances' queued tokens (s)."""
+        cm = self.cost_model
+        q = in_flight_tokens + prompt_tokens
+        budget = max(1, int(cm.max_num_batched_tokens))
+        return np.ceil(q / budget) * cm.tau_pre_base_s + q * cm.tau_pre_per_token_s + cm.tau_xfer(prompt_tokens)
 
 
 class MarginalCost(MarginalCostBase):
@@ -385,20 +603,19 @@ class MarginalCost(MarginalCostBase):
         )
         self.use_own_work = bool(use_own_work)
 
-    def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
+    def _priced_pairs(self, request: RequestInfo, prefill: list[InstanceSignals],
+                      decode: list[InstanceSignals]) -> list[tuple[float, int, int, int, float]]:
         cm = self.cost_model
-        L = request.prompt_tokens
-        o = self.output_estimate(request)
-        ttft_target = cm.slo.ttft_s(request.slo_class)
-        tpot_target = cm.slo.tpot_s(request.slo_class)
-        own_pre = cm.tau_pre(L) + cm.tau_xfer(L) if self.use_own_work else 0.0
+        L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
+        if not self.use_own_work:
+            own_pre = 0.0
 
         pre_parts = []
-        for s in self._candidates(view.prefill):
+        for s in prefill:
             backlog = s.backlog_s if self.use_backlog else 0.0
             pre_parts.append((s.index, backlog, s.in_flight, self._guard_prefill_s(s, L)))
         dec_parts = []
-        for s in self._candidates(view.decode):
+        for s in decode:
             tau = cm.tau_dec(s.in_flight)
             backlog = s.backlog_s if self.use_backlog else 0.0
             work = o * tau if self.use_own_work else 0.0
@@ -415,6 +632,36 @@ class MarginalCost(MarginalCostBase):
                     score += self.slo_weight * (ttft_over + tpot_over)
                 out.append((score, pn + dn, p, d, guard_pre + guard_dec))
         return out
+
+    def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
+                      dc: np.ndarray) -> VectorParts:
+        cm = self.cost_model
+        L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
+        if not self.use_own_work:
+            own_pre = 0.0
+        n_d = _take(dec.in_flight, dc)
+        zeros = np.zeros(n_d.size)
+        a = (_take(pre.backlog_s, pc) if self.use_backlog else np.zeros(pre.healthy.size if pc is None else pc.size))
+        a = a + own_pre
+        tau = cm.tau_dec(n_d.astype(np.float64))
+        backlog = _take(dec.backlog_s, dc) if self.use_backlog else zeros
+        work = backlog + o * tau if self.use_own_work else backlog + 0.0
+        first = tau if self.use_own_work else zeros
+        cache = self._cache_pressure_vec(_take(dec.kv_usage, dc), L, o, ttft_target) if self.use_cache_pressure else 0.0
+        tpot = np.maximum(0.0, work - o * tpot_target)
+        b = work + cache
+        guard = self.admission_guard
+        return VectorParts(a, b, first, tpot, _take(pre.in_flight, pc), n_d,
+                           self._guard_prefill_vec(_take(pre.in_flight_tokens, pc), L) if guard else None,
+                           tau + cache if guard else None, ttft_target, self.slo_weight)
+
+    def _vector_scores(self, v: VectorParts, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        a = v.a[rows][:, None]
+        score = a + v.b[cols]
+        if self.use_slo:
+            hinge = np.maximum(0.0, (a + v.first[cols]) - v.ttft_target_s) + v.tpot[cols]
+            score = score + (hinge if v.hinge_weight == 1.0 else v.hinge_weight * hinge)  # 1.0 * x is x
+        return score
 
 
 class MarginalCostBatching(MarginalCostBase):
@@ -457,23 +704,19 @@ class MarginalCostBatching(MarginalCostBase):
 
     name = "marginal_cost_batching"
 
-    def _priced(self, request: RequestInfo, view: ClusterView) -> list[tuple[float, int, int, int, float]]:
+    def _priced_pairs(self, request: RequestInfo, prefill: list[InstanceSignals],
+                      decode: list[InstanceSignals]) -> list[tuple[float, int, int, int, float]]:
         cm = self.cost_model
-        L = request.prompt_tokens
-        o = self.output_estimate(request)
-        cls = request.slo_class
-        ttft_target = cm.slo.ttft_s(cls)
-        tpot_target = cm.slo.tpot_s(cls)
+        L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
         slo_scale = self.slo_weight * (cm.ttft_tight_s * cm.loose_factor) / ttft_target
-        own_pre = cm.tau_pre(L) + cm.tau_xfer(L)
 
         pre_parts = []
-        for s in self._candidates(view.prefill):
+        for s in prefill:
             b = s.backlog_s if self.use_backlog else 0.0
             pre_parts.append((s.index, b, s.in_flight, self._guard_prefill_s(s, L)))
         dec_parts = []
         slope = cm.dec_concurrency_slope
-        for s in self._candidates(view.decode):
+        for s in decode:
             tau = cm.tau_dec(s.in_flight)
             cost = o * tau
             if self.use_backlog:
@@ -495,6 +738,40 @@ class MarginalCostBatching(MarginalCostBase):
                         score += slo_scale * (ttft_hat - ttft_target)
                 out.append((score, pn + dn, p, d, pre_wait + first))
         return out
+
+    def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
+                      dc: np.ndarray) -> VectorParts:
+        cm = self.cost_model
+        L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
+        a = (_take(pre.backlog_s, pc) if self.use_backlog else np.zeros(pre.healthy.size if pc is None else pc.size))
+        a = a + own_pre
+        n_d = _take(dec.in_flight, dc)
+        n = n_d.astype(np.float64)
+        tau = cm.tau_dec(n)
+        cost = o * tau
+        if self.use_backlog:
+            cost = cost + cm.dec_concurrency_slope * np.minimum(_take(dec.backlog_s, dc), n * o * cm.tau_dec_s)
+        wait = 0.0
+        if self.use_cache_pressure:
+            wait = self._cache_pressure_vec(_take(dec.kv_usage, dc), L, o, ttft_target)
+            cost = cost + wait
+        if self.use_slo:
+            cost = np.where(tau > tpot_target, cost + self.slo_weight * o * (tau - tpot_target), cost)
+        first = tau + wait
+        slo_scale = self.slo_weight * (cm.ttft_tight_s * cm.loose_factor) / ttft_target
+        guard = self.admission_guard
+        return VectorParts(a, cost, first, np.zeros(n_d.size), _take(pre.in_flight, pc), n_d,
+                           self._guard_prefill_vec(_take(pre.in_flight_tokens, pc), L) if guard else None,
+                           first if guard else None, ttft_target, slo_scale)
+
+    def _vector_scores(self, v: VectorParts, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        a = v.a[rows][:, None]
+        score = a + v.b[cols]
+        if self.use_slo:
+            ttft_hat = a + v.first[cols]
+            score = np.where(ttft_hat > v.ttft_target_s,
+                             score + v.hinge_weight * (ttft_hat - v.ttft_target_s), score)
+        return score
 
 
 class MarginalCostPlus(MarginalCostBatching):
