@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ FIELDS: tuple[Field, ...] = (
     Field("preemptions", "int64", "", "times the decode engine preempted it (sim; -1 if unknown)"),
 )
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
+_FIELD_SET = frozenset(FIELD_NAMES)
 
 
 def empty_row() -> dict[str, Any]:
@@ -82,10 +84,11 @@ class JournalWriter:
         self._fsync = fsync
 
     def write(self, row: dict[str, Any]) -> None:
-        unknown = set(row) - set(FIELD_NAMES)
-        if unknown:
-            raise ValueError(f"journal: unknown field(s) {sorted(unknown)}")
-        ordered = {name: _plain(row.get(name)) for name in FIELD_NAMES}
+        """Append one row (fields in `FIELDS` order, missing ones null, NaN/inf null) and flush it."""
+        if not _FIELD_SET.issuperset(row):
+            raise ValueError(f"journal: unknown field(s) {sorted(set(row) - _FIELD_SET)}")
+        get = row.get
+        ordered = {name: _plain(get(name)) for name in FIELD_NAMES}
         self._fh.write(json.dumps(ordered, separators=(",", ":")) + "\n")
         self._fh.flush()
         if self._fsync:
@@ -103,6 +106,12 @@ class JournalWriter:
 
 
 def _plain(value: Any) -> Any:
+    """A JSON-ready value: numpy scalars as Python ones, non-finite floats as None (null)."""
+    kind = type(value)
+    if kind is float:  # the common cases first, without numpy (the proxy writes a row per request)
+        return value if math.isfinite(value) else None
+    if kind is str or kind is int or value is None or kind is bool:
+        return value
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (np.floating,)):
