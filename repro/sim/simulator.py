@@ -35,6 +35,7 @@ Times are seconds from the first arrival's clock origin (the trace's ``arrival_s
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
 
@@ -68,7 +69,7 @@ class _Prefill:
     # __slots__ is a speed shortcut: attribute access on these per-engine objects is on the hot path
     # (every event touches one), and slots make it cheaper than a __dict__ (and catch typos).
     __slots__ = ("name", "phys", "queue", "kv_used_tokens", "busy", "batch", "step_end_s", "max_batch_requests",
-                 "queued_tokens")
+                 "queued_tokens", "kv_budget_tokens", "max_num_batched_tokens")
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
         self.name = name
@@ -80,6 +81,8 @@ class _Prefill:
         self.step_end_s = 0.0
         self.max_batch_requests = 1 if serial else 1 << 30  # serial: one request per step (§VI)
         self.queued_tokens = 0  # prompt tokens still to prefill (queued or in the current step)
+        self.kv_budget_tokens = phys.kv_budget_tokens  # copied from the physics (read on every poll)
+        self.max_num_batched_tokens = phys.max_num_batched_tokens  # tokens per prefill step
 
 
 class _Decode:
@@ -97,7 +100,7 @@ class _Decode:
         "name", "phys", "step_base_s", "step_per_seq_s", "step_per_context_token_s", "kv_budget_tokens",
         "max_seqs", "waiting", "reserved_kv_tokens", "running", "finish_heap", "n_running", "sum_base_context",
         "sum_finish_step", "origin_step", "origin_s", "joining", "version", "in_transfer", "queued_output_tokens",
-        "admission_order", "admit_pending",
+        "admission_order", "admit_pending", "seg_step_s", "seg_cn",
     )
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
@@ -124,41 +127,60 @@ class _Decode:
         self.queued_output_tokens = 0  # output tokens of waiting + transferring + joining requests
         self.admission_order: dict[int, None] = {}  # every KV-holding request, in admission order
         self.admit_pending = False  # a request waits for the next step boundary to be scheduled
+        self.seg_step_s = 0.0  # A: the segment's first step (seconds); set by resegment
+        self.seg_cn = 0.0  # c * n: how much each step of the segment outlasts the one before (seconds)
+        self.resegment()
 
     # closed-form step timing of the current segment: step j (0-based) of the segment runs
     # n = n_running sequences over a context of sum_base_context + n * (origin_step + j) tokens, so
     #   time_after(k) = origin_s + k * A + c * n * k * (k - 1) / 2,
     #   A = a + b * n + c * (sum_base_context + n * origin_step)   (the segment's first step, seconds)
-    def time_after(self, k: int) -> float:
-        """Time (seconds) at which the segment's ``k``-th step ends (``k = 0``: its origin)."""
+    # A and c * n are cached per segment (`resegment`; a speed shortcut: they are read at every
+    # event, and change only at a batch boundary). The expressions keep the original operation order,
+    # so the floats are the same bits as computing them afresh.
+    def resegment(self) -> None:
+        """Recompute the segment's cached ``seg_step_s`` (A, seconds) and ``seg_cn`` (c * n, seconds):
+        to be called whenever ``n_running``, ``sum_base_context`` or ``origin_step`` changed."""
         n = self.n_running
         c = self.step_per_context_token_s
-        A = self.step_base_s + self.step_per_seq_s * n + c * (self.sum_base_context + n * self.origin_step)
-        return self.origin_s + k * A + c * n * k * (k - 1) * 0.5
+        self.seg_step_s = (self.step_base_s + self.step_per_seq_s * n
+                           + c * (self.sum_base_context + n * self.origin_step))
+        self.seg_cn = c * n
+
+    def time_after(self, k: int) -> float:
+        """Time (seconds) at which the segment's ``k``-th step ends (``k = 0``: its origin)."""
+        return self.origin_s + k * self.seg_step_s + self.seg_cn * k * (k - 1) * 0.5
 
     def steps_done_by(self, when: float) -> int:
         """Steps of the current segment completed by time ``when`` (seconds): the largest ``k`` with
-        ``time_after(k) <= when``. Solves the quadratic, then corrects the float rounding by stepping."""
-        if self.n_running == 0 or when <= self.origin_s:
+        ``time_after(k) <= when``. Solves the quadratic, then corrects the float rounding by stepping
+        (`time_after` written out: this runs at every poll and admission)."""
+        o = self.origin_s
+        if self.n_running == 0 or when <= o:
             return 0
-        n = self.n_running
-        c = self.step_per_context_token_s
-        A = self.step_base_s + self.step_per_seq_s * n + c * (self.sum_base_context + n * self.origin_step)
-        alpha = c * n * 0.5
+        A = self.seg_step_s
+        cn = self.seg_cn
+        alpha = cn * 0.5
         beta = A - alpha
-        x = when - self.origin_s
+        x = when - o
         k = int(2.0 * x / (beta + math.sqrt(beta * beta + 4.0 * alpha * x)))
-        while self.time_after(k + 1) <= when:
+        while o + (k + 1) * A + cn * (k + 1) * k * 0.5 <= when:
             k += 1
-        while k > 0 and self.time_after(k) > when:
+        while k > 0 and o + k * A + cn * k * (k - 1) * 0.5 > when:
             k -= 1
         return k
 
     def step_s_now(self) -> float:
         """Duration (seconds) of the segment's first step (the one starting at its origin)."""
-        n = self.n_running
-        return (self.step_base_s + self.step_per_seq_s * n
-                + self.step_per_context_token_s * (self.sum_base_context + n * self.origin_step))
+        return self.seg_step_s
+
+    def kv_used(self, now: float) -> int:
+        """KV tokens held at ``now`` (running contexts + the next step's token per sequence +
+        reservations)."""
+        if self.n_running == 0:
+            return self.reserved_kv_tokens
+        k = self.steps_done_by(now)
+        return self.sum_base_context + self.n_running * (self.origin_step + k + 1) + self.reserved_kv_tokens
 
 
 class Simulator:
@@ -227,83 +249,94 @@ class Simulator:
         self.status = [""] * n
         self.reason: list[str | None] = [None] * n
         self._events: list[tuple[float, int, int, int, int, int]] = []  # see the event kinds above
-        self._seq = 0
+        self._seq = itertools.count(1)  # the events' sequence numbers (push order)
         self.now = 0.0
         self._last_poll = -math.inf
         self.kv_peak = [0] * len(self.dec)  # most KV tokens each decode engine held
         self.pre_kv_peak = [0] * len(self.pre)  # most KV tokens each prefill engine held
+        # the longest request (prompt + output tokens) the engines take; longer ones fail on arrival
+        self.max_request_tokens = (
+            min(self.pre[0].phys.max_model_len, self.dec[0].kv_budget_tokens, self.pre[0].kv_budget_tokens)
+            if self.pre and self.dec else 0
+        )
         if config.backlog == "oracle":
             router.oracle_backlog = self._oracle_backlog
 
     # ---- event plumbing -------------------------------------------------------------------
     def _push(self, when: float, kind: int, x: int, y: int = 0, z: int = 0) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (when, kind, self._seq, x, y, z))
+        heapq.heappush(self._events, (when, kind, next(self._seq), x, y, z))
 
     def run(self) -> pd.DataFrame:
         """Run to completion; returns the journal DataFrame (rows in trace order)."""
-        # locals for attributes read every iteration (a speed shortcut)
+        # locals for attributes and methods used every iteration (a speed shortcut)
         events = self._events
         arrivals = self.arrival
-        i = 0
         n = self.n_requests
         pop = heapq.heappop
-        while i < n or events:
-            # the next trace arrival goes first unless an event is earlier (or equal and of a kind before it)
-            if i < n and (not events or arrivals[i] < events[0][0]
-                          or (arrivals[i] == events[0][0] and events[0][1] > _ARRIVAL)):
-                when = arrivals[i]
-                if when < self.now:
-                    raise AssertionError("sim: clock went backwards")
+        dec = self.dec
+        arrive = self._arrive
+        prefill_step_end = self._prefill_step_end
+        transfer_done = self._transfer_done
+        decode_boundary = self._decode_boundary
+        i = 0
+        next_arrival = arrivals[0] if n else math.inf
+        while True:
+            # the next event goes first unless the next trace arrival is strictly earlier (every event
+            # kind sorts before _ARRIVAL, so an event at the same time goes first)
+            if events and events[0][0] <= next_arrival:
+                when, kind, _, x, y, z = pop(events)
+                if when < self.now - 1e-9:
+                    raise AssertionError(f"sim: clock went backwards ({when} < {self.now})")
                 self.now = when
-                self._arrive(i)
+                if kind == _DEC_NEXT:
+                    d = dec[x]
+                    if y == d.version:  # else stale: the engine was rescheduled since
+                        decode_boundary(d, x, z)
+                elif kind == _TRANSFER_DONE:
+                    transfer_done(x, y, z)
+                else:
+                    prefill_step_end(x)
+            elif i < n:
+                if next_arrival < self.now:
+                    raise AssertionError("sim: clock went backwards")
+                self.now = next_arrival
+                arrive(i)
                 i += 1
-                continue
-            when, kind, _, x, y, z = pop(events)
-            if when < self.now - 1e-9:
-                raise AssertionError(f"sim: clock went backwards ({when} < {self.now})")
-            self.now = when
-            if kind == _PRE_STEP_END:
-                self._prefill_step_end(x)
-            elif kind == _TRANSFER_DONE:
-                self._transfer_done(x, y, z)
-            elif kind == _DEC_NEXT:
-                d = self.dec[x]
-                if y == d.version:
-                    self._decode_boundary(d, x, z)
+                next_arrival = arrivals[i] if i < n else math.inf
+            else:
+                break
         return self._journal()
 
     # ---- arrivals and routing ------------------------------------------------------------
     def _poll(self, now: float) -> None:
-        interval = self.kv_poll_interval_s
-        if now - self._last_poll < interval:
+        """Record every engine's KV usage with the router (at most once per ``kv_poll_interval_s``)."""
+        if now - self._last_poll < self.kv_poll_interval_s:
             return
         self._last_poll = now
-        r = self.router
+        observe = self.router.observe_kv
         for i, e in enumerate(self.pre):
-            r.observe_kv("prefill", i, e.kv_used_tokens / e.phys.kv_budget_tokens, now)
+            observe("prefill", i, e.kv_used_tokens / e.kv_budget_tokens, now)
         for i, d in enumerate(self.dec):
-            r.observe_kv("decode", i, self._decode_kv_used(d, now) / d.kv_budget_tokens, now)
+            observe("decode", i, d.kv_used(now) / d.kv_budget_tokens, now)
 
     def _arrive(self, r: int) -> None:
         now = self.now
+        self._poll(now)
         prompt = self.prompt[r]
         out = self.out[r]
-        self._poll(now)
-        req = RequestInfo(self.ids[r], prompt, self.pred[r], self.slo[r], now)
-        limit = min(self.pre[0].phys.max_model_len, self.dec[0].kv_budget_tokens, self.pre[0].phys.kv_budget_tokens)
+        limit = self.max_request_tokens
         if prompt + out > limit:
             self.status[r] = "failed"
             self.reason[r] = f"prompt + output ({prompt + out} tokens) exceeds the engines' limit ({limit})"
             return
-        decision = self.router.route(req, now)
+        decision = self.router.route(RequestInfo(self.ids[r], prompt, self.pred[r], self.slo[r], now), now)
         if not isinstance(decision, Placement):
             self.status[r] = "rejected"
             self.reason[r] = decision.reason
             return
-        p, d = decision.prefill, decision.decode
+        p = decision.prefill
         self.p_of[r] = p
-        self.d_of[r] = d
+        self.d_of[r] = decision.decode
         self.prefill_left[r] = prompt
         e = self.pre[p]
         e.queue.append(r)
@@ -316,20 +349,24 @@ class Simulator:
         e = self.pre[p]
         if e.busy or not e.queue:
             return
-        budget = e.phys.max_num_batched_tokens
-        kv_budget = e.phys.kv_budget_tokens
+        budget = e.max_num_batched_tokens
+        kv_budget = e.kv_budget_tokens
+        max_requests = e.max_batch_requests
+        prompt = self.prompt
+        prefill_left = self.prefill_left
         batch = []
         tokens = 0
         for r in e.queue:
-            if len(batch) >= e.max_batch_requests:
+            if len(batch) >= max_requests:
                 break
-            if self.prefill_left[r] == self.prompt[r]:  # first chunk: allocate the prompt's KV
-                if e.kv_used_tokens + self.prompt[r] > kv_budget:
+            left = prefill_left[r]
+            if left == prompt[r]:  # first chunk: allocate the prompt's KV
+                if e.kv_used_tokens + left > kv_budget:
                     break
-                e.kv_used_tokens += self.prompt[r]
+                e.kv_used_tokens += left
                 if e.kv_used_tokens > self.pre_kv_peak[p]:
                     self.pre_kv_peak[p] = e.kv_used_tokens
-            take = min(self.prefill_left[r], budget - tokens)
+            take = min(left, budget - tokens)
             batch.append((r, take))
             tokens += take
             if tokens >= budget:
@@ -345,11 +382,12 @@ class Simulator:
         e = self.pre[p]
         now = self.now
         e.busy = False
+        prefill_left = self.prefill_left
         done = []
         for r, take in e.batch:
-            self.prefill_left[r] -= take
+            prefill_left[r] -= take
             e.queued_tokens -= take
-            if self.prefill_left[r] == 0:
+            if prefill_left[r] == 0:
                 done.append(r)
         e.batch = []
         for r in done:
@@ -369,21 +407,23 @@ class Simulator:
         self._prefill_start(p)
 
     # ---- decode ----------------------------------------------------------------------------
-    def _decode_kv_used(self, d: _Decode, now: float) -> int:
-        """KV tokens decode engine ``d`` holds at ``now`` (running contexts + the next step's token
-        per sequence + reservations)."""
-        if d.n_running == 0:
-            return d.reserved_kv_tokens
-        k = d.steps_done_by(now)
-        return d.sum_base_context + d.n_running * (d.origin_step + k + 1) + d.reserved_kv_tokens
-
-    def _decode_admit(self, d: _Decode, di: int) -> None:
+    def _decode_admit(self, d: _Decode, di: int, schedule: bool = True) -> None:
+        """Admit waiting requests FCFS while a sequence slot and KV are free; start their KV pulls.
+        Reschedules the engine if it admitted any, unless ``schedule`` is False (the caller will)."""
+        if not d.waiting:
+            return
         now = self.now
+        # the running sequences' KV at ``now`` (their contexts + the next step's token each): the
+        # segment does not change while admitting, so it is computed once
+        running_kv = (d.sum_base_context + d.n_running * (d.origin_step + d.steps_done_by(now) + 1)
+                      if d.n_running else 0)
+        prompt = self.prompt
+        gen_before = self.gen_before
         changed = False
         while d.waiting and d.n_running + len(d.in_transfer) + len(d.joining) < d.max_seqs:
             r = d.waiting[0]
-            need = self.prompt[r] + self.gen_before[r]
-            if need > d.kv_budget_tokens - self._decode_kv_used(d, now):
+            need = prompt[r] + gen_before[r]
+            if need > d.kv_budget_tokens - (running_kv + d.reserved_kv_tokens):
                 break
             d.waiting.popleft()
             d.reserved_kv_tokens += need
@@ -393,14 +433,12 @@ class Simulator:
             if self.pulled[r]:  # preempted after its pull: recompute its context locally
                 delay = d.phys.prefill_request_time_s(need)
             else:  # pull the prompt's KV from the prefill engine, which still holds it
-                delay = self.pre[self.p_of[r]].phys.transfer_time_s(self.prompt[r])
+                delay = self.pre[self.p_of[r]].phys.transfer_time_s(prompt[r])
             self._push(now + delay, _TRANSFER_DONE, r, di, self.epoch[r])
-            used = d.reserved_kv_tokens + (
-                d.sum_base_context + d.n_running * (d.origin_step + d.steps_done_by(now) + 1) if d.n_running else 0
-            )
+            used = d.reserved_kv_tokens + running_kv
             if used > self.kv_peak[di]:
                 self.kv_peak[di] = used
-        if changed:
+        if changed and schedule:
             self._decode_schedule(d, di)
 
     def _transfer_done(self, r: int, di: int, epoch: int) -> None:
@@ -426,7 +464,8 @@ class Simulator:
         pushed earlier for this engine (it is skipped when popped) instead of removing it."""
         now = self.now
         d.version += 1
-        if d.n_running == 0:
+        n = d.n_running
+        if n == 0:
             if d.joining:
                 d.origin_s = now
                 self._push(now, _DEC_NEXT, di, d.version, 0)
@@ -434,8 +473,7 @@ class Simulator:
         # next completion
         k = d.finish_heap[0][0] - d.origin_step
         # KV full: first boundary whose next step cannot allocate a token per sequence
-        avail = d.kv_budget_tokens - d.reserved_kv_tokens - (d.sum_base_context + d.n_running * d.origin_step)
-        k_full = avail // d.n_running
+        k_full = (d.kv_budget_tokens - d.reserved_kv_tokens - (d.sum_base_context + n * d.origin_step)) // n
         if k_full < k:
             k = k_full
         if d.joining or d.admit_pending:
@@ -457,37 +495,43 @@ class Simulator:
             d.origin_s = now
         step = d.origin_step
         router = self.router
+        ids = self.ids
+        out = self.out
+        finish_step = self.finish_step
+        gen_before = self.gen_before
+        running = d.running
         d.admit_pending = False
         # 1. completions. Speed shortcut: a preempted sequence's heap entry is not removed; it is
         #    skipped here when its finish step no longer matches (lazy deletion)
         heap = d.finish_heap
         while heap and heap[0][0] <= step:
             fv, r = heapq.heappop(heap)  # fv: the finish step index recorded when it joined
-            if self.finish_step[r] != fv or r not in d.running:
+            if finish_step[r] != fv or r not in running:
                 continue
-            base = d.running.pop(r)
+            base = running.pop(r)
             del d.admission_order[r]
             d.n_running -= 1
             d.sum_base_context -= base
             d.sum_finish_step -= fv
             self.t_finish[r] = now
             self.status[r] = "ok"
-            router.finish(self.ids[r], now)
+            router.finish(ids[r], now)
         # 2. joins
         joined = d.joining
         if joined:
             d.joining = []
+            prompt = self.prompt
             for r in joined:
-                ctx = self.prompt[r] + self.gen_before[r]
+                ctx = prompt[r] + gen_before[r]
                 d.reserved_kv_tokens -= ctx
                 base = ctx - step
-                d.running[r] = base
+                running[r] = base
                 d.n_running += 1
                 d.sum_base_context += base
-                fv = step + self.out[r] - self.gen_before[r]
-                self.finish_step[r] = fv
+                fv = step + out[r] - gen_before[r]
+                finish_step[r] = fv
                 d.sum_finish_step += fv
-                d.queued_output_tokens -= self.out[r]
+                d.queued_output_tokens -= out[r]
                 heapq.heappush(heap, (fv, r))
         # 3. KV for the next step: preempt the most recently admitted until it fits (a request
         #    still pulling its KV is cancelled; the oldest running one always progresses)
@@ -501,23 +545,25 @@ class Simulator:
                 d.reserved_kv_tokens -= d.in_transfer.pop(r)
                 self.epoch[r] += 1
                 continue
-            base = d.running.pop(r)
+            base = running.pop(r)
             d.n_running -= 1
             d.sum_base_context -= base
-            d.sum_finish_step -= self.finish_step[r]
-            self.gen_before[r] = base + step - self.prompt[r]
-            self.finish_step[r] = -1
-            d.queued_output_tokens += self.out[r]
+            d.sum_finish_step -= finish_step[r]
+            gen_before[r] = base + step - self.prompt[r]
+            finish_step[r] = -1
+            d.queued_output_tokens += out[r]
+        d.resegment()  # the batch (and the step origin) changed: a new segment starts here
         used = d.sum_base_context + d.n_running * (step + 1) + d.reserved_kv_tokens
         if used > self.kv_peak[di]:
             self.kv_peak[di] = used
         # first tokens of sequences that joined now come at the end of this step
         if joined and d.n_running:
-            first = now + d.step_s_now()
+            first = now + d.seg_step_s
+            t_first = self.t_first
             for r in joined:
-                if r in d.running and math.isnan(self.t_first[r]):
-                    self.t_first[r] = first
-        self._decode_admit(d, di)
+                if r in running and math.isnan(t_first[r]):
+                    t_first[r] = first
+        self._decode_admit(d, di, schedule=False)
         self._decode_schedule(d, di)
 
     # ---- oracle ------------------------------------------------------------------------------
