@@ -160,6 +160,8 @@ class _Decode:
         if self.n_running == 0 or when <= o:
             return 0
         A = self.seg_step_s
+        if o + A > when:  # time_after(1) > when (a shortcut: the answer is unique, time_after is monotone)
+            return 0
         cn = self.seg_cn
         alpha = cn * 0.5
         beta = A - alpha
@@ -486,78 +488,92 @@ class Simulator:
 
     def _decode_boundary(self, d: _Decode, di: int, k: int) -> None:
         """The engine reached the boundary ``k`` steps into its segment: settle completions, let the
-        transferred requests join, preempt until the next step fits in KV, start a new segment."""
+        transferred requests join, preempt until the next step fits in KV, start a new segment.
+
+        The engine's counters (running sequences, their base context, reserved KV) are kept in locals
+        while they change and written back before admission (a speed shortcut)."""
         now = self.now
-        if d.n_running:
+        n_running = d.n_running
+        if n_running:
             d.origin_s = d.time_after(k)
-            d.origin_step += k
+            step = d.origin_step = d.origin_step + k
         else:
             d.origin_s = now
-        step = d.origin_step
-        router = self.router
-        ids = self.ids
-        out = self.out
+            step = d.origin_step
+        sum_base = d.sum_base_context
+        sum_finish = d.sum_finish_step
+        reserved = d.reserved_kv_tokens
         finish_step = self.finish_step
         gen_before = self.gen_before
+        out = self.out
         running = d.running
         d.admit_pending = False
         # 1. completions. Speed shortcut: a preempted sequence's heap entry is not removed; it is
         #    skipped here when its finish step no longer matches (lazy deletion)
         heap = d.finish_heap
-        while heap and heap[0][0] <= step:
-            fv, r = heapq.heappop(heap)  # fv: the finish step index recorded when it joined
-            if finish_step[r] != fv or r not in running:
-                continue
-            base = running.pop(r)
-            del d.admission_order[r]
-            d.n_running -= 1
-            d.sum_base_context -= base
-            d.sum_finish_step -= fv
-            self.t_finish[r] = now
-            self.status[r] = "ok"
-            router.finish(ids[r], now)
+        if heap and heap[0][0] <= step:
+            router = self.router
+            ids = self.ids
+            order = d.admission_order
+            while heap and heap[0][0] <= step:
+                fv, r = heapq.heappop(heap)  # fv: the finish step index recorded when it joined
+                if finish_step[r] != fv or r not in running:
+                    continue
+                sum_base -= running.pop(r)
+                del order[r]
+                n_running -= 1
+                sum_finish -= fv
+                self.t_finish[r] = now
+                self.status[r] = "ok"
+                router.finish(ids[r], now)
         # 2. joins
         joined = d.joining
         if joined:
             d.joining = []
             prompt = self.prompt
+            queued_out = 0
             for r in joined:
                 ctx = prompt[r] + gen_before[r]
-                d.reserved_kv_tokens -= ctx
+                reserved -= ctx
                 base = ctx - step
                 running[r] = base
-                d.n_running += 1
-                d.sum_base_context += base
+                n_running += 1
+                sum_base += base
                 fv = step + out[r] - gen_before[r]
                 finish_step[r] = fv
-                d.sum_finish_step += fv
-                d.queued_output_tokens -= out[r]
+                sum_finish += fv
+                queued_out += out[r]
                 heapq.heappush(heap, (fv, r))
+            d.queued_output_tokens -= queued_out
         # 3. KV for the next step: preempt the most recently admitted until it fits (a request
         #    still pulling its KV is cancelled; the oldest running one always progresses)
-        while (d.n_running
-               and d.sum_base_context + d.n_running * (step + 1) + d.reserved_kv_tokens > d.kv_budget_tokens):
+        budget = d.kv_budget_tokens
+        while n_running and sum_base + n_running * (step + 1) + reserved > budget:
             r = next(reversed(d.admission_order))
             del d.admission_order[r]
             self.preemptions[r] += 1
             d.waiting.appendleft(r)
             if r in d.in_transfer:
-                d.reserved_kv_tokens -= d.in_transfer.pop(r)
+                reserved -= d.in_transfer.pop(r)
                 self.epoch[r] += 1
                 continue
             base = running.pop(r)
-            d.n_running -= 1
-            d.sum_base_context -= base
-            d.sum_finish_step -= finish_step[r]
+            n_running -= 1
+            sum_base -= base
+            sum_finish -= finish_step[r]
             gen_before[r] = base + step - self.prompt[r]
             finish_step[r] = -1
             d.queued_output_tokens += out[r]
+        d.n_running = n_running
+        d.sum_base_context = sum_base
+        d.sum_finish_step = sum_finish
+        d.reserved_kv_tokens = reserved
         d.resegment()  # the batch (and the step origin) changed: a new segment starts here
-        used = d.sum_base_context + d.n_running * (step + 1) + d.reserved_kv_tokens
+        used = sum_base + n_running * (step + 1) + reserved
         if used > self.kv_peak[di]:
             self.kv_peak[di] = used
         # first tokens of sequences that joined now come at the end of this step
-        if joined and d.n_running:
+        if joined and n_running:
             first = now + d.seg_step_s
             t_first = self.t_first
             for r in joined:
