@@ -233,6 +233,8 @@ class Simulator:
         self.pred = np.asarray(predicted_output_tokens, dtype=float).tolist()
         if len(self.pred) != self.n_requests:
             raise ConfigError("sim: predicted_output_tokens must have one value per request")
+        if not all(math.isfinite(a) for a in self.arrival):
+            raise ConfigError("sim: trace field 'arrival_s' must be finite seconds")
         if any(b < a for a, b in zip(self.arrival, self.arrival[1:], strict=False)):
             raise ConfigError("sim: trace field 'arrival_s' must be sorted ascending")
         # Per-request state as parallel plain lists indexed by the request's row (a speed shortcut:
