@@ -467,17 +467,18 @@ class Simulator:
         the segment's closed form (`_Decode.time_after`). Bumping ``version`` invalidates any event
         pushed earlier for this engine (it is skipped when popped) instead of removing it."""
         now = self.now
-        d.version += 1
+        version = d.version = d.version + 1
         n = d.n_running
         if n == 0:
             if d.joining:
                 d.origin_s = now
-                heappush(self._events, (now, _DEC_NEXT, next(self._seq), di, d.version, 0))
+                heappush(self._events, (now, _DEC_NEXT, next(self._seq), di, version, 0))
             return
+        origin_step = d.origin_step
         # next completion
-        k = d.finish_heap[0][0] - d.origin_step
+        k = d.finish_heap[0][0] - origin_step
         # KV full: first boundary whose next step cannot allocate a token per sequence
-        k_full = (d.kv_budget_tokens - d.reserved_kv_tokens - (d.sum_base_context + n * d.origin_step)) // n
+        k_full = (d.kv_budget_tokens - d.reserved_kv_tokens - (d.sum_base_context + n * origin_step)) // n
         if k_full < k:
             k = k_full
         if d.joining or d.admit_pending:
@@ -486,7 +487,8 @@ class Simulator:
                 k = k_join
         if k < 0:
             k = 0
-        heappush(self._events, (d.time_after(k), _DEC_NEXT, next(self._seq), di, d.version, k))
+        when = d.origin_s + k * d.seg_step_s + d.seg_cn * k * (k - 1) * 0.5  # d.time_after(k), written out
+        heappush(self._events, (when, _DEC_NEXT, next(self._seq), di, version, k))
 
     def _decode_boundary(self, d: _Decode, di: int, k: int) -> None:
         """The engine reached the boundary ``k`` steps into its segment: settle completions, let the
@@ -581,7 +583,8 @@ class Simulator:
             for r in joined:
                 if r in running and math.isnan(t_first[r]):
                     t_first[r] = first
-        self._decode_admit(d, di, schedule=False)
+        if d.waiting:
+            self._decode_admit(d, di, schedule=False)
         self._decode_schedule(d, di)
 
     # ---- oracle ------------------------------------------------------------------------------
