@@ -1,7 +1,7 @@
 """Simulator speed, old and new side by side: simulated requests per wall-second and speed-up over real time.
 
 Usage: python benchmarks/bench_sim.py [--requests 100000] [--rate R] [--sweep-requests 10000]
-                                      [--baseline REF] [--rounds 3] [--quick]
+                                      [--baseline REF] [--rounds 3] [--ops 2000] [--quick]
 
 The same workload is timed in two source trees, each in a long-lived subprocess with ``PYTHONPATH``
 pointing at its tree: OLD = ``--baseline`` (default ``17da849``, the last commit before issue 15's
@@ -17,6 +17,9 @@ within seconds, and reports the best (smallest) of ``--rounds`` times of each pi
    sha256 of the journal file.
 2. The headline sweep (4 policies x 3 traces, ``--sweep-requests`` each) end to end, as
    `repro.experiment.run` does it (trace, predictor, simulation, journal, manifest).
+3. Once per tree, the bytecode instructions one ``Simulator.run`` of the first ``--ops`` requests
+   executes per policy, split into the simulator's module, `repro.routing` and the rest: a count
+   of work that does not move with the machine's load, unlike the seconds above.
 
 Prints per policy each round's wall seconds and the best speed-up for OLD and NEW, the ratios
 old/new of the best wall and CPU times, and whether the journals of OLD and NEW are byte-identical
@@ -76,6 +79,9 @@ def _worker(args: argparse.Namespace) -> None:
                 res = {"wall_s": wall, "cpu_s": cpu, "write_s": time.perf_counter() - t0,
                        "span_s": float(journal["finish_s"].max()),
                        "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+            elif cmd[0] == "ops":
+                res = _count_opcodes(trace.df.iloc[: int(cmd[2])], pred[: int(cmd[2])], make_router(
+                    base.replace(policy=cmd[1])), pre_phys, dec_phys, Simulator, SimConfig())
             elif cmd[0] == "sweep":
                 t0 = time.perf_counter()
                 for seed in (1, 2, 3):
@@ -86,6 +92,37 @@ def _worker(args: argparse.Namespace) -> None:
             else:
                 raise ValueError(f"bench worker: unknown command {line!r}")
             print(json.dumps(res), flush=True)
+
+
+def _count_opcodes(df, pred, router, pre_phys, dec_phys, simulator, config) -> dict:
+    """Bytecode instructions executed by one `Simulator.run` (``sys.settrace`` with per-opcode events),
+    split into the simulator's own module, `repro.routing` and the rest: a measure of work that the
+    machine's load does not change (unlike seconds), for comparing two trees on a noisy machine."""
+    import sys as _sys
+
+    sim_file = _sys.modules[simulator.__module__].__file__
+    counts = {"sim": 0, "routing": 0, "other": 0}
+
+    def tracer(frame, event, arg):
+        if event != "call":
+            return None
+        f = frame.f_code.co_filename
+        key = "sim" if f == sim_file else ("routing" if "/repro/routing/" in f else "other")
+        frame.f_trace_opcodes = True
+
+        def local(frame, event, arg):
+            if event == "opcode":
+                counts[key] += 1
+            return local
+        return local
+
+    sim = simulator(df, pred, router, pre_phys, dec_phys, config)
+    _sys.settrace(tracer)
+    try:
+        sim.run()
+    finally:
+        _sys.settrace(None)
+    return counts
 
 
 class _Tree:
@@ -138,11 +175,13 @@ def main() -> None:
     ap.add_argument("--sweep-requests", type=int, default=10_000)
     ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref of the OLD tree")
     ap.add_argument("--rounds", type=int, default=3, help="timings of each piece per tree, interleaved")
+    ap.add_argument("--ops", type=int, default=2000,
+                    help="requests per policy for the bytecode count (deterministic work; 0: skip)")
     ap.add_argument("--quick", action="store_true", help="10,000 requests, a 1,000-request sweep, rate 16")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
-        args.requests, args.sweep_requests = 10_000, 1_000
+        args.requests, args.sweep_requests, args.ops = 10_000, 1_000, min(args.ops, 500)
         args.rate = 16.0 if args.rate is None else args.rate
     if args.worker:
         _worker(args)
@@ -173,6 +212,8 @@ def main() -> None:
                     for t in trees:
                         res[t.label].setdefault(piece, []).append(t.ask(piece))
                 print(f"  round {k + 1} done", flush=True)
+            ops = {t.label: {p: t.ask(f"ops {p} {min(args.ops, args.requests)}") for p in policies}
+                   for t in trees} if args.ops > 0 else None
         finally:
             for t in trees:
                 t.close()
@@ -202,6 +243,17 @@ def main() -> None:
     o, n = trees[0].setup, trees[1].setup
     print(f"   once per worker: trace s OLD {o['trace_s']:.2f} NEW {n['trace_s']:.2f}; "
           f"predictor s (incl. imports) OLD {o['predictor_s']:.2f} NEW {n['predictor_s']:.2f}")
+    if ops:
+        n_ops = min(args.ops, args.requests)
+        print(f"\n3. bytecode instructions per request ({n_ops:,} requests, sys.settrace; the same on any load):"
+              " simulator's own module, repro.routing, the rest")
+        print(f"   {'policy':18s} {'OLD sim':>8s} {'NEW sim':>8s} {'old/new':>8s} {'routing':>8s} {'other':>6s} "
+              f"{'all old/new':>12s}")
+        for p in policies:
+            o, n = ops["old"][p], ops["new"][p]
+            print(f"   {p:18s} {o['sim'] / n_ops:8,.0f} {n['sim'] / n_ops:8,.0f} {o['sim'] / n['sim']:7.2f}x "
+                  f"{n['routing'] / n_ops:8,.0f} {n['other'] / n_ops:6,.0f} "
+                  f"{sum(o.values()) / sum(n.values()):11.2f}x")
     print(f"\njournals of OLD and NEW: {'byte-identical (sha256) for every policy' if same_all else 'DIFFER'}")
     if not same_all:
         sys.exit(1)
