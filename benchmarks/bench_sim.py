@@ -1,91 +1,262 @@
-"""Simulator speed: simulated requests per wall-second and speed-up over real time.
+"""Simulator speed, old and new side by side: simulated requests per wall-second and speed-up over real time.
 
 Usage: python benchmarks/bench_sim.py [--requests 100000] [--rate R] [--sweep-requests 10000]
+                                      [--baseline REF] [--rounds 3] [--ops 2000] [--quick]
+
+The same workload is timed in two source trees, each in a long-lived subprocess with ``PYTHONPATH``
+pointing at its tree: OLD = ``--baseline`` (default ``17da849``, the last commit before issue 15's
+speed-ups, extracted with ``git archive`` into a temporary folder) and NEW = this checkout. Each
+worker builds the trace and the predictions once; then the parent asks them in turn for one timed
+piece of work at a time (old, new, old, new, ...), so that a shared, noisy machine loads both alike
+within seconds, and reports the best (smallest) of ``--rounds`` times of each piece:
 
 1. ``mixed`` at 2p4d near saturation (the rate found by the saturation search unless ``--rate``),
-   ``--requests`` requests, each of the paper's four policies: phases timed separately (trace,
-   predictor, simulation, journal write) and the speed-up = simulated span / wall time.
+   ``--requests`` requests, each of the paper's four policies: the simulation's wall seconds
+   (``Simulator.run``, journal frame included; also its CPU seconds), the speed-up over real time
+   (the simulated span, last finish, over that wall time), the journal write's seconds, and the
+   sha256 of the journal file.
 2. The headline sweep (4 policies x 3 traces, ``--sweep-requests`` each) end to end, as
    `repro.experiment.run` does it (trace, predictor, simulation, journal, manifest).
+3. Once per tree, the bytecode instructions one ``Simulator.run`` of the first ``--ops`` requests
+   executes per policy, split into the simulator's module, `repro.routing` and the rest: a count
+   of work that does not move with the machine's load, unlike the seconds above.
 
-Prints figures; asserts nothing (timings vary by machine).
+Prints per policy each round's wall seconds and the best speed-up for OLD and NEW, the ratios
+old/new of the best wall and CPU times, and whether the journals of OLD and NEW are byte-identical
+(they must be: issue 15 allows no change of a journal byte). Asserts nothing about speed (timings
+vary by machine); exits 1 if a journal differs.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-from repro.cluster.topology import pools
-from repro.experiment.inputs import build_predictions, build_trace, make_router
-from repro.experiment.journal import write_frame
-from repro.experiment.runner import run
-from repro.experiment.saturation import saturation_search
-from repro.experiment.spec import RunSpec
-from repro.routing.policies import PAPER_POLICIES
-from repro.sim.simulator import SimConfig, Simulator
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BASELINE = "17da849"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=100_000)
-    ap.add_argument("--rate", type=float, default=None)
-    ap.add_argument("--sweep-requests", type=int, default=10_000)
-    args = ap.parse_args()
+def _worker(args: argparse.Namespace) -> None:
+    """Serve timing requests with whatever `repro` is on the path: one command per stdin line
+    (``sim POLICY`` or ``sweep``), one JSON object per stdout line."""
+    import repro
+    from repro.cluster.topology import pools
+    from repro.experiment.inputs import build_predictions, build_trace, make_router
+    from repro.experiment.journal import write_frame
+    from repro.experiment.runner import run
+    from repro.experiment.spec import RunSpec
+    from repro.routing.policies import PAPER_POLICIES
+    from repro.sim.simulator import SimConfig, Simulator
 
-    base = RunSpec(workload="mixed", topology="2p4d", n_requests=args.requests, seed=1)
-    if args.rate is None:
-        t0 = time.perf_counter()
-        sat = saturation_search(base.replace(n_requests=3000))
-        rate = sat.rate
-        print(f"saturation search (round-robin mid-collapse): {rate:.2f} req/s in {time.perf_counter() - t0:.1f} s")
-    else:
-        rate = args.rate
-    base = base.replace(rate=rate)
-
-    print(f"\n1. mixed, 2p4d, {rate:.2f} req/s, {args.requests:,} requests")
+    base = RunSpec(workload="mixed", topology="2p4d", n_requests=args.requests, seed=1, rate=args.rate)
     t0 = time.perf_counter()
     trace = build_trace(base)
     t_trace = time.perf_counter() - t0
     t0 = time.perf_counter()
     pred = build_predictions(base, trace)
     t_pred = time.perf_counter() - t0
-    span = float(trace.df["arrival_s"].iloc[-1])
-    print(f"   trace {t_trace:.2f} s, predictor {t_pred:.2f} s, simulated span {span:,.0f} s of arrivals")
     _, pre_phys, _, dec_phys = pools(base.topology_parsed())
-    header = (f"   {'policy':18s} {'sim wall s':>10s} {'req/wall-s':>12s} {'speed-up':>9s} "
-              f"{'journal s':>9s} {'goodput':>8s}")
-    print(header)
+    print(json.dumps({"repro": repro.__file__, "trace_s": t_trace, "predictor_s": t_pred}), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for policy in PAPER_POLICIES:
-            spec = base.replace(policy=policy)
-            router = make_router(spec)
-            sim = Simulator(trace.df, pred, router, pre_phys, dec_phys, SimConfig())
-            t0 = time.perf_counter()
-            journal = sim.run()
-            wall = time.perf_counter() - t0
-            end = float(journal["finish_s"].max())
-            t0 = time.perf_counter()
-            write_frame(journal, f"{tmp}/{policy}.jsonl")
-            t_write = time.perf_counter() - t0
-            from repro.experiment.inputs import truth_cost_model
-            from repro.experiment.metrics import summarize
+        for line in sys.stdin:
+            cmd = line.split()
+            if cmd[0] == "sim":
+                spec = base.replace(policy=cmd[1])
+                sim = Simulator(trace.df, pred, make_router(spec), pre_phys, dec_phys, SimConfig())
+                t0, c0 = time.perf_counter(), time.process_time()
+                journal = sim.run()
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                path = Path(tmp) / f"{cmd[1]}.jsonl"
+                t0 = time.perf_counter()
+                write_frame(journal, path)
+                res = {"wall_s": wall, "cpu_s": cpu, "write_s": time.perf_counter() - t0,
+                       "span_s": float(journal["finish_s"].max()),
+                       "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+            elif cmd[0] == "ops":
+                res = _count_opcodes(trace.df.iloc[: int(cmd[2])], pred[: int(cmd[2])], make_router(
+                    base.replace(policy=cmd[1])), pre_phys, dec_phys, Simulator, SimConfig())
+            elif cmd[0] == "sweep":
+                t0 = time.perf_counter()
+                for seed in (1, 2, 3):
+                    for policy in PAPER_POLICIES:
+                        run(base.replace(policy=policy, seed=seed, n_requests=args.sweep_requests),
+                            f"{tmp}/sweep", resume=False)
+                res = {"wall_s": time.perf_counter() - t0}
+            else:
+                raise ValueError(f"bench worker: unknown command {line!r}")
+            print(json.dumps(res), flush=True)
 
-            g = summarize(journal, truth_cost_model(spec).slo)["goodput"]
-            print(f"   {policy:18s} {wall:10.2f} {args.requests / wall:12,.0f} {end / wall:8,.0f}x "
-                  f"{t_write:9.2f} {g:8.3f}")
 
-        print(f"\n2. headline sweep: 4 policies x 3 traces x {args.sweep_requests:,} requests "
-              f"(trace + predictor + sim + journal + manifest)")
+def _count_opcodes(df, pred, router, pre_phys, dec_phys, simulator, config) -> dict:
+    """Bytecode instructions executed by one `Simulator.run` (``sys.settrace`` with per-opcode events),
+    split into the simulator's own module, `repro.routing` and the rest: a measure of work that the
+    machine's load does not change (unlike seconds), for comparing two trees on a noisy machine."""
+    import sys as _sys
+
+    sim_file = _sys.modules[simulator.__module__].__file__
+    counts = {"sim": 0, "routing": 0, "other": 0}
+
+    def tracer(frame, event, arg):
+        if event != "call":
+            return None
+        f = frame.f_code.co_filename
+        key = "sim" if f == sim_file else ("routing" if "/repro/routing/" in f else "other")
+        frame.f_trace_opcodes = True
+
+        def local(frame, event, arg):
+            if event == "opcode":
+                counts[key] += 1
+            return local
+        return local
+
+    sim = simulator(df, pred, router, pre_phys, dec_phys, config)
+    _sys.settrace(tracer)
+    try:
+        sim.run()
+    finally:
+        _sys.settrace(None)
+    return counts
+
+
+class _Tree:
+    """A worker process timing the workload with the `repro` of one source tree."""
+
+    def __init__(self, label: str, tree: Path, args: argparse.Namespace) -> None:
+        self.label = label
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--requests", str(args.requests),
+               "--rate", repr(args.rate), "--sweep-requests", str(args.sweep_requests)]
+        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.setup = self._answer()
+        if not self.setup["repro"].startswith(str(tree)):
+            raise RuntimeError(f"the {label} worker imported repro from {self.setup['repro']}, not from {tree}")
+
+    def _answer(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.label} worker exited (exit status {self.proc.wait()})")
+        return json.loads(line)
+
+    def ask(self, command: str) -> dict:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _extract(ref: str, into: Path) -> str:
+    """Extract ``ref``'s ``repro/`` and ``data/`` into ``into``; returns the commit's short hash."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "repro", "data"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return commit
+
+
+def _times(xs: list[float]) -> str:
+    return " ".join(f"{x:5.2f}" for x in xs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--rate", type=float, default=None, help="req/s (default: the saturation search's)")
+    ap.add_argument("--sweep-requests", type=int, default=10_000)
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref of the OLD tree")
+    ap.add_argument("--rounds", type=int, default=3, help="timings of each piece per tree, interleaved")
+    ap.add_argument("--ops", type=int, default=2000,
+                    help="requests per policy for the bytecode count (deterministic work; 0: skip)")
+    ap.add_argument("--quick", action="store_true", help="10,000 requests, a 1,000-request sweep, rate 16")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.quick:
+        args.requests, args.sweep_requests, args.ops = 10_000, 1_000, min(args.ops, 500)
+        args.rate = 16.0 if args.rate is None else args.rate
+    if args.worker:
+        _worker(args)
+        return
+
+    if args.rate is None:
+        sys.path.insert(0, str(ROOT))
+        from repro.experiment.saturation import saturation_search
+        from repro.experiment.spec import RunSpec
+
         t0 = time.perf_counter()
-        n = 0
-        for seed in (1, 2, 3):
-            for policy in PAPER_POLICIES:
-                run(base.replace(policy=policy, seed=seed, n_requests=args.sweep_requests), f"{tmp}/sweep",
-                    resume=False)
-                n += 1
-        print(f"   {n} runs in {time.perf_counter() - t0:.1f} s")
+        args.rate = saturation_search(RunSpec(workload="mixed", topology="2p4d", n_requests=3000, seed=1)).rate
+        print(f"saturation search (round-robin mid-collapse): {args.rate:.2f} req/s in "
+              f"{time.perf_counter() - t0:.1f} s")
+    policies = ("round_robin", "least_loaded", "length_threshold", "marginal_cost")  # the paper's four
+
+    with tempfile.TemporaryDirectory() as tmp:
+        commit = _extract(args.baseline, Path(tmp))
+        print(f"OLD = {args.baseline} ({commit}), extracted to {tmp}; NEW = {ROOT} (working tree)")
+        print(f"workload: mixed, 2p4d, {args.rate:.2f} req/s, {args.requests:,} requests per policy; "
+              f"sweep 4 policies x 3 traces x {args.sweep_requests:,}; {args.rounds} rounds, OLD and NEW "
+              "interleaved piece by piece", flush=True)
+        trees = [_Tree("old", Path(tmp), args), _Tree("new", ROOT, args)]
+        res: dict[str, dict[str, list[dict]]] = {t.label: {} for t in trees}
+        try:
+            for k in range(args.rounds):
+                for piece in [f"sim {p}" for p in policies] + ["sweep"]:
+                    for t in trees:
+                        res[t.label].setdefault(piece, []).append(t.ask(piece))
+                print(f"  round {k + 1} done", flush=True)
+            ops = {t.label: {p: t.ask(f"ops {p} {min(args.ops, args.requests)}") for p in policies}
+                   for t in trees} if args.ops > 0 else None
+        finally:
+            for t in trees:
+                t.close()
+    old, new = res["old"], res["new"]
+
+    print("\n1. per policy: Simulator.run wall seconds per round; x real time = simulated span / best wall;"
+          " old/new = best OLD / best NEW (wall, and CPU seconds)")
+    print(f"   {'policy':18s} {'OLD wall s':>18s} {'NEW wall s':>18s} {'OLD x-real':>11s} {'NEW x-real':>11s} "
+          f"{'wall old/new':>12s} {'cpu old/new':>11s} {'journals':>9s}")
+    same_all = True
+    for p in policies:
+        ow, nw = ([r["wall_s"] for r in side[f"sim {p}"]] for side in (old, new))
+        oc, nc = ([r["cpu_s"] for r in side[f"sim {p}"]] for side in (old, new))
+        span = old[f"sim {p}"][0]["span_s"]
+        same = len({r["sha256"] for r in old[f"sim {p}"] + new[f"sim {p}"]}) == 1
+        same_all &= same
+        print(f"   {p:18s} {_times(ow):>18s} {_times(nw):>18s} {span / min(ow):10,.0f}x {span / min(nw):10,.0f}x "
+              f"{min(ow) / min(nw):11.2f}x {min(oc) / min(nc):10.2f}x {'identical' if same else 'DIFFER':>9s}")
+    ow = [r["write_s"] for r in old["sim marginal_cost"]]
+    nw = [r["write_s"] for r in new["sim marginal_cost"]]
+    print(f"   journal write s (marginal_cost)   OLD {_times(ow)}   NEW {_times(nw)}   "
+          f"old/new {min(ow) / min(nw):5.2f}x")
+    ow = [r["wall_s"] for r in old["sweep"]]
+    nw = [r["wall_s"] for r in new["sweep"]]
+    print(f"\n2. headline sweep s (12 runs)      OLD {_times(ow)}   NEW {_times(nw)}   "
+          f"old/new {min(ow) / min(nw):5.2f}x")
+    o, n = trees[0].setup, trees[1].setup
+    print(f"   once per worker: trace s OLD {o['trace_s']:.2f} NEW {n['trace_s']:.2f}; "
+          f"predictor s (incl. imports) OLD {o['predictor_s']:.2f} NEW {n['predictor_s']:.2f}")
+    if ops:
+        n_ops = min(args.ops, args.requests)
+        print(f"\n3. bytecode instructions per request ({n_ops:,} requests, sys.settrace; the same on any load):"
+              " simulator's own module, repro.routing, the rest")
+        print(f"   {'policy':18s} {'OLD sim':>8s} {'NEW sim':>8s} {'old/new':>8s} {'routing':>8s} {'other':>6s} "
+              f"{'all old/new':>12s}")
+        for p in policies:
+            o, n = ops["old"][p], ops["new"][p]
+            print(f"   {p:18s} {o['sim'] / n_ops:8,.0f} {n['sim'] / n_ops:8,.0f} {o['sim'] / n['sim']:7.2f}x "
+                  f"{n['routing'] / n_ops:8,.0f} {n['other'] / n_ops:6,.0f} "
+                  f"{sum(o.values()) / sum(n.values()):11.2f}x")
+    print(f"\njournals of OLD and NEW: {'byte-identical (sha256) for every policy' if same_all else 'DIFFER'}")
+    if not same_all:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -148,12 +148,28 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> None:
     if missing:
         raise ValueError(f"journal: frame lacks field(s) {missing}")
     tmp = path.with_suffix(path.suffix + ".tmp")
-    text = df[list(FIELD_NAMES)].to_json(orient="records", lines=True, double_precision=15)
+    text = _records_lines(df[list(FIELD_NAMES)])
     if text and not text.endswith("\n"):
         text += "\n"
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
     os.replace(tmp, path)
+
+
+def _records_lines(df: pd.DataFrame) -> str:
+    """``df.to_json(orient="records", lines=True, double_precision=15)``, byte for byte, faster.
+
+    pandas writes the records as one JSON array and then turns each top-level comma into a newline
+    with a byte-by-byte scan that tracks quotes and brackets (a third of the write's time). The
+    records are flat objects, so the top-level commas are exactly the ``},{`` between two rows; when
+    ``},{`` occurs exactly ``len(df) - 1`` times (no string value contains it), replacing it is the
+    same conversion. Otherwise (or for an empty frame) pandas converts it."""
+    if len(df) == 0:
+        return df.to_json(orient="records", lines=True, double_precision=15)
+    text = df.to_json(orient="records", double_precision=15)
+    if text[0] != "[" or text[-1] != "]" or text.count("},{") != len(df) - 1:
+        return df.to_json(orient="records", lines=True, double_precision=15)
+    return text[1:-1].replace("},{", "}\n{") + "\n"
 
 
 def read(path: str | Path) -> pd.DataFrame:

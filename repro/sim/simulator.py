@@ -35,8 +35,10 @@ Times are seconds from the first arrival's clock origin (the trace's ``arrival_s
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
+from heapq import heappush
 
 import numpy as np
 import pandas as pd
@@ -68,7 +70,7 @@ class _Prefill:
     # __slots__ is a speed shortcut: attribute access on these per-engine objects is on the hot path
     # (every event touches one), and slots make it cheaper than a __dict__ (and catch typos).
     __slots__ = ("name", "phys", "queue", "kv_used_tokens", "busy", "batch", "step_end_s", "max_batch_requests",
-                 "queued_tokens")
+                 "queued_tokens", "kv_budget_tokens", "max_num_batched_tokens")
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
         self.name = name
@@ -80,6 +82,8 @@ class _Prefill:
         self.step_end_s = 0.0
         self.max_batch_requests = 1 if serial else 1 << 30  # serial: one request per step (§VI)
         self.queued_tokens = 0  # prompt tokens still to prefill (queued or in the current step)
+        self.kv_budget_tokens = phys.kv_budget_tokens  # copied from the physics (read on every poll)
+        self.max_num_batched_tokens = phys.max_num_batched_tokens  # tokens per prefill step
 
 
 class _Decode:
@@ -97,7 +101,7 @@ class _Decode:
         "name", "phys", "step_base_s", "step_per_seq_s", "step_per_context_token_s", "kv_budget_tokens",
         "max_seqs", "waiting", "reserved_kv_tokens", "running", "finish_heap", "n_running", "sum_base_context",
         "sum_finish_step", "origin_step", "origin_s", "joining", "version", "in_transfer", "queued_output_tokens",
-        "admission_order", "admit_pending",
+        "admission_order", "admit_pending", "seg_step_s", "seg_cn",
     )
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
@@ -124,41 +128,62 @@ class _Decode:
         self.queued_output_tokens = 0  # output tokens of waiting + transferring + joining requests
         self.admission_order: dict[int, None] = {}  # every KV-holding request, in admission order
         self.admit_pending = False  # a request waits for the next step boundary to be scheduled
+        self.seg_step_s = 0.0  # A: the segment's first step (seconds); set by resegment
+        self.seg_cn = 0.0  # c * n: how much each step of the segment outlasts the one before (seconds)
+        self.resegment()
 
     # closed-form step timing of the current segment: step j (0-based) of the segment runs
     # n = n_running sequences over a context of sum_base_context + n * (origin_step + j) tokens, so
     #   time_after(k) = origin_s + k * A + c * n * k * (k - 1) / 2,
     #   A = a + b * n + c * (sum_base_context + n * origin_step)   (the segment's first step, seconds)
-    def time_after(self, k: int) -> float:
-        """Time (seconds) at which the segment's ``k``-th step ends (``k = 0``: its origin)."""
+    # A and c * n are cached per segment (`resegment`; a speed shortcut: they are read at every
+    # event, and change only at a batch boundary). The expressions keep the original operation order,
+    # so the floats are the same bits as computing them afresh.
+    def resegment(self) -> None:
+        """Recompute the segment's cached ``seg_step_s`` (A, seconds) and ``seg_cn`` (c * n, seconds):
+        to be called whenever ``n_running``, ``sum_base_context`` or ``origin_step`` changed."""
         n = self.n_running
         c = self.step_per_context_token_s
-        A = self.step_base_s + self.step_per_seq_s * n + c * (self.sum_base_context + n * self.origin_step)
-        return self.origin_s + k * A + c * n * k * (k - 1) * 0.5
+        self.seg_step_s = (self.step_base_s + self.step_per_seq_s * n
+                           + c * (self.sum_base_context + n * self.origin_step))
+        self.seg_cn = c * n
+
+    def time_after(self, k: int) -> float:
+        """Time (seconds) at which the segment's ``k``-th step ends (``k = 0``: its origin)."""
+        return self.origin_s + k * self.seg_step_s + self.seg_cn * k * (k - 1) * 0.5
 
     def steps_done_by(self, when: float) -> int:
         """Steps of the current segment completed by time ``when`` (seconds): the largest ``k`` with
-        ``time_after(k) <= when``. Solves the quadratic, then corrects the float rounding by stepping."""
-        if self.n_running == 0 or when <= self.origin_s:
+        ``time_after(k) <= when``. Solves the quadratic, then corrects the float rounding by stepping
+        (`time_after` written out: this runs at every poll and admission)."""
+        o = self.origin_s
+        if self.n_running == 0 or when <= o:
             return 0
-        n = self.n_running
-        c = self.step_per_context_token_s
-        A = self.step_base_s + self.step_per_seq_s * n + c * (self.sum_base_context + n * self.origin_step)
-        alpha = c * n * 0.5
+        A = self.seg_step_s
+        if o + A > when:  # time_after(1) > when (a shortcut: the answer is unique, time_after is monotone)
+            return 0
+        cn = self.seg_cn
+        alpha = cn * 0.5
         beta = A - alpha
-        x = when - self.origin_s
+        x = when - o
         k = int(2.0 * x / (beta + math.sqrt(beta * beta + 4.0 * alpha * x)))
-        while self.time_after(k + 1) <= when:
+        while o + (k + 1) * A + cn * (k + 1) * k * 0.5 <= when:
             k += 1
-        while k > 0 and self.time_after(k) > when:
+        while k > 0 and o + k * A + cn * k * (k - 1) * 0.5 > when:
             k -= 1
         return k
 
     def step_s_now(self) -> float:
         """Duration (seconds) of the segment's first step (the one starting at its origin)."""
-        n = self.n_running
-        return (self.step_base_s + self.step_per_seq_s * n
-                + self.step_per_context_token_s * (self.sum_base_context + n * self.origin_step))
+        return self.seg_step_s
+
+    def kv_used(self, now: float) -> int:
+        """KV tokens held at ``now`` (running contexts + the next step's token per sequence +
+        reservations)."""
+        if self.n_running == 0:
+            return self.reserved_kv_tokens
+        k = self.steps_done_by(now)
+        return self.sum_base_context + self.n_running * (self.origin_step + k + 1) + self.reserved_kv_tokens
 
 
 class Simulator:
@@ -208,6 +233,8 @@ class Simulator:
         self.pred = np.asarray(predicted_output_tokens, dtype=float).tolist()
         if len(self.pred) != self.n_requests:
             raise ConfigError("sim: predicted_output_tokens must have one value per request")
+        if not all(math.isfinite(a) for a in self.arrival):
+            raise ConfigError("sim: trace field 'arrival_s' must be finite seconds")
         if any(b < a for a, b in zip(self.arrival, self.arrival[1:], strict=False)):
             raise ConfigError("sim: trace field 'arrival_s' must be sorted ascending")
         # Per-request state as parallel plain lists indexed by the request's row (a speed shortcut:
@@ -227,83 +254,93 @@ class Simulator:
         self.status = [""] * n
         self.reason: list[str | None] = [None] * n
         self._events: list[tuple[float, int, int, int, int, int]] = []  # see the event kinds above
-        self._seq = 0
+        self._seq = itertools.count(1)  # the events' sequence numbers (push order)
         self.now = 0.0
         self._last_poll = -math.inf
         self.kv_peak = [0] * len(self.dec)  # most KV tokens each decode engine held
         self.pre_kv_peak = [0] * len(self.pre)  # most KV tokens each prefill engine held
+        # the longest request (prompt + output tokens) the engines take; longer ones fail on arrival
+        self.max_request_tokens = (
+            min(self.pre[0].phys.max_model_len, self.dec[0].kv_budget_tokens, self.pre[0].kv_budget_tokens)
+            if self.pre and self.dec else 0
+        )
         if config.backlog == "oracle":
             router.oracle_backlog = self._oracle_backlog
 
     # ---- event plumbing -------------------------------------------------------------------
-    def _push(self, when: float, kind: int, x: int, y: int = 0, z: int = 0) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (when, kind, self._seq, x, y, z))
-
+    # An event is pushed as heappush(self._events, (time_s, kind, next(self._seq), x, y, z)), written
+    # out where it happens (a speed shortcut: no helper call per event); see the event kinds above.
     def run(self) -> pd.DataFrame:
         """Run to completion; returns the journal DataFrame (rows in trace order)."""
-        # locals for attributes read every iteration (a speed shortcut)
+        # locals for attributes and methods used every iteration (a speed shortcut)
         events = self._events
         arrivals = self.arrival
-        i = 0
         n = self.n_requests
         pop = heapq.heappop
-        while i < n or events:
-            # the next trace arrival goes first unless an event is earlier (or equal and of a kind before it)
-            if i < n and (not events or arrivals[i] < events[0][0]
-                          or (arrivals[i] == events[0][0] and events[0][1] > _ARRIVAL)):
-                when = arrivals[i]
-                if when < self.now:
-                    raise AssertionError("sim: clock went backwards")
+        dec = self.dec
+        arrive = self._arrive
+        prefill_step_end = self._prefill_step_end
+        transfer_done = self._transfer_done
+        decode_boundary = self._decode_boundary
+        i = 0
+        next_arrival = arrivals[0] if n else math.inf
+        while True:
+            # the next event goes first unless the next trace arrival is strictly earlier (every event
+            # kind sorts before _ARRIVAL, so an event at the same time goes first)
+            if events and events[0][0] <= next_arrival:
+                when, kind, _, x, y, z = pop(events)
+                if when < self.now - 1e-9:
+                    raise AssertionError(f"sim: clock went backwards ({when} < {self.now})")
                 self.now = when
-                self._arrive(i)
+                if kind == _DEC_NEXT:
+                    d = dec[x]
+                    if y == d.version:  # else stale: the engine was rescheduled since
+                        decode_boundary(d, x, z)
+                elif kind == _TRANSFER_DONE:
+                    transfer_done(x, y, z)
+                else:
+                    prefill_step_end(x)
+            elif i < n:
+                if next_arrival < self.now:
+                    raise AssertionError("sim: clock went backwards")
+                self.now = next_arrival
+                arrive(i)
                 i += 1
-                continue
-            when, kind, _, x, y, z = pop(events)
-            if when < self.now - 1e-9:
-                raise AssertionError(f"sim: clock went backwards ({when} < {self.now})")
-            self.now = when
-            if kind == _PRE_STEP_END:
-                self._prefill_step_end(x)
-            elif kind == _TRANSFER_DONE:
-                self._transfer_done(x, y, z)
-            elif kind == _DEC_NEXT:
-                d = self.dec[x]
-                if y == d.version:
-                    self._decode_boundary(d, x, z)
+                next_arrival = arrivals[i] if i < n else math.inf
+            else:
+                break
         return self._journal()
 
     # ---- arrivals and routing ------------------------------------------------------------
     def _poll(self, now: float) -> None:
-        interval = self.kv_poll_interval_s
-        if now - self._last_poll < interval:
+        """Record every engine's KV usage with the router (at most once per ``kv_poll_interval_s``)."""
+        if now - self._last_poll < self.kv_poll_interval_s:
             return
         self._last_poll = now
-        r = self.router
+        observe = self.router.observe_kv
         for i, e in enumerate(self.pre):
-            r.observe_kv("prefill", i, e.kv_used_tokens / e.phys.kv_budget_tokens, now)
+            observe("prefill", i, e.kv_used_tokens / e.kv_budget_tokens, now)
         for i, d in enumerate(self.dec):
-            r.observe_kv("decode", i, self._decode_kv_used(d, now) / d.kv_budget_tokens, now)
+            observe("decode", i, d.kv_used(now) / d.kv_budget_tokens, now)
 
     def _arrive(self, r: int) -> None:
         now = self.now
+        self._poll(now)
         prompt = self.prompt[r]
         out = self.out[r]
-        self._poll(now)
-        req = RequestInfo(self.ids[r], prompt, self.pred[r], self.slo[r], now)
-        limit = min(self.pre[0].phys.max_model_len, self.dec[0].kv_budget_tokens, self.pre[0].phys.kv_budget_tokens)
+        limit = self.max_request_tokens
         if prompt + out > limit:
             self.status[r] = "failed"
             self.reason[r] = f"prompt + output ({prompt + out} tokens) exceeds the engines' limit ({limit})"
             return
-        decision = self.router.route(req, now)
+        decision = self.router.route(RequestInfo(self.ids[r], prompt, self.pred[r], self.slo[r], now), now)
         if not isinstance(decision, Placement):
             self.status[r] = "rejected"
             self.reason[r] = decision.reason
             return
-        p, d = decision.prefill, decision.decode
+        p = decision.prefill
         self.p_of[r] = p
-        self.d_of[r] = d
+        self.d_of[r] = decision.decode
         self.prefill_left[r] = prompt
         e = self.pre[p]
         e.queue.append(r)
@@ -316,20 +353,24 @@ class Simulator:
         e = self.pre[p]
         if e.busy or not e.queue:
             return
-        budget = e.phys.max_num_batched_tokens
-        kv_budget = e.phys.kv_budget_tokens
+        budget = e.max_num_batched_tokens
+        kv_budget = e.kv_budget_tokens
+        max_requests = e.max_batch_requests
+        prompt = self.prompt
+        prefill_left = self.prefill_left
         batch = []
         tokens = 0
         for r in e.queue:
-            if len(batch) >= e.max_batch_requests:
+            if len(batch) >= max_requests:
                 break
-            if self.prefill_left[r] == self.prompt[r]:  # first chunk: allocate the prompt's KV
-                if e.kv_used_tokens + self.prompt[r] > kv_budget:
+            left = prefill_left[r]
+            if left == prompt[r]:  # first chunk: allocate the prompt's KV
+                if e.kv_used_tokens + left > kv_budget:
                     break
-                e.kv_used_tokens += self.prompt[r]
+                e.kv_used_tokens += left
                 if e.kv_used_tokens > self.pre_kv_peak[p]:
                     self.pre_kv_peak[p] = e.kv_used_tokens
-            take = min(self.prefill_left[r], budget - tokens)
+            take = min(left, budget - tokens)
             batch.append((r, take))
             tokens += take
             if tokens >= budget:
@@ -339,17 +380,18 @@ class Simulator:
         e.batch = batch
         e.busy = True
         e.step_end_s = self.now + e.phys.prefill_time_s(tokens)
-        self._push(e.step_end_s, _PRE_STEP_END, p)
+        heappush(self._events, (e.step_end_s, _PRE_STEP_END, next(self._seq), p, 0, 0))
 
     def _prefill_step_end(self, p: int) -> None:
         e = self.pre[p]
         now = self.now
         e.busy = False
+        prefill_left = self.prefill_left
         done = []
         for r, take in e.batch:
-            self.prefill_left[r] -= take
+            prefill_left[r] -= take
             e.queued_tokens -= take
-            if self.prefill_left[r] == 0:
+            if prefill_left[r] == 0:
                 done.append(r)
         e.batch = []
         for r in done:
@@ -369,21 +411,23 @@ class Simulator:
         self._prefill_start(p)
 
     # ---- decode ----------------------------------------------------------------------------
-    def _decode_kv_used(self, d: _Decode, now: float) -> int:
-        """KV tokens decode engine ``d`` holds at ``now`` (running contexts + the next step's token
-        per sequence + reservations)."""
-        if d.n_running == 0:
-            return d.reserved_kv_tokens
-        k = d.steps_done_by(now)
-        return d.sum_base_context + d.n_running * (d.origin_step + k + 1) + d.reserved_kv_tokens
-
-    def _decode_admit(self, d: _Decode, di: int) -> None:
+    def _decode_admit(self, d: _Decode, di: int, schedule: bool = True) -> None:
+        """Admit waiting requests FCFS while a sequence slot and KV are free; start their KV pulls.
+        Reschedules the engine if it admitted any, unless ``schedule`` is False (the caller will)."""
+        if not d.waiting:
+            return
         now = self.now
+        # the running sequences' KV at ``now`` (their contexts + the next step's token each): the
+        # segment does not change while admitting, so it is computed once
+        running_kv = (d.sum_base_context + d.n_running * (d.origin_step + d.steps_done_by(now) + 1)
+                      if d.n_running else 0)
+        prompt = self.prompt
+        gen_before = self.gen_before
         changed = False
         while d.waiting and d.n_running + len(d.in_transfer) + len(d.joining) < d.max_seqs:
             r = d.waiting[0]
-            need = self.prompt[r] + self.gen_before[r]
-            if need > d.kv_budget_tokens - self._decode_kv_used(d, now):
+            need = prompt[r] + gen_before[r]
+            if need > d.kv_budget_tokens - (running_kv + d.reserved_kv_tokens):
                 break
             d.waiting.popleft()
             d.reserved_kv_tokens += need
@@ -393,14 +437,12 @@ class Simulator:
             if self.pulled[r]:  # preempted after its pull: recompute its context locally
                 delay = d.phys.prefill_request_time_s(need)
             else:  # pull the prompt's KV from the prefill engine, which still holds it
-                delay = self.pre[self.p_of[r]].phys.transfer_time_s(self.prompt[r])
-            self._push(now + delay, _TRANSFER_DONE, r, di, self.epoch[r])
-            used = d.reserved_kv_tokens + (
-                d.sum_base_context + d.n_running * (d.origin_step + d.steps_done_by(now) + 1) if d.n_running else 0
-            )
+                delay = self.pre[self.p_of[r]].phys.transfer_time_s(prompt[r])
+            heappush(self._events, (now + delay, _TRANSFER_DONE, next(self._seq), r, di, self.epoch[r]))
+            used = d.reserved_kv_tokens + running_kv
             if used > self.kv_peak[di]:
                 self.kv_peak[di] = used
-        if changed:
+        if changed and schedule:
             self._decode_schedule(d, di)
 
     def _transfer_done(self, r: int, di: int, epoch: int) -> None:
@@ -425,17 +467,18 @@ class Simulator:
         the segment's closed form (`_Decode.time_after`). Bumping ``version`` invalidates any event
         pushed earlier for this engine (it is skipped when popped) instead of removing it."""
         now = self.now
-        d.version += 1
-        if d.n_running == 0:
+        version = d.version = d.version + 1
+        n = d.n_running
+        if n == 0:
             if d.joining:
                 d.origin_s = now
-                self._push(now, _DEC_NEXT, di, d.version, 0)
+                heappush(self._events, (now, _DEC_NEXT, next(self._seq), di, version, 0))
             return
+        origin_step = d.origin_step
         # next completion
-        k = d.finish_heap[0][0] - d.origin_step
+        k = d.finish_heap[0][0] - origin_step
         # KV full: first boundary whose next step cannot allocate a token per sequence
-        avail = d.kv_budget_tokens - d.reserved_kv_tokens - (d.sum_base_context + d.n_running * d.origin_step)
-        k_full = avail // d.n_running
+        k_full = (d.kv_budget_tokens - d.reserved_kv_tokens - (d.sum_base_context + n * origin_step)) // n
         if k_full < k:
             k = k_full
         if d.joining or d.admit_pending:
@@ -444,80 +487,104 @@ class Simulator:
                 k = k_join
         if k < 0:
             k = 0
-        self._push(d.time_after(k), _DEC_NEXT, di, d.version, k)
+        when = d.origin_s + k * d.seg_step_s + d.seg_cn * k * (k - 1) * 0.5  # d.time_after(k), written out
+        heappush(self._events, (when, _DEC_NEXT, next(self._seq), di, version, k))
 
     def _decode_boundary(self, d: _Decode, di: int, k: int) -> None:
         """The engine reached the boundary ``k`` steps into its segment: settle completions, let the
-        transferred requests join, preempt until the next step fits in KV, start a new segment."""
+        transferred requests join, preempt until the next step fits in KV, start a new segment.
+
+        The engine's counters (running sequences, their base context, reserved KV) are kept in locals
+        while they change and written back before admission (a speed shortcut)."""
         now = self.now
-        if d.n_running:
+        n_running = d.n_running
+        if n_running:
             d.origin_s = d.time_after(k)
-            d.origin_step += k
+            step = d.origin_step = d.origin_step + k
         else:
             d.origin_s = now
-        step = d.origin_step
-        router = self.router
+            step = d.origin_step
+        sum_base = d.sum_base_context
+        sum_finish = d.sum_finish_step
+        reserved = d.reserved_kv_tokens
+        finish_step = self.finish_step
+        gen_before = self.gen_before
+        out = self.out
+        running = d.running
         d.admit_pending = False
         # 1. completions. Speed shortcut: a preempted sequence's heap entry is not removed; it is
         #    skipped here when its finish step no longer matches (lazy deletion)
         heap = d.finish_heap
-        while heap and heap[0][0] <= step:
-            fv, r = heapq.heappop(heap)  # fv: the finish step index recorded when it joined
-            if self.finish_step[r] != fv or r not in d.running:
-                continue
-            base = d.running.pop(r)
-            del d.admission_order[r]
-            d.n_running -= 1
-            d.sum_base_context -= base
-            d.sum_finish_step -= fv
-            self.t_finish[r] = now
-            self.status[r] = "ok"
-            router.finish(self.ids[r], now)
+        if heap and heap[0][0] <= step:
+            router = self.router
+            ids = self.ids
+            order = d.admission_order
+            while heap and heap[0][0] <= step:
+                fv, r = heapq.heappop(heap)  # fv: the finish step index recorded when it joined
+                if finish_step[r] != fv or r not in running:
+                    continue
+                sum_base -= running.pop(r)
+                del order[r]
+                n_running -= 1
+                sum_finish -= fv
+                self.t_finish[r] = now
+                self.status[r] = "ok"
+                router.finish(ids[r], now)
         # 2. joins
         joined = d.joining
         if joined:
             d.joining = []
+            prompt = self.prompt
+            queued_out = 0
             for r in joined:
-                ctx = self.prompt[r] + self.gen_before[r]
-                d.reserved_kv_tokens -= ctx
+                ctx = prompt[r] + gen_before[r]
+                reserved -= ctx
                 base = ctx - step
-                d.running[r] = base
-                d.n_running += 1
-                d.sum_base_context += base
-                fv = step + self.out[r] - self.gen_before[r]
-                self.finish_step[r] = fv
-                d.sum_finish_step += fv
-                d.queued_output_tokens -= self.out[r]
+                running[r] = base
+                n_running += 1
+                sum_base += base
+                fv = step + out[r] - gen_before[r]
+                finish_step[r] = fv
+                sum_finish += fv
+                queued_out += out[r]
                 heapq.heappush(heap, (fv, r))
+            d.queued_output_tokens -= queued_out
         # 3. KV for the next step: preempt the most recently admitted until it fits (a request
         #    still pulling its KV is cancelled; the oldest running one always progresses)
-        while (d.n_running
-               and d.sum_base_context + d.n_running * (step + 1) + d.reserved_kv_tokens > d.kv_budget_tokens):
+        budget = d.kv_budget_tokens
+        while n_running and sum_base + n_running * (step + 1) + reserved > budget:
             r = next(reversed(d.admission_order))
             del d.admission_order[r]
             self.preemptions[r] += 1
             d.waiting.appendleft(r)
             if r in d.in_transfer:
-                d.reserved_kv_tokens -= d.in_transfer.pop(r)
+                reserved -= d.in_transfer.pop(r)
                 self.epoch[r] += 1
                 continue
-            base = d.running.pop(r)
-            d.n_running -= 1
-            d.sum_base_context -= base
-            d.sum_finish_step -= self.finish_step[r]
-            self.gen_before[r] = base + step - self.prompt[r]
-            self.finish_step[r] = -1
-            d.queued_output_tokens += self.out[r]
-        used = d.sum_base_context + d.n_running * (step + 1) + d.reserved_kv_tokens
+            base = running.pop(r)
+            n_running -= 1
+            sum_base -= base
+            sum_finish -= finish_step[r]
+            gen_before[r] = base + step - self.prompt[r]
+            finish_step[r] = -1
+            d.queued_output_tokens += out[r]
+        d.n_running = n_running
+        d.sum_base_context = sum_base
+        d.sum_finish_step = sum_finish
+        d.reserved_kv_tokens = reserved
+        d.resegment()  # the batch (and the step origin) changed: a new segment starts here
+        used = sum_base + n_running * (step + 1) + reserved
         if used > self.kv_peak[di]:
             self.kv_peak[di] = used
         # first tokens of sequences that joined now come at the end of this step
-        if joined and d.n_running:
-            first = now + d.step_s_now()
+        if joined and n_running:
+            first = now + d.seg_step_s
+            t_first = self.t_first
             for r in joined:
-                if r in d.running and math.isnan(self.t_first[r]):
-                    self.t_first[r] = first
-        self._decode_admit(d, di)
+                if r in running and math.isnan(t_first[r]):
+                    t_first[r] = first
+        if d.waiting:
+            self._decode_admit(d, di, schedule=False)
         self._decode_schedule(d, di)
 
     # ---- oracle ------------------------------------------------------------------------------

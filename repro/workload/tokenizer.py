@@ -43,7 +43,7 @@ class ApproxTokenizer:
         return _PIECE.findall(text)
 
     def count(self, text: str) -> int:
-        return sum(1 for _ in _PIECE.finditer(text))
+        return len(_PIECE.findall(text))  # the pieces themselves are cheaper than one match object each
 
     def encode(self, text: str) -> list[int]:
         # surrogatepass: a lone surrogate (legal in a Python str, e.g. from a JSON "\\ud800") is
