@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import numpy as np
 import pandas as pd
@@ -182,19 +181,6 @@ def test_text_scores_equal_matrix_product(texts):
     np.testing.assert_allclose(np.asarray(X.multiply(X).sum(axis=1)).ravel()[
         [i for i, t in enumerate(texts) if X[i].nnz]], [
         (X[i].data ** 2).sum() for i, t in enumerate(texts) if X[i].nnz])
-
-
-def test_predict_100k_is_fast(model):
-    X = predictor_frame(make_trace("mixed", 1, 10.0, 100_000))
-    model.predict(X.iloc[:1000])
-    best = min(_timed(lambda: model.predict(X)) for _ in range(2))
-    assert best < 1.0
-
-
-def _timed(fn):
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 # ---- noise ----------------------------------------------------------------------------------
