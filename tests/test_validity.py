@@ -114,7 +114,6 @@ def live_spec(monkeypatch):
 
     monkeypatch.setattr(runner, "summarize", lambda journal, slo, sent: {"goodput": 1.0})
     monkeypatch.setattr(runner, "sha256", lambda path: "x")
-    monkeypatch.setattr(runner, "write_frame", lambda *a: None)
     return repro.live.run, RunSpec.from_flat(backend="emulated", topology="1p1d", n_requests=1, time_scale=4.0)
 
 

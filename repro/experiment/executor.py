@@ -8,7 +8,7 @@ Executors only compute: they never write into the caller's folders. Results trav
 (through pipes, or Ray's object store), and the driver writes journals and manifests, so a worker needs
 no file system shared with the driver, and a ``kill -9`` of the driver loses only runs not yet written.
 
-Choosing one (`make_executor`, `default_executor`):
+Choosing one (`make_executor`, `shared_executor`):
 
 - ``serial``: in this process, one task at a time.
 - ``local``: ``jobs`` worker processes of this machine (joblib's loky pool: workers import the
@@ -319,11 +319,6 @@ def shared_executor(kind: str | None = None, jobs: int | None = None, address: s
             atexit.register(close_shared)
         _SHARED[key] = make_executor(*key)
     return _SHARED[key]
-
-
-def default_executor() -> Executor:
-    """The environment's executor (`settings_from_env`), shared (`shared_executor`)."""
-    return shared_executor()
 
 
 def close_shared() -> None:

@@ -140,19 +140,25 @@ def _drop_torn_tail(path: Path) -> None:
             fh.truncate(keep)
 
 
-def write_frame(df: pd.DataFrame, path: str | Path) -> None:
-    """Write a whole journal at once (deterministic bytes for the same frame); atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def frame_bytes(df: pd.DataFrame) -> bytes:
+    """A whole journal's file contents (deterministic bytes for the same frame; `write_frame`)."""
     missing = [n for n in FIELD_NAMES if n not in df.columns]
     if missing:
         raise ValueError(f"journal: frame lacks field(s) {missing}")
-    tmp = path.with_suffix(path.suffix + ".tmp")
     text = _records_lines(df[list(FIELD_NAMES)])
     if text and not text.endswith("\n"):
         text += "\n"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    return text.encode("utf-8")
+
+
+def write_frame(df: pd.DataFrame, path: str | Path) -> None:
+    """Write a whole journal at once (`frame_bytes`); atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = frame_bytes(df)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
     os.replace(tmp, path)
 
 

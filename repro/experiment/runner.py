@@ -24,8 +24,8 @@ from repro.experiment.inputs import (
     make_router,
     truth_cost_model,
 )
+from repro.experiment.journal import frame_bytes
 from repro.experiment.journal import read as read_journal
-from repro.experiment.journal import write_frame
 from repro.experiment.manifest import read_manifest, sha256, versions, write_bytes_atomic, write_json_atomic
 from repro.experiment.metrics import RequestOutcomes, request_outcomes, summarize
 from repro.experiment.spec import RunSpec
@@ -167,7 +167,7 @@ class SimTask:
 class SimOutput:
     """What a worker sends back for a `SimTask`: the summary (`summarize`), the per-request outcomes
     (in memory only: a written run reads them from its journal, as a resumed one does), the journal
-    file's exact bytes (`repro.experiment.journal.write_frame`) and the trace's ``length_cap`` meta
+    file's exact bytes (`repro.experiment.journal.frame_bytes`) and the trace's ``length_cap`` meta
     (None unless requests were cut to the engines' context)."""
 
     summary: dict[str, Any]
@@ -178,19 +178,14 @@ class SimOutput:
 
 def simulate_output(task: SimTask) -> SimOutput:
     """Simulate one spec where this runs (a top-level function: workers of `repro.experiment.executor`
-    call it). Writes nothing the caller sees: the journal's bytes come back in the output."""
-    import tempfile
-
+    call it). Writes nothing: the journal's bytes come back in the output."""
     spec = task.spec
     journal = simulate_spec(spec)
     slo = truth_cost_model(spec).slo
     summary = summarize(journal, slo, sent=spec.n_requests)
     if not task.journal:
         return SimOutput(summary, request_outcomes(journal, slo))
-    with tempfile.TemporaryDirectory(prefix="repro-journal-") as tmp:
-        path = Path(tmp) / "journal.jsonl"
-        write_frame(journal, path)
-        data = path.read_bytes()
+    data = frame_bytes(journal)
     length = build_trace(spec).meta["length_cap"] if length_cap(spec) is not None else None
     return SimOutput(summary, journal=data, length_cap=length)
 
@@ -271,7 +266,7 @@ def simulated_summary(spec: RunSpec) -> tuple[dict[str, Any], RequestOutcomes]:
 def simulated_summaries(specs: Sequence[RunSpec], executor: Executor | None = None,
                         ) -> list[tuple[dict[str, Any], RequestOutcomes]]:
     """`simulated_summary` of each spec (in order), the missing ones simulated on ``executor``
-    (default: the environment's, `repro.experiment.executor.default_executor`)."""
+    (default: the environment's, `repro.experiment.executor.shared_executor`)."""
     results = sweep_results(specs, "", progress=False, sim_in_memory=True, executor=executor)
     return [(r.summary, r.request_outcomes()) for r in results]
 
@@ -319,7 +314,7 @@ def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progre
     """
     from repro.errors import RunFailed
     from repro.experiment import simcache
-    from repro.experiment.executor import SerialExecutor, TaskFailed, default_executor
+    from repro.experiment.executor import SerialExecutor, TaskFailed, shared_executor
 
     specs = list(specs)
     results: list[RunResult | None] = [None] * len(specs)
@@ -342,10 +337,10 @@ def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progre
         else:
             todo[spec.run_id] = [i]
     first = [specs[idx[0]] for idx in todo.values()]
-    ex = executor or default_executor()
+    ex = executor or shared_executor()
     if ex.jobs <= 1 or len(first) < 2:
         ex = SerialExecutor()  # nothing to share out: no worker start-up
-    bar = _progress(len(specs), ex, progress)
+    bar = _Bar(len(specs), f"runs ({ex.describe()})", progress)
     bar.advance(len(specs) - len(live) - sum(len(idx) for idx in todo.values()))
     try:
         tasks = [SimTask(s, journal=not sim_in_memory) for s in first]
@@ -389,10 +384,6 @@ class _Bar:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
-
-
-def _progress(total: int, ex: Executor, show: bool) -> _Bar:
-    return _Bar(total, f"runs ({ex.describe()})", show)
 
 
 def run_row(res: RunResult) -> dict[str, Any]:

@@ -137,9 +137,9 @@ def saturation_search(
     ahead: dict[float, float] = {}  # rate -> goodput simulated ahead of the search
     workers = 1
     if probe is None:
-        from repro.experiment.executor import default_executor
+        from repro.experiment.executor import shared_executor
 
-        ex = executor or default_executor()
+        ex = executor or shared_executor()
         workers = ex.jobs
 
         def default_probe(spec: RunSpec) -> float:
