@@ -84,6 +84,7 @@ def test_a_failed_run_names_its_spec_and_keeps_the_others(tmp_path, pool):
     msg = str(err.value)
     assert bad.run_id in msg and "tests.sweep_fixtures:Explodes" in msg and "seed 9" in msg
     assert "explodes on its 50th decision" in msg
+    assert "local x2" in msg  # it failed on the pool's worker: the sweep did not fall back to this process
     assert not (tmp_path / bad.run_id / "manifest.json").exists()
 
 
