@@ -63,7 +63,12 @@ def _worker(args: argparse.Namespace) -> None:
     pred = build_predictions(base, trace)
     t_pred = time.perf_counter() - t0
     _, pre_phys, _, dec_phys = pools(base.topology_parsed())
-    print(json.dumps({"repro": repro.__file__, "trace_s": t_trace, "predictor_s": t_pred}), flush=True)
+    try:
+        from repro import native
+        mode = "compiled" if set(native.status().values()) == {"compiled"} else "source"
+    except ImportError:  # a tree from before repro.native: all Python
+        mode = "source"
+    print(json.dumps({"repro": repro.__file__, "trace_s": t_trace, "predictor_s": t_pred, "mode": mode}), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for line in sys.stdin:
             cmd = line.split()
@@ -128,12 +133,12 @@ def _count_opcodes(df, pred, router, pre_phys, dec_phys, simulator, config) -> d
 class _Tree:
     """A worker process timing the workload with the `repro` of one source tree."""
 
-    def __init__(self, label: str, tree: Path, args: argparse.Namespace) -> None:
+    def __init__(self, label: str, tree: Path, args: argparse.Namespace, pure: bool) -> None:
         self.label = label
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--requests", str(args.requests),
                "--rate", repr(args.rate), "--sweep-requests", str(args.sweep_requests)]
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        env = {**os.environ, "PYTHONPATH": str(tree), "REPRO_PURE_PYTHON": "1" if pure else "0"}
+        self.proc = subprocess.Popen(cmd, env=env, cwd=tree, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.setup = self._answer()
         if not self.setup["repro"].startswith(str(tree)):
             raise RuntimeError(f"the {label} worker imported repro from {self.setup['repro']}, not from {tree}")
@@ -204,7 +209,11 @@ def main() -> None:
         print(f"workload: mixed, 2p4d, {args.rate:.2f} req/s, {args.requests:,} requests per policy; "
               f"sweep 4 policies x 3 traces x {args.sweep_requests:,}; {args.rounds} rounds, OLD and NEW "
               "interleaved piece by piece", flush=True)
-        trees = [_Tree("old", Path(tmp), args), _Tree("new", ROOT, args)]
+        trees = [_Tree("old", Path(tmp), args, pure=True), _Tree("src", ROOT, args, pure=True),
+                 _Tree("new", ROOT, args, pure=False)]
+        if trees[2].setup["mode"] != "compiled":
+            print("NEW has no compiled modules here (see `repro native`): timing OLD and NEW's sources only")
+            trees.pop().close()
         res: dict[str, dict[str, list[dict]]] = {t.label: {} for t in trees}
         try:
             for k in range(args.rounds):
@@ -212,49 +221,54 @@ def main() -> None:
                     for t in trees:
                         res[t.label].setdefault(piece, []).append(t.ask(piece))
                 print(f"  round {k + 1} done", flush=True)
+            # bytecode counts need Python code: the OLD tree and NEW's sources
             ops = {t.label: {p: t.ask(f"ops {p} {min(args.ops, args.requests)}") for p in policies}
-                   for t in trees} if args.ops > 0 else None
+                   for t in trees[:2]} if args.ops > 0 else None
         finally:
             for t in trees:
                 t.close()
-    old, new = res["old"], res["new"]
+    labels = [t.label for t in trees]
+    names = {"old": "OLD", "src": "NEW src", "new": "NEW compiled"}
+    old = res["old"]
 
-    print("\n1. per policy: Simulator.run wall seconds per round; x real time = simulated span / best wall;"
-          " old/new = best OLD / best NEW (wall, and CPU seconds)")
-    print(f"   {'policy':18s} {'OLD wall s':>18s} {'NEW wall s':>18s} {'OLD x-real':>11s} {'NEW x-real':>11s} "
-          f"{'wall old/new':>12s} {'cpu old/new':>11s} {'journals':>9s}")
+    print("\n1. per policy: Simulator.run wall seconds per round; x real time = simulated span / best wall; "
+          "speed-up = best OLD wall / best wall (CPU seconds alike)")
+    print("   OLD = the baseline's sources; NEW src = this tree's Python sources ($REPRO_PURE_PYTHON=1); "
+          "NEW compiled = this tree with its mypyc-compiled modules (repro.native)")
     same_all = True
     for p in policies:
-        ow, nw = ([r["wall_s"] for r in side[f"sim {p}"]] for side in (old, new))
-        oc, nc = ([r["cpu_s"] for r in side[f"sim {p}"]] for side in (old, new))
         span = old[f"sim {p}"][0]["span_s"]
-        same = len({r["sha256"] for r in old[f"sim {p}"] + new[f"sim {p}"]}) == 1
+        same = len({r["sha256"] for lab in labels for r in res[lab][f"sim {p}"]}) == 1
         same_all &= same
-        print(f"   {p:18s} {_times(ow):>18s} {_times(nw):>18s} {span / min(ow):10,.0f}x {span / min(nw):10,.0f}x "
-              f"{min(ow) / min(nw):11.2f}x {min(oc) / min(nc):10.2f}x {'identical' if same else 'DIFFER':>9s}")
-    ow = [r["write_s"] for r in old["sim marginal_cost"]]
-    nw = [r["write_s"] for r in new["sim marginal_cost"]]
-    print(f"   journal write s (marginal_cost)   OLD {_times(ow)}   NEW {_times(nw)}   "
-          f"old/new {min(ow) / min(nw):5.2f}x")
-    ow = [r["wall_s"] for r in old["sweep"]]
-    nw = [r["wall_s"] for r in new["sweep"]]
-    print(f"\n2. headline sweep s (12 runs)      OLD {_times(ow)}   NEW {_times(nw)}   "
-          f"old/new {min(ow) / min(nw):5.2f}x")
-    o, n = trees[0].setup, trees[1].setup
-    print(f"   once per worker: trace s OLD {o['trace_s']:.2f} NEW {n['trace_s']:.2f}; "
-          f"predictor s (incl. imports) OLD {o['predictor_s']:.2f} NEW {n['predictor_s']:.2f}")
+        print(f"   {p} (journals {'identical' if same else 'DIFFER'})")
+        best_old = min(r["wall_s"] for r in old[f"sim {p}"])
+        best_old_cpu = min(r["cpu_s"] for r in old[f"sim {p}"])
+        for lab in labels:
+            walls = [r["wall_s"] for r in res[lab][f"sim {p}"]]
+            cpus = [r["cpu_s"] for r in res[lab][f"sim {p}"]]
+            print(f"     {names[lab]:13s} wall s {_times(walls):>18s}  {span / min(walls):8,.0f}x real time  "
+                  f"speed-up {best_old / min(walls):5.2f}x (CPU {best_old_cpu / min(cpus):5.2f}x)")
+    ws = {lab: [r["write_s"] for r in res[lab]["sim marginal_cost"]] for lab in labels}
+    print("   journal write s (marginal_cost): " + "   ".join(f"{names[lab]} {_times(ws[lab])}" for lab in labels))
+    ws = {lab: [r["wall_s"] for r in res[lab]["sweep"]] for lab in labels}
+    print("\n2. headline sweep s (12 runs): " + "   ".join(
+        f"{names[lab]} {_times(ws[lab])} ({min(ws['old']) / min(ws[lab]):4.2f}x)" for lab in labels))
+    print("   once per worker: " + "; ".join(
+        f"{names[t.label]} trace {t.setup['trace_s']:.2f} s, predictor (incl. imports) {t.setup['predictor_s']:.2f} s"
+        for t in trees))
     if ops:
         n_ops = min(args.ops, args.requests)
-        print(f"\n3. bytecode instructions per request ({n_ops:,} requests, sys.settrace; the same on any load):"
-              " simulator's own module, repro.routing, the rest")
+        print(f"\n3. bytecode instructions per request ({n_ops:,} requests, sys.settrace; the same on any load), "
+              "Python sources only (compiled code executes none): simulator's own module, repro.routing, the rest")
         print(f"   {'policy':18s} {'OLD sim':>8s} {'NEW sim':>8s} {'old/new':>8s} {'routing':>8s} {'other':>6s} "
               f"{'all old/new':>12s}")
         for p in policies:
-            o, n = ops["old"][p], ops["new"][p]
+            o, n = ops["old"][p], ops["src"][p]
             print(f"   {p:18s} {o['sim'] / n_ops:8,.0f} {n['sim'] / n_ops:8,.0f} {o['sim'] / n['sim']:7.2f}x "
                   f"{n['routing'] / n_ops:8,.0f} {n['other'] / n_ops:6,.0f} "
                   f"{sum(o.values()) / sum(n.values()):11.2f}x")
-    print(f"\njournals of OLD and NEW: {'byte-identical (sha256) for every policy' if same_all else 'DIFFER'}")
+    print(f"\njournals of {', '.join(names[lab] for lab in labels)}: "
+          f"{'byte-identical (sha256) for every policy' if same_all else 'DIFFER'}")
     if not same_all:
         sys.exit(1)
 

@@ -6,3 +6,7 @@ Routing in prefill/decode-disaggregated LLM serving, on three interchangeable ba
 """
 
 __version__ = "0.1.0"
+
+from repro import native as _native  # noqa: E402
+
+_native.install_guard()  # the compiled hot modules, or their sources (see repro.native)

@@ -171,11 +171,10 @@ def oracle(role: str, i: int, now: float) -> float:
 
 @pytest.mark.parametrize("with_oracle", [False, True], ids=["ledger", "oracle"])
 @pytest.mark.parametrize("policy", ["marginal_cost", "marginal_cost_batching", "round_robin", "least_loaded"])
-def test_array_view_shows_the_same_signals_as_the_loop(policy, with_oracle, monkeypatch):
+def test_array_view_shows_the_same_signals_as_the_loop(policy, with_oracle):
     def router(arrays: bool) -> Router:
-        monkeypatch.setattr(Ledger, "ARRAYS_MIN_INSTANCES", 0 if arrays else 10**9)
         r = Router(make_policy(policy, CM), CM, [f"p{i}" for i in range(6)], [f"d{i}" for i in range(20)],
-                   oracle_backlog=oracle if with_oracle else None)
+                   oracle_backlog=oracle if with_oracle else None, ledger_arrays=arrays)
         assert (r.ledger.prefill_arrays is not None) == arrays
         return r
 

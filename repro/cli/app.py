@@ -322,6 +322,19 @@ def policies() -> None:
             console.print(f"    options: {options}", highlight=False)
 
 
+@app.command()
+def native() -> None:
+    """Which hot modules run compiled (mypyc, built by the install) and which from their Python sources."""
+    from repro import native as nat
+
+    table = Table("module", "in use", "why")
+    for name, state, why in nat.describe():
+        table.add_row(name, state, why)
+    console.print(table)
+    console.print(f"Same results either way; the compiled ones are faster. ${nat.PURE_ENV}=1 uses the sources.",
+                  highlight=False)
+
+
 @data_app.command("sharegpt")
 @_boundary
 def data_sharegpt() -> None:

@@ -42,9 +42,10 @@ EXECUTORS: tuple[str, ...] = ("serial", "local", "ray")
 EXECUTOR_ENV, JOBS_ENV, ADDRESS_ENV = "REPRO_EXECUTOR", "REPRO_JOBS", "REPRO_RAY_ADDRESS"
 
 RAY_EXCLUDES: tuple[str, ...] = (
-    ".git", "runs", "results", "figures", ".venv*", "**/__pycache__", "*.ipynb_checkpoints", "node_modules",
+    ".git", "runs", "results", "figures", ".venv*", "**/__pycache__", "*.ipynb_checkpoints", "node_modules", "build",
 )
-"""What a Ray job's working directory (the repository) leaves out: outputs and environments."""
+"""What a Ray job's working directory (the repository) leaves out: outputs, environments and the
+C sources mypyc generated (build/; the compiled modules themselves travel with the sources)."""
 
 
 class TaskFailed(RuntimeError):

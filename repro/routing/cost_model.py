@@ -29,6 +29,7 @@ target's meaning ("a ~1.5k-token prompt, unloaded, just meets the tight TTFT") o
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable
@@ -108,8 +109,9 @@ class CostModel:
         """Priced KV transfer time of a prompt (s)."""
         return self.xfer_latency_s + prompt_tokens * self.kv_bytes_per_token / self.xfer_bandwidth_bytes_per_s
 
-    @property
+    @functools.cached_property
     def slo(self) -> SLOTargets:
+        """The SLO targets these constants state (built once: every routing decision reads them)."""
         return SLOTargets(self.ttft_tight_s, self.tpot_tight_s, self.loose_factor)
 
     # ---- construction -----------------------------------------------------------------------

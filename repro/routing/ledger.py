@@ -68,6 +68,10 @@ class MirroredBook:
         self._mirror = mirror
         self._index = index
 
+    def backlog(self, now: float) -> float:
+        """Seconds of priced work still outstanding at ``now`` (each kind of book says how)."""
+        raise NotImplementedError
+
 
 class SerialBook(MirroredBook):
     """Backlog of a FCFS server as a workload process (see module docstring).
@@ -83,8 +87,8 @@ class SerialBook(MirroredBook):
         super().__init__(mirror, index)
         self.tail = 0.0
 
-    def _sync(self) -> None:
-        m, i = self._mirror, self._index
+    def _sync(self, m: PoolBook) -> None:
+        i = self._index
         m.tail[i] = self.tail
         m.in_flight[i] = self.in_flight
         m.tokens[i] = self.tokens
@@ -94,8 +98,9 @@ class SerialBook(MirroredBook):
         self.tail = max(self.tail, now) + work_s
         self.in_flight += 1
         self.tokens += tokens
-        if self._mirror is not None:
-            self._sync()
+        m = self._mirror
+        if m is not None:
+            self._sync(m)
         return self.tail
 
     def settle(self, tokens: float, now: float) -> None:
@@ -106,8 +111,9 @@ class SerialBook(MirroredBook):
             self.in_flight = 0
             self.tokens = 0.0
             self.tail = min(self.tail, now)
-        if self._mirror is not None:
-            self._sync()
+        m = self._mirror
+        if m is not None:
+            self._sync(m)
 
     def backlog(self, now: float) -> float:
         """Seconds of priced work still outstanding at ``now``."""
@@ -133,8 +139,8 @@ class ParallelBook(MirroredBook):
         self._sum_end = 0.0  # sum of end times of entries still in the future
         self._active = 0  # how many entries are still in the future
 
-    def _sync(self) -> None:
-        m, i = self._mirror, self._index
+    def _sync(self, m: PoolBook) -> None:
+        i = self._index
         m.sum_end[i] = self._sum_end if self._active else 0.0  # nothing active reads 0 (reset at next touch)
         m.active[i] = self._active
         m.in_flight[i] = self.in_flight
@@ -154,8 +160,9 @@ class ParallelBook(MirroredBook):
         """Drop the end times passed at ``now`` from the running sums (what every operation does
         first); the `Ledger` calls it for the books whose earliest end time has passed."""
         self._expire(now)
-        if self._mirror is not None:
-            self._sync()
+        m = self._mirror
+        if m is not None:
+            self._sync(m)
 
     def _insert(self, key: str, end: float, now: float) -> None:
         self._seq += 1
@@ -179,8 +186,9 @@ class ParallelBook(MirroredBook):
         self._insert(key, end, now)
         self.in_flight += 1
         self.tokens += tokens
-        if self._mirror is not None:
-            self._sync()
+        m = self._mirror
+        if m is not None:
+            self._sync(m)
 
     def reanchor(self, key: str, end: float, now: float) -> None:
         """Move an in-flight entry's expected end (e.g. when its decode actually starts)."""
@@ -188,8 +196,9 @@ class ParallelBook(MirroredBook):
         if key in self._end:
             self._remove(key, now)
             self._insert(key, end, now)
-        if self._mirror is not None:
-            self._sync()
+        m = self._mirror
+        if m is not None:
+            self._sync(m)
 
     def settle(self, key: str, tokens: float, now: float) -> None:
         """Request ``key`` finished or failed: remove it and release its ``tokens``."""
@@ -201,8 +210,9 @@ class ParallelBook(MirroredBook):
         if self.in_flight <= 0:
             self.in_flight = 0
             self.tokens = 0.0
-        if self._mirror is not None:
-            self._sync()
+        m = self._mirror
+        if m is not None:
+            self._sync(m)
 
     def backlog(self, now: float) -> float:
         """Seconds of priced work still outstanding at ``now`` (summed over the entries)."""

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from repro.routing.cost_model import CostModel
-from repro.routing.ledger import Ledger
+from repro.routing.ledger import Ledger, ParallelBook, SerialBook
 from repro.routing.policies import base
 from repro.routing.policies.base import ClusterView, Decision, InstanceSignals, Placement, Policy, RequestInfo
 from repro.vocab import Role
@@ -32,7 +32,11 @@ OracleBacklog = Callable[[Role, int, float], float]  # (role, index, now) -> sec
 
 
 class Router:
-    """Route requests over ``prefill_names`` x ``decode_names`` with ``policy``."""
+    """Route requests over ``prefill_names`` x ``decode_names`` with ``policy``.
+
+    ``ledger_arrays``: the ledger's array books and the vectorised view on (True) or off (False);
+    None (default): on from `Ledger.ARRAYS_MIN_INSTANCES` instances. Decisions are the same.
+    """
 
     def __init__(
         self,
@@ -41,10 +45,11 @@ class Router:
         prefill_names: list[str],
         decode_names: list[str],
         oracle_backlog: OracleBacklog | None = None,
+        ledger_arrays: bool | None = None,
     ) -> None:
         self.policy = policy
         self.cost_model = cost_model
-        self.ledger = Ledger(len(prefill_names), len(decode_names), cost_model)
+        self.ledger = Ledger(len(prefill_names), len(decode_names), cost_model, arrays=ledger_arrays)
         self.oracle_backlog = oracle_backlog
         self._arrays = self.ledger.prefill_arrays is not None  # the vectorised view (large pools)
         n = {"prefill": len(prefill_names), "decode": len(decode_names)}
@@ -89,7 +94,9 @@ class Router:
         """Bring every instance's `InstanceSignals` up to ``now`` (one Python step per instance)."""
         led = self.ledger
         oracle = self.oracle_backlog
-        for role, books in (("prefill", led.prefill), ("decode", led.decode)):
+        pools: tuple[tuple[Role, list[SerialBook] | list[ParallelBook]], ...] = (
+            ("prefill", led.prefill), ("decode", led.decode))
+        for role, books in pools:
             sigs = self._signals[role]
             kv_at = self._kv_at[role]
             for i, book in enumerate(books):
@@ -110,6 +117,7 @@ class Router:
             dec_b = np.array([oracle("decode", i, now) for i in range(len(led.decode))], dtype=np.float64)
         # the ledger's and the router's own arrays, not copies: read during this decision only
         pre, dec = led.prefill_arrays, led.decode_arrays
+        assert pre is not None and dec is not None  # arrays=True: the view asks for them only then
         return (base.PoolArrays(pre_b, pre.in_flight, pre.tokens, self._kv["prefill"],
                                 now - self._kv_at_arr["prefill"], self._healthy["prefill"]),
                 base.PoolArrays(dec_b, dec.in_flight, dec.tokens, self._kv["decode"],

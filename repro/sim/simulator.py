@@ -49,7 +49,7 @@ from repro.experiment.journal import FIELD_NAMES
 from repro.routing.policies.base import Placement, RequestInfo
 from repro.routing.router import Router
 from repro.sim.config import SimConfig
-from repro.vocab import Role
+from repro.vocab import Role, SloClass
 
 # Event kinds, in tie-break priority order at equal times (smaller first). An event is the tuple
 # (time_s, kind, sequence number, x, y, z) on one heap (a plain tuple, not an object: a speed
@@ -224,13 +224,14 @@ class Simulator:
         self.pre = [_Prefill(n, ph, serial) for n, ph in zip(pnames, prefill, strict=True)]
         self.dec = [_Decode(n, ph, serial) for n, ph in zip(dnames, decode, strict=True)]
         self.n_requests = len(trace)
-        self.ids = trace["request_id"].astype(str).tolist()
-        self.family = trace["family"].astype(str).tolist()
-        self.slo = trace["slo_class"].astype(str).tolist()
-        self.arrival = trace["arrival_s"].to_numpy(dtype=float).tolist()
-        self.prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64).tolist()
-        self.out = trace["output_tokens"].to_numpy(dtype=np.int64).tolist()
-        self.pred = np.asarray(predicted_output_tokens, dtype=float).tolist()
+        # typed (plain Python ints, floats and strs): the compiled module (repro.native) works on them unboxed
+        self.ids: list[str] = trace["request_id"].astype(str).tolist()
+        self.family: list[str] = trace["family"].astype(str).tolist()
+        self.slo: list[SloClass] = trace["slo_class"].astype(str).tolist()
+        self.arrival: list[float] = trace["arrival_s"].to_numpy(dtype=float).tolist()
+        self.prompt: list[int] = trace["prompt_tokens"].to_numpy(dtype=np.int64).tolist()
+        self.out: list[int] = trace["output_tokens"].to_numpy(dtype=np.int64).tolist()
+        self.pred: list[float] = np.asarray(predicted_output_tokens, dtype=float).tolist()
         if len(self.pred) != self.n_requests:
             raise ConfigError("sim: predicted_output_tokens must have one value per request")
         if not all(math.isfinite(a) for a in self.arrival):
@@ -358,7 +359,7 @@ class Simulator:
         max_requests = e.max_batch_requests
         prompt = self.prompt
         prefill_left = self.prefill_left
-        batch = []
+        batch: list[tuple[int, int]] = []
         tokens = 0
         for r in e.queue:
             if len(batch) >= max_requests:

@@ -313,8 +313,8 @@ class MarginalCostBase(Policy):
     def _candidates(self, pool: list[InstanceSignals]) -> list[InstanceSignals]:
         """The healthy instances to price: all, or ``sample_d`` drawn at random (power-of-d)."""
         n = len(pool)
-        ordered = [pool[(self._tick + k) % n] for k in range(n)]
-        alive = [s for s in ordered if s.healthy]
+        t = self._tick % n if n else 0
+        alive = [s for s in pool[t:] + pool[:t] if s.healthy]  # pool[(tick + k) % n] for k < n
         if self.sample_d and self.sample_d < len(alive):
             alive = self._rng.sample(alive, self.sample_d)
         return alive
@@ -607,30 +607,33 @@ class MarginalCost(MarginalCostBase):
                       decode: list[InstanceSignals]) -> list[tuple[float, int, int, int, float]]:
         cm = self.cost_model
         L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
-        if not self.use_own_work:
+        use_backlog, use_own_work, guard = self.use_backlog, self.use_own_work, self.admission_guard
+        if not use_own_work:
             own_pre = 0.0
-
-        pre_parts = []
-        for s in prefill:
-            backlog = s.backlog_s if self.use_backlog else 0.0
-            pre_parts.append((s.index, backlog, s.in_flight, self._guard_prefill_s(s, L)))
+        # the guard's predicted TTFT (the 5th element) is read only with the guard on
+        pre_parts = [(s.index, s.backlog_s if use_backlog else 0.0, s.in_flight,
+                      self._guard_prefill_s(s, L) if guard else 0.0) for s in prefill]
         dec_parts = []
         for s in decode:
             tau = cm.tau_dec(s.in_flight)
-            backlog = s.backlog_s if self.use_backlog else 0.0
-            work = o * tau if self.use_own_work else 0.0
-            first = tau if self.use_own_work else 0.0  # the first token's decode step, in TTFT_hat
+            backlog = s.backlog_s if use_backlog else 0.0
+            work = o * tau if use_own_work else 0.0
+            first = tau if use_own_work else 0.0  # the first token's decode step, in TTFT_hat
             cache = self._cache_pressure_s(s, L, o, ttft_target) if self.use_cache_pressure else 0.0
-            tpot_over = max(0.0, backlog + work - o * tpot_target)  # decode seconds beyond the TPOT budget
-            dec_parts.append((s.index, backlog + work + cache, s.in_flight, first, tpot_over, tau + cache))
-        out = []
+            tpot_over = backlog + work - o * tpot_target  # decode seconds beyond the TPOT budget
+            dec_parts.append((s.index, backlog + work + cache, s.in_flight, first,
+                              tpot_over if tpot_over > 0.0 else 0.0, tau + cache))
+        out: list[tuple[float, int, int, int, float]] = []
+        append = out.append
+        use_slo, slo_weight = self.use_slo, self.slo_weight
         for p, pre_cost, pn, guard_pre in pre_parts:
+            pre_own = pre_cost + own_pre
             for d, dec_cost, dn, first, tpot_over, guard_dec in dec_parts:
-                score = pre_cost + own_pre + dec_cost
-                if self.use_slo:
-                    ttft_over = max(0.0, pre_cost + own_pre + first - ttft_target)
-                    score += self.slo_weight * (ttft_over + tpot_over)
-                out.append((score, pn + dn, p, d, guard_pre + guard_dec))
+                score = pre_own + dec_cost
+                if use_slo:
+                    ttft_over = pre_own + first - ttft_target
+                    score += slo_weight * ((ttft_over if ttft_over > 0.0 else 0.0) + tpot_over)
+                append((score, pn + dn, p, d, guard_pre + guard_dec))
         return out
 
     def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
