@@ -3,12 +3,14 @@
 Usage: python benchmarks/bench_sim.py [--requests 100000] [--rate R] [--sweep-requests 10000]
                                       [--baseline REF] [--rounds 3] [--ops 2000] [--quick]
 
-The same workload is timed in two source trees, each in a long-lived subprocess with ``PYTHONPATH``
-pointing at its tree: OLD = ``--baseline`` (default ``17da849``, the last commit before issue 15's
-speed-ups, extracted with ``git archive`` into a temporary folder) and NEW = this checkout. Each
+The same workload is timed in three worker subprocesses, each with ``PYTHONPATH`` pointing at its
+tree: OLD = ``--baseline`` (default ``17da849``, the last commit before issue 15's speed-ups,
+extracted with ``git archive`` into a temporary folder; pure Python), NEW src = this checkout's
+Python sources (``$REPRO_PURE_PYTHON=1``) and NEW compiled = this checkout with the modules the
+install compiled with mypyc (`repro.native`; left out, with a note, where none were built). Each
 worker builds the trace and the predictions once; then the parent asks them in turn for one timed
-piece of work at a time (old, new, old, new, ...), so that a shared, noisy machine loads both alike
-within seconds, and reports the best (smallest) of ``--rounds`` times of each piece:
+piece of work at a time (old, src, compiled, old, ...), so that a shared, noisy machine loads them
+alike within seconds, and reports the best (smallest) of ``--rounds`` times of each piece:
 
 1. ``mixed`` at 2p4d near saturation (the rate found by the saturation search unless ``--rate``),
    ``--requests`` requests, each of the paper's four policies: the simulation's wall seconds
@@ -17,14 +19,15 @@ within seconds, and reports the best (smallest) of ``--rounds`` times of each pi
    sha256 of the journal file.
 2. The headline sweep (4 policies x 3 traces, ``--sweep-requests`` each) end to end, as
    `repro.experiment.run` does it (trace, predictor, simulation, journal, manifest).
-3. Once per tree, the bytecode instructions one ``Simulator.run`` of the first ``--ops`` requests
-   executes per policy, split into the simulator's module, `repro.routing` and the rest: a count
-   of work that does not move with the machine's load, unlike the seconds above.
+3. Once for OLD and NEW src, the bytecode instructions one ``Simulator.run`` of the first ``--ops``
+   requests executes per policy, split into the simulator's module, `repro.routing` and the rest: a
+   count of Python work that does not move with the machine's load, unlike the seconds above
+   (compiled code executes no bytecode, so NEW compiled has no such count).
 
-Prints per policy each round's wall seconds and the best speed-up for OLD and NEW, the ratios
-old/new of the best wall and CPU times, and whether the journals of OLD and NEW are byte-identical
-(they must be: issue 15 allows no change of a journal byte). Asserts nothing about speed (timings
-vary by machine); exits 1 if a journal differs.
+Prints per policy each round's wall seconds, the speed-up over real time and the speed-up over OLD
+(best wall and CPU times) of each tree, and whether all journals are byte-identical (they must be:
+issue 15 allows no change of a journal byte). Asserts nothing about speed (timings vary by
+machine); exits 1 if a journal differs.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ each compiled source's sha256 in ``native_build.json`` next to this file, and `i
 - ``$REPRO_PURE_PYTHON`` is set (to anything but ``0``/``false``/``no``): the reference path, e.g.
   to profile in Python or to check the compiled modules against it; or
 - any compiled module is stale: its source changed since the build (an edit in an editable
-  install, a ``git pull``) or the manifest does not vouch for it. A `RuntimeWarning` says so;
+  install, a ``git pull``), the manifest does not vouch for it, or one of `MODULES` has no
+  extension while others have (a module added since the build). A `RuntimeWarning` says so;
   ``pip install -e .`` rebuilds.
 
 All or none: the compiled modules call each other natively (one extension group), so a compiled
@@ -32,7 +33,8 @@ import warnings
 from pathlib import Path
 
 # the compiled modules, as paths under the project root (the build's input, in this order)
-MODULES = ("repro/sim/simulator.py", "repro/routing/ledger.py", "repro/routing/router.py")
+MODULES = ("repro/sim/simulator.py", "repro/routing/ledger.py", "repro/routing/router.py",
+           "repro/routing/policies/pricing.py")
 PURE_ENV = "REPRO_PURE_PYTHON"
 MANIFEST_NAME = "native_build.json"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -70,10 +72,13 @@ def manifest() -> dict[str, str]:
 
 
 def stale_modules() -> list[str]:
-    """Modules with an extension file whose source differs from what the build compiled."""
+    """Where any of `MODULES` has an extension file: those whose extension is missing or was built
+    from another source than the one on disk (empty: all compiled from these sources, or none)."""
+    if not any(extension_files(p) for p in MODULES):
+        return []
     built = manifest()
     return [module_name(p) for p in MODULES
-            if extension_files(p) and built.get(module_name(p)) != source_sha(ROOT / p)]
+            if not extension_files(p) or built.get(module_name(p)) != source_sha(ROOT / p)]
 
 
 class SourceFinder:
@@ -107,7 +112,8 @@ def install_guard() -> str:
     else:
         stale = stale_modules()
         if stale:
-            reason = f"the compiled {', '.join(stale)} predate(s) the source; run `pip install -e .` to rebuild"
+            reason = (f"the compiled modules were not built from these sources ({', '.join(stale)}: edited or "
+                      "added since the build); run `pip install -e .` to rebuild")
             warnings.warn(f"repro: using the Python sources: {reason}", RuntimeWarning, stacklevel=3)
     finder = SourceFinder({module_name(p): ROOT / p for p in MODULES} if reason else {}, reason)
     _GUARD = finder

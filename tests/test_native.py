@@ -61,17 +61,27 @@ def _tree(tmp_path: Path, sha: str | None) -> Path:
     return pkg
 
 
-@pytest.mark.parametrize("case", ["fresh", "edited", "no manifest"])
+@pytest.mark.parametrize("case", ["fresh", "edited", "no manifest", "one not built", "none built"])
 def test_stale_extensions_are_detected(tmp_path, monkeypatch, case):
     pkg = _tree(tmp_path, None if case == "no manifest" else "0" * 64)
     src = pkg / "sim" / "simulator.py"
-    if case == "fresh":
+    if case not in ("edited", "no manifest"):
         (pkg / native.MANIFEST_NAME).write_text(
             json.dumps({"modules": {"repro.sim.simulator": native.source_sha(src)}}))
+    modules = ("repro/sim/simulator.py",)
+    if case == "one not built":  # a module added since the build: no extension of its own
+        (pkg / "other.py").write_text("Y = 2\n")
+        modules += ("repro/other.py",)
+    if case == "none built":  # a pure-Python install: nothing to guard
+        for f in (pkg / "sim").glob("simulator.*"):
+            if f.suffix != ".py":
+                f.unlink()
     monkeypatch.setattr(native, "ROOT", tmp_path)
     monkeypatch.setattr(native, "PACKAGE_DIR", pkg)
-    monkeypatch.setattr(native, "MODULES", ("repro/sim/simulator.py",))
-    assert native.stale_modules() == ([] if case == "fresh" else ["repro.sim.simulator"])
+    monkeypatch.setattr(native, "MODULES", modules)
+    expected = {"fresh": [], "none built": [], "edited": ["repro.sim.simulator"],
+                "no manifest": ["repro.sim.simulator"], "one not built": ["repro.other"]}[case]
+    assert native.stale_modules() == expected
 
 
 def test_source_finder_loads_the_py(tmp_path):
@@ -104,7 +114,7 @@ def test_guard_falls_back_to_sources_with_a_warning(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "_GUARD", None)
     monkeypatch.delenv(native.PURE_ENV, raising=False)
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    with pytest.warns(RuntimeWarning, match="predate"):
+    with pytest.warns(RuntimeWarning, match="not built from these sources"):
         reason = native.install_guard()
     assert "repro.sim.simulator" in reason
     finder = sys.meta_path[0]

@@ -30,6 +30,7 @@ from repro.routing.policies.base import (
     Rejection,
     RequestInfo,
 )
+from repro.routing.policies.pricing import TIE_S, batching_pairs, first_best, marginal_cost_pairs
 
 
 class RoundRobin(Policy):
@@ -125,24 +126,6 @@ class LengthThreshold(Policy):
         if p is None or d is None:
             return Rejection(NO_HEALTHY)
         return Placement(p, d)
-
-
-TIE_S = 1e-12
-"""Two scores closer than this (s) tie; the tie goes to fewer in-flight requests on p and d together."""
-
-Candidate = tuple[float, int, int, int]  # (score s, in-flight tiebreak, p, d)
-
-
-def first_best(candidates: Any) -> Candidate | None:
-    """The scorers' argmin over (score, tiebreak, p, d, ...) in enumeration order: a candidate wins if
-    its score is lower by more than `TIE_S`, or within `TIE_S` with a smaller tiebreak (the exact
-    rule of the enumeration, kept as it is: the journals depend on it)."""
-    best = None
-    for cand in candidates:
-        if (best is None or cand[0] < best[0] - TIE_S
-                or (abs(cand[0] - best[0]) <= TIE_S and cand[1] < best[1])):
-            best = cand
-    return best
 
 
 @dataclass(slots=True)
@@ -468,7 +451,8 @@ class MarginalCostBase(Policy):
         if vals.min() == vals.max():
             k = int(np.argmin(ties))
             return Placement(_pool_index(pc, int(r[k])), _pool_index(dc, int(c[k])))
-        best = first_best(zip(vals.tolist(), ties.tolist(), r.tolist(), c.tolist(), strict=True))
+        best = first_best([(v_, t_, r_, c_, 0.0) for v_, t_, r_, c_ in zip(vals.tolist(), ties.tolist(), r.tolist(),
+                                                                              c.tolist(), strict=True)])
         return Placement(_pool_index(pc, best[2]), _pool_index(dc, best[3]))
 
     def _request_terms(self, request: RequestInfo) -> tuple[int, float, float, float, float]:
@@ -623,18 +607,7 @@ class MarginalCost(MarginalCostBase):
             tpot_over = backlog + work - o * tpot_target  # decode seconds beyond the TPOT budget
             dec_parts.append((s.index, backlog + work + cache, s.in_flight, first,
                               tpot_over if tpot_over > 0.0 else 0.0, tau + cache))
-        out: list[tuple[float, int, int, int, float]] = []
-        append = out.append
-        use_slo, slo_weight = self.use_slo, self.slo_weight
-        for p, pre_cost, pn, guard_pre in pre_parts:
-            pre_own = pre_cost + own_pre
-            for d, dec_cost, dn, first, tpot_over, guard_dec in dec_parts:
-                score = pre_own + dec_cost
-                if use_slo:
-                    ttft_over = pre_own + first - ttft_target
-                    score += slo_weight * ((ttft_over if ttft_over > 0.0 else 0.0) + tpot_over)
-                append((score, pn + dn, p, d, guard_pre + guard_dec))
-        return out
+        return marginal_cost_pairs(pre_parts, dec_parts, own_pre, ttft_target, self.use_slo, self.slo_weight)
 
     def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
                       dc: np.ndarray) -> VectorParts:
@@ -730,17 +703,8 @@ class MarginalCostBatching(MarginalCostBase):
                 cost += wait
             if self.use_slo and tau > tpot_target:
                 cost += self.slo_weight * o * (tau - tpot_target)
-            dec_parts.append((s.index, cost, s.in_flight, tau + wait))
-        out = []
-        for p, pb, pn, pre_wait in pre_parts:
-            for d, dc, dn, first in dec_parts:
-                score = pb + own_pre + dc
-                if self.use_slo:
-                    ttft_hat = pb + own_pre + first
-                    if ttft_hat > ttft_target:
-                        score += slo_scale * (ttft_hat - ttft_target)
-                out.append((score, pn + dn, p, d, pre_wait + first))
-        return out
+            dec_parts.append((s.index, cost, s.in_flight, tau + wait, 0.0, 0.0))
+        return batching_pairs(pre_parts, dec_parts, own_pre, ttft_target, self.use_slo, slo_scale)
 
     def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
                       dc: np.ndarray) -> VectorParts:
