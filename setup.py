@@ -1,10 +1,11 @@
 """Build script: everything else is in pyproject.toml.
 
 The package is pure Python. Where mypyc (a build requirement, from PyPI) and a C compiler are
-available, the build also compiles the simulator's and the router's hot modules (``NATIVE`` below)
-to C extensions from the *same* source files: same code, same floats, same journals (the golden
-journal tests run against whichever is installed), 2-3x faster simulations. Python imports an
-extension module before a ``.py`` of the same name, so nothing else changes.
+available, the build also compiles the simulator's and the router's hot modules
+(`repro.native.MODULES`) to C extensions from the *same* source files: same code, same floats,
+same journals (the golden journal tests run against whichever is installed), 2-3x faster
+simulations. Python imports an extension module before a ``.py`` of the same name, so nothing else
+changes.
 
 A machine without a compiler still installs: the extensions are optional, and a failed compile
 leaves the pure-Python modules in use (``repro native`` says which are in use). ``REPRO_PURE_PYTHON=1``
@@ -79,7 +80,7 @@ def native_extensions() -> list:
         # this build's business); third-party packages without stubs are Any
         flags = ["--ignore-missing-imports", "--follow-imports=silent"]
         extensions = mypycify([*flags, *native.MODULES], opt_level="3", debug_level="0", group_name="repro_native")
-    except SystemExit:  # mypy found an error in NATIVE: the sources still work as Python
+    except SystemExit:  # mypy found an error in those modules: the sources still work as Python
         print("repro: mypyc could not compile the native modules (see above): pure-Python build", file=sys.stderr)
         return []
     for ext in extensions:
