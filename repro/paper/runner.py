@@ -64,12 +64,12 @@ class NotebookResult:
 OVERVIEW = "00_overview"
 
 NOTEBOOK_WALL_S: dict[str, float] = {
-    "13_beyond": 191, "14_scorers": 122, "10_feature_ablation": 84, "09_load_and_tails": 66,
-    "12_sim_vs_hardware": 63, "11_predictor_noise": 28, "08_frontier": 23, "03_methodology": 19,
-    "02_length_predictor": 9, "05_calibration_value": 8, "06_heterogeneity": 5, "07_pool_width": 5,
-    "01_calibration": 4, "04_mixed_goodput": 3,
+    "13_beyond": 114, "14_scorers": 83, "10_feature_ablation": 63, "12_sim_vs_hardware": 41,
+    "09_load_and_tails": 41, "08_frontier": 28, "11_predictor_noise": 28, "03_methodology": 20,
+    "02_length_predictor": 10, "05_calibration_value": 7, "06_heterogeneity": 5, "01_calibration": 5,
+    "04_mixed_goodput": 5, "07_pool_width": 4,
 }
-"""Each section notebook's wall seconds in the main job (sim, full, 2 cores, clean clone, e928194):
+"""Each section notebook's wall seconds in the main job (sim, full, 2 cores, clean clone, ebb1e08):
 `run_paper` starts the longest first (longest-processing-time order), so no long notebook starts
 last and runs alone. Only the order depends on these; a notebook not listed starts after them."""
 """The notebook that reads the run's ``summary.csv``: `run_paper` runs it after the sections."""
