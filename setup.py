@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
@@ -57,7 +57,7 @@ class BuildNative(build_ext):
             where.parent.mkdir(parents=True, exist_ok=True)
             where.write_text(text)
 
-    def build_extension(self, ext) -> None:  # noqa: ANN001 (setuptools' signature)
+    def build_extension(self, ext: Extension) -> None:
         super().build_extension(ext)  # raises when it fails (an optional one is then skipped)
         self.built_names.add(ext.name)
 

@@ -89,7 +89,7 @@ class SourceFinder:
         self.sources = sources
         self.reason = reason
 
-    def find_spec(self, name, path=None, target=None):  # noqa: ANN001 (importlib's protocol)
+    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
         src = self.sources.get(name)
         if src is None:
             return None
