@@ -43,7 +43,8 @@ class BuildNative(build_ext):
 
     def run(self) -> None:
         self.built_names: set[str] = set()
-        MANIFEST.unlink(missing_ok=True)
+        if self.inplace:  # (a wheel built from this tree leaves an editable install's manifest alone)
+            MANIFEST.unlink(missing_ok=True)
         super().run()
         # a module works only with its own extension and the group's shared library ("...__mypyc")
         names = {ext.name for ext in self.extensions}
