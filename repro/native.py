@@ -74,11 +74,12 @@ def manifest() -> dict[str, str]:
 def stale_modules() -> list[str]:
     """Where any of `MODULES` has an extension file: those whose extension is missing or was built
     from another source than the one on disk (empty: all compiled from these sources, or none)."""
-    if not any(extension_files(p) for p in MODULES):
+    present = {p: bool(extension_files(p)) for p in MODULES}
+    if not any(present.values()):
         return []
     built = manifest()
     return [module_name(p) for p in MODULES
-            if not extension_files(p) or built.get(module_name(p)) != source_sha(ROOT / p)]
+            if not present[p] or built.get(module_name(p)) != source_sha(ROOT / p)]
 
 
 class SourceFinder:

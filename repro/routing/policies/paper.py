@@ -703,7 +703,7 @@ class MarginalCostBatching(MarginalCostBase):
                 cost += wait
             if self.use_slo and tau > tpot_target:
                 cost += self.slo_weight * o * (tau - tpot_target)
-            dec_parts.append((s.index, cost, s.in_flight, tau + wait, 0.0, 0.0))
+            dec_parts.append((s.index, cost, s.in_flight, tau + wait))
         return batching_pairs(pre_parts, dec_parts, own_pre, ttft_target, self.use_slo, slo_scale)
 
     def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,

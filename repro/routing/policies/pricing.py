@@ -12,8 +12,9 @@ Parts (seconds unless said):
   guard's predicted prefill-side TTFT (0.0 with the guard off).
 - `DecodePart` ``(d, cost, in_flight, first, tpot_over, guard)``: instance index; the decode side
   of the score; requests in flight; what the TTFT hinge adds for d (the first token's step);
-  the decode seconds beyond the TPOT budget (`marginal_cost_pairs`; unused by
-  `batching_pairs`); the guard's decode-side TTFT.
+  the decode seconds beyond the TPOT budget; the guard's decode-side TTFT.
+- `BatchingDecodePart` ``(d, cost, in_flight, first)``: the batching scorer's (its TPOT term is in
+  ``cost``, its guard adds ``first``).
 - `Priced` ``(score, tiebreak, p, d, guard TTFT)``: one priced pair; tiebreak = in-flight on p and d.
 """
 
@@ -24,6 +25,7 @@ TIE_S = 1e-12
 
 PrefillPart = tuple[int, float, int, float]
 DecodePart = tuple[int, float, int, float, float, float]
+BatchingDecodePart = tuple[int, float, int, float]
 Priced = tuple[float, int, int, int, float]
 
 
@@ -44,7 +46,7 @@ def marginal_cost_pairs(pre_parts: list[PrefillPart], dec_parts: list[DecodePart
     return out
 
 
-def batching_pairs(pre_parts: list[PrefillPart], dec_parts: list[DecodePart], own_pre: float,
+def batching_pairs(pre_parts: list[PrefillPart], dec_parts: list[BatchingDecodePart], own_pre: float,
                    ttft_target: float, use_slo: bool, slo_scale: float) -> list[Priced]:
     """Every pair in enumeration order, priced by the batching scorer
     (`repro.routing.policies.paper.MarginalCostBatching`): ``cost(p) + own_pre + cost(d)``, plus with
@@ -52,7 +54,7 @@ def batching_pairs(pre_parts: list[PrefillPart], dec_parts: list[DecodePart], ow
     exceeds the target. The guard's TTFT is ``guard(p) + first(d)``."""
     out: list[Priced] = []
     for p, pb, pn, pre_wait in pre_parts:
-        for d, dc, dn, first, _tpot_over, _guard in dec_parts:
+        for d, dc, dn, first in dec_parts:
             score = pb + own_pre + dc
             if use_slo:
                 ttft_hat = pb + own_pre + first
