@@ -97,6 +97,11 @@ def test_compiled_and_source_journals_are_identical():
     """The golden journals (frozen from the pure-Python simulator) pass in the other mode too: with
     the compiled modules in use here, the subprocess runs them from the sources, and vice versa."""
     pure = "0" if native.pure_requested() else "1"
+    here = set(native.status().values())
+    there = set(json.loads(_python("import json, repro.native as n; print(json.dumps(n.status()))",
+                                   **{native.PURE_ENV: pure})).values())
+    if here == {"compiled"}:  # the subprocess must really run the other mode, or this compares nothing
+        assert there == {"source"}
     keys = "round_robin or least_loaded or marginal_cost or serial_mc or oracle_mc or big_8p24d_mc or mc_guard"
     res = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-k", keys,
                           str(ROOT / "tests" / "test_journal_golden.py")],
