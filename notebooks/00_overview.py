@@ -18,10 +18,13 @@
 # # 00 · Overview: every claim of the paper, its section, our verdict, its figure
 #
 # `repro paper` runs this notebook last: it reads the run's `summary.csv` (one row per headline
-# number, each with its 95% interval and verdict) and shows claim -> section -> verdict -> figure,
-# then every run found under `results/` side by side (sim, emulated, vllm; quick or full). Verdicts:
-# *reproduced*, *not reproduced*, *contradicted*, *within noise* (an ordering whose paired interval
-# includes zero), *input* (a number the model was given) and *context* (the paper states none).
+# number, each with its 95% interval and verdict), writes the conclusion from it (one paragraph per
+# headline claim of the paper, `repro.paper.claims`), then shows claim -> section -> verdict ->
+# figure, then every run found under `results/` side by side (sim, emulated, vllm; quick or full).
+# Verdicts compare our interval with the paper's stated number or gap (docs/VERDICTS.md):
+# *reproduced*, *not reproduced* (also a precise null where the paper reports an effect),
+# *contradicted*, *within noise* (the interval holds both zero and the paper's gap: undecided),
+# *input* (a number the model was given or aimed at) and *context* (the paper states none).
 
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm: which run to show
@@ -34,18 +37,14 @@ figures_dir: str = ""  # the run's figures; empty means figures/<backend>-<scale
 # %%
 from IPython.display import Image, Markdown, display
 
+from repro.paper.claims import conclusion_markdown
 from repro.paper.overview import compare, markdown, overview_table, read_summary
-from repro.paper.summary import verdict_counts
 from repro.paths import resolve_dir
 
 res = resolve_dir(results_dir or f"results/{backend}-{scale}")
 fig = resolve_dir(figures_dir or f"figures/{backend}-{scale}")
 summary = read_summary(res, backend=backend, scale=scale)
-counts = verdict_counts(summary)
-context = summary.iloc[0]
-display(Markdown(f"**{backend}, {scale} scale, commit `{context.commit}`**: "
-                 + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-                 + " (each measurement once; repeats under another key are left out)."))
+display(Markdown(conclusion_markdown(summary)))
 
 # %%
 table = overview_table(summary, fig)

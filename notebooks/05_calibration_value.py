@@ -29,7 +29,7 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; full [1, 2, 3])
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim [1, 2, 3]; live quick [1]; sim full ten [1..10]; live full [1, 2, 3])
 n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 rate: float = 0.0  # arrival rate in req/s; 0 means a saturation search on mixed (2p4d; live quick: the simulator's rate)

@@ -27,7 +27,7 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3])
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; sim full ten [1..10]; live full [1, 2, 3])
 n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 noise_levels: list = []  # injected relative errors of the predictor (1.5 is 150%); [] means the scale default ([0, 0.25, ..., 1.5]; live quick [0, 1])

@@ -49,7 +49,7 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm (the reference of the residual grid)
 scale: str = "quick"  # quick | full
-seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3])
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3], the paper's three)
 n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: an emulated 2p4d)
 policies: list = []  # policies of the reference grid; [] means the scale default (the paper's four; live quick: round-robin and marginal-cost)
@@ -67,11 +67,13 @@ import seaborn as sns
 
 from repro.paper import figures as F
 from repro.paper import reference
+from repro.paper.plans import FULL_SEEDS
 from repro.paper.section import Section
 from repro.paper.sections import sim_vs_hardware as nb
 from repro.routing.policies import PAPER_POLICIES
 
-ctx = Section.setup(notebook="12_sim_vs_hardware", quick_seeds=(1, 2),  # two traces per cell of the grid
+ctx = Section.setup(notebook="12_sim_vs_hardware", full_seeds=FULL_SEEDS,  # beyond the claims: the paper's 3 traces
+                    quick_seeds=(1, 2),  # two traces per cell of the grid
                     backend=backend, scale=scale, seeds=seeds, cluster=cluster, rates=rates, n_requests=n_requests,
                     time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
 policies = ctx.pick("heterogeneity_policies", policies, PAPER_POLICIES)

@@ -41,7 +41,7 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = []  # arrival traces (one seed each); [] means the scale default (quick [1]; full [1, 2, 3])
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (quick [1]; full [1, 2, 3], the paper's three)
 n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm (empty: emulated clusters of each shape)
 shapes: list = []  # pool shapes of the frontier; [] means the scale default (1p2d .. 4p4d, 3 to 8 GPUs; live quick ["1p2d", "2p4d"])
@@ -61,12 +61,14 @@ import pandas as pd
 from repro.paper import figures as F
 from repro.paper import reference
 from repro.paper.grids import gpus
+from repro.paper.plans import FULL_SEEDS
 from repro.paper.section import Section
 from repro.paper.sections import beyond as nb
 from repro.routing.policies import PAPER_POLICIES
 from repro.vocab import WORKLOADS
 
-ctx = Section.setup(notebook="13_beyond", quick_seeds=(1,),  # one trace per shape and policy at quick scale
+ctx = Section.setup(notebook="13_beyond", full_seeds=FULL_SEEDS,  # beyond the claims: the paper's 3 traces
+                    quick_seeds=(1,),  # one trace per shape and policy at quick scale
                     backend=backend, scale=scale, seeds=seeds, cluster=cluster, rates=rates, n_requests=n_requests,
                     time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
 shapes = ctx.pick("frontier_shapes", shapes, nb.FRONTIER_SHAPES)

@@ -31,7 +31,7 @@
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm
 scale: str = "quick"  # quick | full
-seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3])
+seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3], the paper's three)
 n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm; a {topology} template for the pool-width and 1p2d claims
 formulas: list = []  # learned-router formulas to compare; [] means both (marginal_cost, marginal_cost_batching)
@@ -43,11 +43,13 @@ results_dir: str = ""  # tidy CSVs; empty means results/<backend>-<scale> (relat
 figures_dir: str = ""  # PNG + PDF figures; empty means figures/<backend>-<scale>
 
 # %%
+from repro.paper.plans import FULL_SEEDS
 from repro.paper.section import Section
 from repro.paper.sections import scorers as nb
 from repro.vocab import WORKLOADS
 
-ctx = Section.setup(notebook="14_scorers", workloads=WORKLOADS, shape_sweep=True, quick_seeds=(1, 2),
+ctx = Section.setup(notebook="14_scorers", full_seeds=FULL_SEEDS,  # beyond the claims: the paper's 3 traces
+                    workloads=WORKLOADS, shape_sweep=True, quick_seeds=(1, 2),
                     backend=backend, scale=scale, seeds=seeds, cluster=cluster, rate=rate, n_requests=n_requests,
                     time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
 formulas = ctx.pick("scorer_formulas", formulas, nb.FORMULAS)

@@ -23,7 +23,7 @@ def test_fingerprints_tell_formulas_apart_and_are_stable():
 def test_a_run_by_other_policy_code_is_run_again_and_the_old_one_kept(tmp_path):
     first = runner.run(SPEC, tmp_path)
     manifest = tmp_path / SPEC.run_id / "manifest.json"
-    assert json.loads(manifest.read_text())["policy_code"] == policy_fingerprint("marginal_cost")
+    assert json.loads(manifest.read_text())["policy_code"] == runner.code_fingerprint(SPEC)
     assert runner.run(SPEC, tmp_path).skipped  # same code: resumed
     # the same spec finished by another formula under this name (e.g. before marginal_cost was the paper's)
     m = json.loads(manifest.read_text())
@@ -32,11 +32,11 @@ def test_a_run_by_other_policy_code_is_run_again_and_the_old_one_kept(tmp_path):
     manifest.write_text(json.dumps(m))
     again = runner.run(SPEC, tmp_path)
     assert not again.skipped and again.summary["goodput"] == first.summary["goodput"]
-    kept = tmp_path / f"{SPEC.run_id}.policy-0123456789abcdef"
+    kept = tmp_path / f"{SPEC.run_id}.code-0123456789abcdef"
     assert json.loads((kept / "manifest.json").read_text())["summary"]["goodput"] == -1.0
     # a manifest from before fingerprints were kept cannot be trusted either
     m = json.loads(manifest.read_text())
     del m["policy_code"]
     manifest.write_text(json.dumps(m))
     assert not runner.run(SPEC, tmp_path).skipped
-    assert (tmp_path / f"{SPEC.run_id}.policy-unknown").is_dir()
+    assert (tmp_path / f"{SPEC.run_id}.code-unknown").is_dir()

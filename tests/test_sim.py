@@ -124,6 +124,18 @@ def test_serial_prefill_matches_md1_queue():
     assert wait == pytest.approx(expected, rel=0.06)
 
 
+def test_a_lone_request_decodes_at_the_profiles_step_time():
+    # absolute, not a ratio: a simulator whose decode steps ran twice as slow as the profile fails here (the Little's
+    # law and batch-ratio tests below are blind to a common factor)
+    L, o = 800, 200
+    df = synthetic_trace(1, 1.0, L, o)
+    _, j = simulate(df, p=1, d=1)
+    steps = [PHYS.decode_step_s(1, L + k) for k in range(1, o)]
+    per_token = (j.finish_s.iloc[0] - j.first_token_s.iloc[0]) / (o - 1)
+    assert per_token == pytest.approx(np.mean(steps), rel=0.02)
+    assert j.tpot_s.iloc[0] == pytest.approx(np.mean(steps), rel=0.02)
+
+
 def test_batching_decode_obeys_littles_law():
     rate = 8.0
     df = synthetic_trace(4000, rate, 100, 400, seed=2)

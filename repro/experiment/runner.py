@@ -4,6 +4,7 @@ without files (`simulate_spec`, or `run_or_simulate` with ``sim_in_memory``)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
 import sys
 import time
@@ -85,10 +86,23 @@ OnInvalid = Literal["retry", "keep"]
 ``keep`` it, marked ``valid: false`` (for experiments about validity itself)."""
 
 
+def code_fingerprint(spec: RunSpec) -> str:
+    """What a finished run of ``spec`` must have been run by to be reused (its manifest's ``policy_code``):
+    the policy's code and everything it imports (`repro.routing.policies.policy_fingerprint`); for a
+    ``sim`` run also the whole package and its shipped data (`repro.experiment.simcache.fingerprint`:
+    the simulator, the ledger, the workloads, the physics), since a simulated run is made of nothing else."""
+    fp = policy_fingerprint(spec.policy)
+    if spec.backend != "sim":
+        return fp
+    from repro.experiment.simcache import fingerprint
+
+    return hashlib.sha256(f"{fp}|{fingerprint()}".encode()).hexdigest()[:16]
+
+
 def finished_run(spec: RunSpec, out_dir: str | Path) -> RunResult | None:
     """The finished run of ``spec`` under ``out_dir`` (a complete manifest, its journal's hash, and this
-    code of its policy), skipped; else None. A finished run by other code of the same policy name is
-    moved aside to ``<run_id>.policy-<fingerprint>`` (kept, untouched) so the spec runs again."""
+    code, `code_fingerprint`), skipped; else None. A finished run by other code is moved aside to
+    ``<run_id>.code-<fingerprint>`` (kept, untouched) so the spec runs again."""
     run_dir = Path(out_dir) / spec.run_id
     manifest_path = run_dir / "manifest.json"
     if not manifest_path.exists():
@@ -98,16 +112,16 @@ def finished_run(spec: RunSpec, out_dir: str | Path) -> RunResult | None:
     if not (manifest and manifest.get("complete") and journal_path.exists()
             and sha256(journal_path) == manifest.get("journal_sha256")):
         return None
-    if manifest.get("policy_code") == policy_fingerprint(spec.policy):
+    if manifest.get("policy_code") == code_fingerprint(spec):
         return RunResult(spec, run_dir, manifest["summary"], skipped=True)
-    # the same spec run by another formula of this policy name (or before fingerprints were kept):
-    # keep that run beside this one, untouched, and run the spec again
-    stale = run_dir.with_name(f"{run_dir.name}.policy-{manifest.get('policy_code') or 'unknown'}")
+    # the same spec run by other code (another formula of this policy name, another simulator or ledger, or
+    # before fingerprints were kept): keep that run beside this one, untouched, and run the spec again
+    stale = run_dir.with_name(f"{run_dir.name}.code-{manifest.get('policy_code') or 'unknown'}")
     if stale.exists():
         shutil.rmtree(stale)
     run_dir.rename(stale)
-    print(f"run {spec.run_id}: finished by other code of policy {spec.policy!r} (kept in {stale.name}); "
-          "running it again", file=sys.stderr)
+    print(f"run {spec.run_id}: finished by other code (policy {spec.policy!r} or what it runs on; kept in "
+          f"{stale.name}); running it again", file=sys.stderr)
     return None
 
 
@@ -139,7 +153,7 @@ def _write_manifest(spec: RunSpec, run_dir: Path, summary: dict[str, Any], extra
         "run_id": spec.run_id,
         "spec": spec.to_dict(),
         "complete": True,
-        "policy_code": policy_fingerprint(spec.policy),
+        "policy_code": code_fingerprint(spec),
         "started_unix": None,
         "wall_s": None,
         "versions": versions(),

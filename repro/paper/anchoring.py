@@ -37,9 +37,9 @@ PREDICTION_COLUMNS = ["policy", "measured", "rate", "rate_lo", "rate_hi", "goodp
 
 def ttft_p99_estimate(outcomes: Sequence[RequestOutcomes]) -> Estimate:
     """The mean over traces of each run's P99 TTFT (seconds; over the requests that produced a first
-    token, as `repro.experiment.metrics.summarize`) with its 95 % interval: `joint_bootstrap`, traces
-    with replacement then requests within each (requests alone with one trace). A bootstrap over the
-    per-trace P99s alone (`over_traces`) would ignore each P99's own noise and gives no interval for one trace."""
+    token, as `repro.experiment.metrics.summarize`) with its 95 % interval: `joint_bootstrap` (over two or
+    more traces the t interval with a bootstrap standard error; with one trace a block bootstrap over its
+    requests, so that one trace still gets an interval)."""
     def stat(groups: Mapping[str, Sequence[RequestOutcomes]]) -> dict[str, float]:
         return {"ttft_p99_s": float(np.mean([o.ttft_percentile(99) for o in groups["runs"]]))}
 
@@ -54,8 +54,8 @@ def predict(base: RunSpec, anchor: Anchor, policies: Sequence[str] = PAPER_POLIC
 
     One row per policy, in the order given (`PREDICTION_COLUMNS`): ``measured`` (the anchored policy),
     the rate and its interval (``rate_lo``/``rate_hi``, the anchor's), goodput (a fraction) and P99
-    TTFT (seconds), each the mean over traces with its 95 % interval (goodput: `goodput_estimate`, a
-    two-level bootstrap over traces and their requests; P99 TTFT: `ttft_p99_estimate`), how each
+    TTFT (seconds), each the mean over traces with its 95 % interval (goodput: `goodput_estimate`, t over
+    traces or a block bootstrap within one; P99 TTFT: `ttft_p99_estimate`), how each
     interval was made, the traces and the requests in all. Runs go through `simulated_summary` (the sim
     cache). Raises `ConfigError` when the anchor was not found, or for no policies or seeds.
     """

@@ -18,15 +18,16 @@ VERDICT_MARK = {"reproduced": "✅ reproduced", "not reproduced": "❌ not repro
 
 
 def verdict_lines(head: pd.DataFrame) -> list[str]:
-    """The Markdown table of judged rows: claim, ours [95 % CI], paper, verdict."""
-    lines = ["| claim | ours [95% CI] | paper | verdict |", "|---|---:|---:|---|"]
+    """The Markdown table of judged rows: claim, ours [95 % CI], paper, verdict, why."""
+    lines = ["| claim | ours [95% CI] | paper | verdict | why |", "|---|---:|---:|---|---|"]
     for r in head.itertuples():
         est = Estimate(float(r.ours), float(r.ours_lo), float(r.ours_hi))
         unit = "" if pd.isna(r.unit) or r.unit in ("fraction", "") else f" {r.unit}"
         meaning = "" if pd.isna(r.meaning) else str(r.meaning)
         claim = f"`{r.key}`" + (f": {meaning}" if meaning else "")
+        reason = "" if pd.isna(getattr(r, "reason", "")) else str(getattr(r, "reason", ""))
         lines.append(f"| {claim} | {est.text(3)}{unit} | {num(float(r.paper), '.4g')} | "
-                     f"{VERDICT_MARK.get(str(r.verdict), str(r.verdict))} |")
+                     f"{VERDICT_MARK.get(str(r.verdict), str(r.verdict))} | {reason} |")
     return lines
 
 
@@ -38,8 +39,11 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
         out.append(f"quick scale: {traces} trace(s) x {requests} requests per run, below the paper's protocol "
                    "(3 x 10,000); intervals are wide and orderings often within noise (`--scale full`).")
     if traces == 1:
-        out.append("one trace: intervals are over requests only; trace-to-trace variation (the paper's Table II "
-                   "spread) is not in them.")
+        out.append("one trace: intervals are a block bootstrap over its requests only; trace-to-trace variation "
+                   "(the paper's Table II spread) is not in them.")
+    elif traces < 5:
+        out.append(f"{traces} traces: t intervals with {traces - 1} degrees of freedom are wide (they keep their 95 % "
+                   "coverage; more traces narrow them).")
     if backend == "sim":
         out.append("sim: the deterministic simulator with the A40 physics profile; the same seed gives the same "
                    "numbers on every machine. It speaks to the policies' logic under the paper's timing, not to "
@@ -56,8 +60,8 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
         out.append("rows marked input are numbers the model was given (or tuned to hit): never counted as "
                    "reproduced.")
     if ((head.kind == "ordering") & (head.verdict == "within noise")).any():
-        out.append("within noise: the paired 95% interval includes zero, so no ordering is shown, whichever "
-                   "point estimate is larger.")
+        out.append("within noise: the paired 95% interval holds both zero and the paper's gap, so the data cannot "
+                   "decide, whichever point estimate is larger (the row says about how many traces would).")
     return out
 
 

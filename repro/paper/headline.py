@@ -21,6 +21,8 @@ knows (`data/paper_reference.csv`: the paper's value, unit, meaning by key), jud
     the band for a value claim (default `repro.paper.verdicts.default_tolerance`).
 ``runs``
     the run ids the number rests on (a run feeding several rows is named in each, once).
+``group``
+    the tally's group (default `repro.paper.claims.group_of`).
 ``measured``
     how (`repro.paper.section.Section.measured`: the backend, live runs and their validity).
 """
@@ -34,10 +36,12 @@ from typing import Any
 
 import pandas as pd
 
-from repro.paper.verdicts import Estimate, verdict
+from repro.paper.claims import group_of
+from repro.paper.verdicts import Estimate
+from repro.paper.verdicts import judge as judge_verdict
 
-HEADLINE_COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "verdict", "kind", "unit",
-                    "meaning", "interval", "traces", "requests", "measured", "runs")
+HEADLINE_COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "verdict", "reason", "group", "kind",
+                    "unit", "meaning", "interval", "traces", "requests", "measured", "runs")
 """The columns of a headline file and of ``summary.csv`` (before the run context columns)."""
 
 
@@ -56,9 +60,9 @@ def judge(row: dict[str, Any], ref: pd.DataFrame | None = None, measured: str = 
     meaning = row.get("meaning") or (str(ref.loc[key, "quantity"]) if key in ref.index else "")
     kind = row.get("kind", "value")
     runs: Sequence[str] = row.get("runs") or ()
+    j = judge_verdict(kind, est, float(paper), unit=unit, tolerance=row.get("tolerance"), claim=row.get("claim"))
     return {"key": key, "ours": est.value, "ours_lo": est.lo, "ours_hi": est.hi, "paper": float(paper),
-            "verdict": verdict(kind, est, float(paper), unit=unit, tolerance=row.get("tolerance"),
-                               claim=row.get("claim")),
+            "verdict": j.verdict, "reason": j.reason, "group": row.get("group") or group_of(key, kind, float(paper)),
             "kind": kind, "unit": unit, "meaning": meaning,
             "interval": "none: an input (given, not measured)" if kind == "input" and est.method == "none"
             else est.method,

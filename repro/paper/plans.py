@@ -3,7 +3,12 @@
 Three plans, one per (backend family, scale):
 
 - ``sim`` (quick or full): the paper's grids and saturation searches; quick shrinks the requests
-  per run (2000 instead of 10000), never the grids. Deterministic.
+  per run (2000 instead of 10000), never the grids. Deterministic. Full runs `SIM_FULL_SEEDS`:
+  ten traces of the paper's 10,000 requests, so that the trace level of every interval is a real
+  sample (t intervals with 9 degrees of freedom; three traces give 2, and a bootstrap over three
+  traces gives their [min, max]). A notebook whose sweeps are our own additions, not the
+  paper's claims, may keep the paper's three (``full_seeds=FULL_SEEDS``): its intervals stay valid,
+  only wider.
 - live ``full`` (``emulated``, ``vllm``): the paper's protocol on the live cluster: three traces of
   1000 requests, saturation searches on that cluster, the full grids. Hours on real GPUs.
 - live ``quick`` (the README's main job on ``emulated``): every section on the real proxy and HTTP
@@ -44,7 +49,8 @@ SIM_SATURATION_RATES = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed
 SIM_REQUESTS = (2000, 10000)  # requests per run at (quick, full)
 LIVE_REQUESTS = (200, 1000)
 LIVE_QUICK_REQUESTS = LIVE_REQUESTS[0]
-FULL_SEEDS = (1, 2, 3)  # the paper's three arrival traces
+FULL_SEEDS = (1, 2, 3)  # the paper's three arrival traces (live full; per-trace rows of Table II)
+SIM_FULL_SEEDS = tuple(range(1, 11))  # sim full: ten traces, the trace level of every interval a real sample
 LIVE_QUICK_SEEDS = (1,)
 SEARCH_MAX_REQUESTS = 1000  # requests per probe of a notebook's operating-rate search (at most)
 VLLM_QUICK_PROBE_REQUESTS = 60  # vllm quick: requests per probe at most (fewer at low rates, see VLLM_QUICK_PROBE_S)

@@ -1,12 +1,13 @@
 """`repro report`: one self-contained HTML page of a `repro paper` run.
 
 The page holds the run's context (backend, scale, commit; no clock time, so a rerun is
-byte-identical), the verdict tally, the verdict table of every headline row
-(``results/<backend>-<scale>/summary.csv``: ours with its 95 % interval, the paper's value, the
-verdict, how it was measured) and every figure of ``figures/<backend>-<scale>/`` (PNG, embedded as
-data URIs), grouped by notebook. Nothing is fetched: it opens offline, from a file, in any
-browser. A small inline script counts the figures that decoded and writes ``figures loaded N of M``
-into the element ``#figures-status`` (the test's headless browser reads it).
+byte-identical), the written conclusion and the grouped tally (`repro.paper.claims`), the verdict
+table of every headline row (``results/<backend>-<scale>/summary.csv``: ours with its 95 %
+interval, the paper's value, the verdict and its reason, how it was measured) and every figure of
+``figures/<backend>-<scale>/`` (PNG, embedded as data URIs), grouped by notebook. Nothing is
+fetched: it opens offline, from a file, in any browser. A small inline script counts the figures
+that decoded and writes ``figures loaded N of M`` into the element ``#figures-status`` (the test's
+headless browser reads it).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 
 from repro.errors import ConfigError
+from repro.paper.claims import GROUP_TITLES, conclusion_markdown, tally
 from repro.paper.figures import num
 from repro.paper.findings import VERDICT_MARK
-from repro.paper.summary import own_rows
 from repro.paper.verdicts import VERDICTS, Estimate
 
 STYLE = """
@@ -35,6 +36,8 @@ white-space:nowrap}.v-reproduced{color:#176a2c}.v-not-reproduced,.v-contradicted
 .v-within-noise{color:#8a6d00}.v-input,.v-context{color:#777}.same{color:#999}
 figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.8rem;color:#555}
 .tally span{margin-right:1rem}.ctx{color:#555;font-size:.9rem}code{font-size:.85em}
+#conclusion{background:#fafaf5;border:1px solid #e6e2cc;padding:.2rem 1rem 1rem;margin:1rem 0}
+.reason{color:#555}
 """
 
 SCRIPT = """
@@ -70,9 +73,31 @@ def verdict_table(summary: pd.DataFrame) -> str:
             f"<td class=num>{html.escape(est.text(3))} {unit}<br><small>{_text(r.interval)}</small></td>"
             f"<td class=num>{num(float(r.paper), '.4g')}</td>"
             f"<td class='{_cls(verdict)}'>{html.escape(VERDICT_MARK.get(verdict, verdict))}"
+            + (f"<br><small class=reason>{_text(getattr(r, 'reason', ''))}</small>" if _text(getattr(r, "reason", ""))
+               else "")
             + (f"<br><span class=same>same measurement as <code>{same}</code></span>" if same else "")
             + f"</td><td>{_text(getattr(r, 'measured', ''))}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+def tally_table(summary: pd.DataFrame) -> str:
+    """The grouped tally (`repro.paper.claims.tally`) as an HTML table: groups by verdicts."""
+    t = tally(summary)
+    head = "<tr><th>group</th>" + "".join(f"<th class='{_cls(v)}'>{v}</th>" for v in VERDICTS) + "<th>total</th></tr>"
+    rows = []
+    for g in t.index:
+        name = "all" if g == "total" else f"{g}: {GROUP_TITLES[g]}"
+        rows.append(f"<tr><td>{html.escape(name)}</td>" + "".join(f"<td class=num>{int(t.loc[g, c]) or ''}</td>"
+                                                                    for c in [*VERDICTS, "total"]) + "</tr>")
+    return f"<table class=tally>{head}{''.join(rows)}</table>"
+
+
+def conclusion_html(summary: pd.DataFrame) -> str:
+    """The written conclusion (`repro.paper.claims.conclusion_markdown`) rendered to HTML."""
+    from markdown_it import MarkdownIt
+
+    text = conclusion_markdown(summary, heading="## Conclusion", with_tally=False)
+    return f"<section id=conclusion>{MarkdownIt('commonmark').render(text)}</section>"
 
 
 def figure_html(path: Path) -> str:
@@ -92,8 +117,8 @@ def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str
     missing = {"verdict", "ours_lo", "ours_hi", "interval"} - set(summary.columns)
     if missing:
         raise ConfigError(f"report: {path} has no {sorted(missing)} (written by an older version): rerun `repro paper`")
-    own = own_rows(summary)
-    tally = "".join(f"<span class='{_cls(v)}'>{int((own.verdict == v).sum())} {v}</span>" for v in VERDICTS)
+    if "group" not in summary.columns:
+        raise ConfigError(f"report: {path} has no 'group' (written by an older version): rerun `repro paper`")
 
     def first(col: str) -> str:
         return _text(summary[col].iloc[0]) if col in summary.columns and len(summary) else "?"
@@ -117,7 +142,8 @@ def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str
             f"<p class=ctx>backend <b>{backend}</b>, scale <b>{scale}</b>, commit <code>{commit}</code>, "
             f"{len(summary)} headline rows, {len(figs)} figures. Each measurement counted once "
             f"in the tally (rows that repeat another say so). Intervals: 95%, see each row.</p>"
-            f"<p class=tally>{tally}</p><p id=figures-status>figures not checked (no script)</p>"
+            f"{conclusion_html(summary)}<h2 id=tally>The tally</h2>{tally_table(summary)}"
+            f"<p id=figures-status>figures not checked (no script)</p>"
             f"{''.join(sections)}<script>{SCRIPT}</script></body></html>")
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from repro.errors import ConfigError, check_choice, parse_assignments
-from repro.paper.summary import collect_headlines, commit_id, default_dirs, verdict_counts
+from repro.paper.summary import collect_headlines, commit_id, default_dirs
 from repro.paths import CLUSTERS_DIR, NOTEBOOK_DIR, resolve_dir
 from repro.vocab import BACKENDS, SCALES
 
@@ -194,7 +194,7 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
               cluster: str | None = None, out: str | Path = "build/notebooks",
               results_dir: str | Path | None = None, figures_dir: str | Path | None = None,
               extra: dict[str, Any] | None = None, jobs: int = 0, executor: str = "local",
-              address: str | None = None,
+              address: str | None = None, table: bool = False,
               console: Console | None = None) -> tuple[list[NotebookResult], pd.DataFrame]:
     """Run the selected notebooks; returns their results and the summary table (also written).
     Results and figures go to `default_dirs` unless given.
@@ -205,7 +205,8 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
     saturation probes run on worker processes too (`repro.experiment.executor`: ``$REPRO_JOBS`` =
     ``ceil(2 jobs / notebooks at once)``, so a notebook left running alone still uses every core).
     ``executor="ray"`` sends the notebooks' simulations to the Ray cluster at ``address`` instead.
-    Every result is the same for any ``jobs`` and executor."""
+    Every result is the same for any ``jobs`` and executor. The terminal gets the grouped tally and the
+    headline claims (`claims_table`); ``table`` also prints every row (`summary_table`)."""
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
@@ -306,9 +307,15 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             started(nb)
             finished(run_notebook(nb, out_dir, params))
     if path is not None:
-        console.print(summary_table(summary))
-        counts = ", ".join(f"{n} {v}" for v, n in verdict_counts(summary).items() if n)
-        console.print(f"verdicts (each measurement once): {counts}; written to {path}")
+        from repro.paper.claims import tally_text
+
+        if table:
+            console.print(summary_table(summary))
+        console.print(claims_table(summary))
+        console.print("the tally, each measurement once:")
+        for line in tally_text(summary):
+            console.print(f"  {line}", markup=False, highlight=False)
+        console.print(f"{len(summary)} rows written to {path}" + ("" if table else " (--table prints them all here)"))
         from repro.paper.report import write_report
 
         console.print(f"report (one page, opens offline): {write_report(res_dir, fig_dir)}")
@@ -332,6 +339,30 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def claims_table(summary: pd.DataFrame) -> Table:
+    """The paper's headline claims (`repro.paper.claims.HEADLINE_CLAIMS`) as a Rich table: each claim's
+    verdict, the row it rests on (ours [95 % interval] vs the paper) and why."""
+    from rich.table import Table
+
+    from repro.paper.claims import claim_verdicts
+    from repro.paper.verdicts import Estimate
+
+    colours = {"reproduced": "green", "not reproduced": "red", "contradicted": "bold red", "within noise": "yellow"}
+    by_key = summary.drop_duplicates("key").set_index("key")
+    t = Table(title="the paper's headline claims: ours [95% interval] vs the paper")
+    for c in ("claim", "verdict", "row", "ours [95% CI]", "paper", "why"):
+        t.add_column(c, justify="right" if c in ("ours [95% CI]", "paper") else "left", overflow="fold")
+    for v in claim_verdicts(summary).itertuples():
+        if not v.key:
+            t.add_row(v.title, v.verdict, "", "", "", "not measured in this run")
+            continue
+        r = by_key.loc[v.key]
+        ours = Estimate(float(r.ours), float(r.ours_lo), float(r.ours_hi)).text(4)
+        t.add_row(v.title, f"[{colours.get(v.verdict, 'default')}]{v.verdict}[/]", v.key, ours,
+                  "" if pd.isna(r.paper) else f"{float(r.paper):.4g}", v.reason)
+    return t
 
 
 def summary_table(summary: pd.DataFrame) -> Table:
@@ -394,14 +425,17 @@ def _make_cli() -> Callable[..., None]:
                                           "ray (a Ray cluster, --address) | serial"),
         address: str | None = typer.Option(None, "--address",
                                            help="ray: the head's HOST:PORT (or 'auto'; default $REPRO_RAY_ADDRESS)"),
+        table: bool = typer.Option(False, "--table", help="also print every row of summary.csv (default: the "
+                                                          "headline claims and the grouped tally)"),
     ) -> None:
         """Rerun the paper: execute the section notebooks and print ours vs the paper's numbers.
 
-        Default: the deterministic simulator at the paper's protocol (3 traces x 10,000 requests; the
-        same numbers on every machine; notebooks in parallel, one per core). --backend emulated runs
+        Default: the deterministic simulator at full scale (10 traces x the paper's 10,000 requests;
+        the same numbers on every machine; notebooks in parallel, one per core). --backend emulated runs
         the real proxy and load generator over HTTP against local emulated vLLM engines (quick scale
         by default, ~45 min on 2 cores; see repro.paper.plans for what quick cuts). Every number gets
-        a 95% interval and a verdict; the run ends with summary.csv and report.html.
+        a 95% interval and a verdict judged against the paper's stated size; the run ends with the
+        headline claims and the grouped tally here, summary.csv and report.html (its conclusion first).
         """
         scale = scale or ("full" if backend == "sim" else "quick")
         from repro.experiment.executor import EXECUTORS
@@ -414,7 +448,7 @@ def _make_cli() -> Callable[..., None]:
                               "themselves (their validity depends on it); --jobs runs sim notebooks in parallel")
         results, _ = run_paper(backend=backend, scale=scale, only=only, cluster=cluster, out=out,
                                results_dir=results_dir, figures_dir=figures_dir, extra=_parse_extra(param),
-                               jobs=jobs, executor=executor, address=address)
+                               jobs=jobs, executor=executor, address=address, table=table)
         if not all(r.ok for r in results):
             raise typer.Exit(1)
 

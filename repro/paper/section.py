@@ -41,6 +41,7 @@ from repro.paper import figures
 from repro.paper.grids import check_rates, shape_cluster
 from repro.paper.plans import (
     FULL_SEEDS,
+    SIM_FULL_SEEDS,
     SIM_REQUESTS,
     check_backend_scale,
     fixed_rates,
@@ -58,8 +59,10 @@ from repro.paper.verdicts import (
     Outcomes,
     goodput_estimate,
     joint_bootstrap,
+    least_of,
     over_traces,
     paired_difference,
+    t_interval,
 )
 from repro.paths import resolve_dir
 from repro.vocab import WORKLOADS
@@ -157,7 +160,8 @@ class Section:
     def setup(cls, *, notebook: str, backend: str, scale: str, seeds: Sequence[int], cluster: str = "",
               results_dir: str | Path = "", figures_dir: str | Path = "",
               runs_dir: str | Path = "runs/paper", time_scale: float = 1.0, n_requests: int = 0,
-              quick_seeds: Sequence[int] | None = None, sim_requests: tuple[int, int] = SIM_REQUESTS,
+              quick_seeds: Sequence[int] | None = None, full_seeds: Sequence[int] | None = None,
+              sim_requests: tuple[int, int] = SIM_REQUESTS,
               uses_cluster: bool = True, need_calibration: bool = True, shape_sweep: bool = False,
               rate: float | None = None, workloads: Sequence[str] = ("mixed",),
               rates: Mapping[str, float] | None = None) -> Section:
@@ -166,7 +170,8 @@ class Section:
 
         Traces and requests (`repro.paper.plans.seeds_and_requests`): with ``quick_seeds`` the
         notebook follows the scale plan (``seeds=[]`` means ``quick_seeds`` in sim quick, one trace
-        on a live backend at quick scale, three at full scale; ``n_requests=0`` means
+        on a live backend at quick scale, at full scale ``full_seeds`` (default: the ten traces of
+        `repro.paper.plans.SIM_FULL_SEEDS` in sim, the paper's three live); ``n_requests=0`` means
         ``sim_requests`` (quick, full) in sim, `repro.paper.plans.LIVE_REQUESTS` live). Without
         ``quick_seeds`` the seeds are used as given and must not be empty.
 
@@ -186,8 +191,9 @@ class Section:
             check_seeds(seeds)
             chosen, n = seeds_and_requests(backend, scale, seeds, n_requests, sim=sim_requests)
         else:
+            full = full_seeds if full_seeds is not None else (SIM_FULL_SEEDS if backend == "sim" else FULL_SEEDS)
             chosen, n = seeds_and_requests(backend, scale, seeds, n_requests, quick_seeds=quick_seeds,
-                                           full_seeds=FULL_SEEDS, sim=sim_requests)
+                                           full_seeds=full, sim=sim_requests)
         if not uses_cluster or (shape_sweep and "{topology}" in cluster):
             cluster_file = None
         else:
@@ -331,9 +337,10 @@ class Section:
     def bootstrap(self, groups: Mapping[str, pd.DataFrame], stat: Callable[[Outcomes], Mapping[str, float]], *,
                   resample_traces: bool = True) -> dict[str, Estimate]:
         """Statistics of several groups of runs (name -> rows of `run`, one per trace, the same traces in
-        every group) with their 95 % intervals from one joint bootstrap over traces and requests
-        (`repro.paper.verdicts.joint_bootstrap`; ``stat`` maps name -> per-trace `RequestOutcomes` to
-        named numbers). Raises ConfigError when a group's per-request outcomes are not at hand."""
+        every group) with their 95 % intervals (`repro.paper.verdicts.joint_bootstrap`: over traces, the t
+        interval with a bootstrap standard error; within one trace, a block bootstrap over requests;
+        ``stat`` maps name -> per-trace `RequestOutcomes` to named numbers). Raises ConfigError when a
+        group's per-request outcomes are not at hand."""
         data = {}
         for name, runs in groups.items():
             got = self.outcomes(runs)
@@ -356,9 +363,10 @@ class Section:
 
     def difference(self, a: pd.DataFrame, b: pd.DataFrame, column: str = "goodput") -> Estimate:
         """``column`` of ``a`` minus that of ``b``, paired trace by trace (rows matched on ``seed``; each
-        side one row per trace), with its 95 % interval: goodput by the paired bootstrap over traces and
-        requests (`repro.paper.verdicts.paired_difference`), any other column by a bootstrap over the
-        traces' differences (`repro.paper.verdicts.over_traces`; none with one trace). For goodput,
+        side one row per trace), with its 95 % interval: goodput paired by request
+        (`repro.paper.verdicts.paired_difference`: t over traces, a block bootstrap within one), any other
+        column by a t interval over the traces' differences (`repro.paper.verdicts.over_traces`; none with
+        one trace). For goodput,
         positive means ``a`` is better."""
         seeds = sorted(set(a.seed) & set(b.seed))
         if not seeds or len(seeds) != len(a) or len(seeds) != len(b):
@@ -369,6 +377,34 @@ class Section:
             ga, gb = a.set_index("seed")[column], b.set_index("seed")[column]
             return over_traces([float(ga[s] - gb[s]) for s in seeds])
         return paired_difference(fa, fb)
+
+    def least_difference(self, a: pd.DataFrame, rivals: Mapping[str, pd.DataFrame], column: str = "goodput", *,
+                         worst: bool = False) -> tuple[Estimate, str]:
+        """``a`` minus the best of ``rivals`` (name -> rows of `run`, one per trace, the same traces as
+        ``a``) picked after the fact, selection-aware (`repro.paper.verdicts.least_of`: the minimum over
+        the rivals of their paired differences, with simultaneous Bonferroni intervals). With ``worst``
+        the other way round: the minimum over the rivals of (rival - ``a``), i.e. by how much the worst
+        rival still beats ``a`` ("every B beats A"). Goodput is paired by request
+        (`paired_difference`), any other ``column`` by trace (`t_interval` of the per-trace differences).
+        Returns the estimate and the rival that is now the closest."""
+        if not rivals:
+            raise ConfigError(f"{self.notebook}: a best-of comparison needs at least one rival")
+        seeds = sorted(set(a.seed))
+        for name, r in rivals.items():
+            if sorted(set(r.seed)) != seeds or len(r) != len(seeds) or len(a) != len(seeds):
+                raise ConfigError(f"{self.notebook}: a paired difference needs the same traces on both sides, one row "
+                                  f"each (got seeds {sorted(a.seed)} vs {name}: {sorted(r.seed)})")
+        level = 1 - 0.05 / len(rivals)
+        per: dict[str, Estimate] = {}
+        for name, r in rivals.items():
+            x, y = (r, a) if worst else (a, r)
+            fx, fy = (self._flags(x), self._flags(y)) if column == "goodput" else (None, None)
+            if fx is not None and fy is not None and all(len(u) == len(v) for u, v in zip(fx, fy, strict=True)):
+                per[name] = paired_difference(fx, fy, level=level)
+            else:
+                vx, vy = x.set_index("seed")[column], y.set_index("seed")[column]
+                per[name] = t_interval([float(vx[s] - vy[s]) for s in seeds], level=level)
+        return least_of(per)
 
     def run_ids(self, *frames: pd.DataFrame) -> list[str]:
         """The run ids of the given rows of `run`, each once, in order."""

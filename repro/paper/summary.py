@@ -13,19 +13,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.paper.claims import own_rows, same_claim, tally
 from repro.paths import NOTEBOOK_DIR, resolve_dir
 
-
-def own_rows(summary: pd.DataFrame) -> pd.DataFrame:
-    """The rows that are their own measurement (``same_as`` empty or absent)."""
-    if "same_as" not in summary.columns:
-        return summary
-    return summary[summary["same_as"].astype(object).fillna("").astype(str) == ""]
-
+__all__ = ["collect_headlines", "commit_id", "default_dirs", "own_rows", "tally", "verdict_counts"]
 
 SUMMARY_CONTEXT = ("same_as", "backend", "scale", "commit")
 """What ``summary.csv`` adds to `repro.paper.headline.HEADLINE_COLUMNS`: ``same_as`` (the first key
-with the same runs and value: one measurement feeding several claims is counted once), and the
+that is the same measurement: the same runs and value, or the same value and interval to 12 digits,
+or a row that measures an earlier row's claim again (`repro.paper.claims.same_claim`: Fig. 9's
+exact-length point is Table II's run, notebook 14's ``X@marginal_cost`` is ``X``); one measurement
+feeding several claims is counted once), and the
 conditions of the whole run (backend, scale, the commit of the code, ``-dirty`` when it had
 uncommitted changes). Traces, requests, validity and run ids are per row."""
 
@@ -50,12 +48,21 @@ def collect_headlines(names: Sequence[str], results_dir: Path, *, backend: str =
     frames = [pd.read_csv(p, keep_default_na=True) for name in names
               if (p := results_dir / f"{name.split('_', 1)[0]}_headline.csv").exists()]
     out = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(HEADLINE_COLUMNS)))
-    first: dict[tuple[str, float], str] = {}
+    first: dict[tuple, str] = {}
     same = []
+    all_keys = set(out.key.astype(str))
     for r in out.itertuples():
         runs = "" if pd.isna(getattr(r, "runs", "")) else str(r.runs)
-        k = (runs, round(float(r.ours), 12)) if runs else None
-        same.append(first.setdefault(k, r.key) if k else r.key)
+        keys = []
+        if runs:
+            keys.append(("runs", runs, round(float(r.ours), 12)))
+        if not (pd.isna(r.ours_lo) or pd.isna(r.ours_hi)) and float(r.ours_hi) > float(r.ours_lo):
+            keys.append(("interval", str(r.unit), round(float(r.ours), 12), round(float(r.ours_lo), 12),
+                         round(float(r.ours_hi), 12)))
+        hit = next((first[k] for k in keys if k in first), None) or same_claim(str(r.key), all_keys) or r.key
+        for k in keys:
+            first.setdefault(k, hit)
+        same.append(hit)
     out["same_as"] = ["" if s == k else s for s, k in zip(same, out.key, strict=True)]
     return out.assign(backend=backend, scale=scale, commit=commit)
 

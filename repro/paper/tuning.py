@@ -35,7 +35,7 @@ import pandas as pd
 
 from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
-from repro.paper.plans import FULL_SEEDS, LIVE_QUICK_SEEDS, SIM_SATURATION_RATES
+from repro.paper.plans import FULL_SEEDS, LIVE_QUICK_SEEDS, SIM_FULL_SEEDS, SIM_SATURATION_RATES
 from repro.paper.sections.beyond import FRONTIER_SHAPES, PRODUCTION
 from repro.paths import TUNING_DIR
 from repro.routing.policies import PAPER_POLICIES
@@ -44,9 +44,10 @@ from repro.vocab import WORKLOADS
 
 TUNING_SEEDS = (101, 102, 103)
 """Arrival traces the settings are chosen on (one seed = one trace); disjoint from `EVALUATION_SEEDS`."""
-EVALUATION_SEEDS = tuple(sorted({*FULL_SEEDS, *LIVE_QUICK_SEEDS}))
-"""Every arrival trace a notebook evaluates on: the paper's three (`repro.paper.plans.FULL_SEEDS`; the
-notebooks' quick plans and saturation searches use subsets of them) and live quick's."""
+EVALUATION_SEEDS = tuple(sorted({*FULL_SEEDS, *SIM_FULL_SEEDS, *LIVE_QUICK_SEEDS}))
+"""Every arrival trace a notebook evaluates on: sim full's ten (`repro.paper.plans.SIM_FULL_SEEDS`), the
+paper's three (`repro.paper.plans.FULL_SEEDS`; the notebooks' quick plans and saturation searches use
+subsets of them) and live quick's."""
 if set(TUNING_SEEDS) & set(EVALUATION_SEEDS):  # pragma: no cover - a guard on the constants above
     raise ConfigError(f"tuning: TUNING_SEEDS {TUNING_SEEDS} overlap the evaluation seeds {EVALUATION_SEEDS}")
 

@@ -39,8 +39,8 @@ def test_gpu_saving_interval_recomputes_the_frontier(section):
     saving, need = head["fig4_gpu_saving"]["ours"], head["fig4_rr_gpus_for_mc_6gpu"]["ours"]
     assert saving.value == pytest.approx(want["saving_pct"], nan_ok=True)
     assert need.value == pytest.approx(want["baseline_gpus"], nan_ok=True)
-    assert "2 traces and their requests" in saving.method and len(head["fig4_gpu_saving"]["runs"]) == 8
-    # round-robin's frontier holds 6 and 7 GPUs: the interval is made of those counts (here 6 to 7: on some
-    # resamples round-robin's 2p4d reaches the learned router's, on most it needs 3p4d)
-    assert need.value == 7.0 and (need.lo, need.hi) == (6.0, 7.0)
-    assert (saving.lo, saving.hi) == (0.0, pytest.approx(100 / 7))
+    assert "t interval over 2 traces" in saving.method and len(head["fig4_gpu_saving"]["runs"]) == 8
+    # the frontier is recomputed on resamples of whole traces: on either trace round-robin needs 3p4d (7 GPUs), so
+    # the count does not move; a GPU count is judged without tolerance (7 vs the paper's 7: reproduced)
+    assert need.value == 7.0 and (need.lo, need.hi) == (7.0, 7.0)
+    assert saving.value == pytest.approx(100 / 7) and saving.lo <= saving.value <= saving.hi

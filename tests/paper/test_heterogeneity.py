@@ -19,7 +19,8 @@ def test_heterogeneity_table_and_claims(fake_runs, section):
     # documents: round-robin at 0.1 on both traces, the weakest load-aware policy far above: reproduced side
     docs = head["fig3_worst_loadaware_minus_rr_documents"]
     low = runs[(runs.workload == "documents") & (runs.policy != "round_robin")].groupby("policy").goodput.mean().min()
-    assert docs["ours"].value == pytest.approx(low - 0.1) and docs["ours"].excludes_zero() == 1
+    assert docs["ours"].value == pytest.approx(low - 0.1) and "min over 3 rivals" in docs["ours"].method
+    assert docs["ours"].lo < docs["ours"].value < docs["ours"].hi
     assert head["fig3_rr_documents"]["ours"].value == pytest.approx(0.1)
     chat = head["fig3_lt_minus_mc_chat"]
     assert chat["paper"] == pytest.approx(0.855 - 0.760) and chat["kind"] == "ordering"

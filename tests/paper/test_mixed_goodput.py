@@ -23,9 +23,11 @@ def test_table_two_small_grid(section):
     mean, t1 = rows["table2_mc_mean"]["ours"], rows["table2_mc_trace1"]["ours"]
     assert mean.value == pytest.approx(mc.mean_goodput) and (mean.traces, mean.requests) == (2, 400)
     assert (t1.traces, t1.requests) == (1, 200) and t1.lo < t1.value < t1.hi
-    # the margin is paired against the best baseline by mean goodput, over the same two traces
+    # the margin is paired against every baseline over the same two traces, the best one's is the value, and its
+    # interval is simultaneous over the three (selection-aware)
     margin = rows["table2_mc_minus_best_baseline"]
     best = tab[tab.policy != "marginal_cost"].sort_values("mean_goodput").iloc[-1]
     assert margin["kind"] == "ordering" and margin["claim"] == 1
     assert margin["ours"].value == pytest.approx(mc.mean_goodput - best.mean_goodput)
-    assert len(margin["runs"]) == 4 and margin["ours"].traces == 2
+    assert len(margin["runs"]) == 8 and margin["ours"].traces == 2 and "min over 3 rivals" in margin["ours"].method
+    assert margin["paper"] == pytest.approx(0.864 - 0.835)

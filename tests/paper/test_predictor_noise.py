@@ -23,3 +23,22 @@ def test_noise_grid_and_headline(section):
     assert head["fig9_range_points"]["paper"] == pytest.approx(4.2)
     with pytest.raises(ConfigError, match="noise_levels"):
         nb.noise_specs(ctx, 16.0, noise_levels=(-1.0,))
+
+
+def test_injected_noise_moves_the_predictions_by_its_size():
+    # a build_predictions that ignored predictor_noise would give notebook 11 the same runs at every noise level
+    import numpy as np
+
+    from repro.experiment.inputs import build_predictions, build_trace
+    from repro.experiment.spec import RunSpec
+
+    spec = RunSpec.from_flat(workload="mixed", seed=1, n_requests=400, rate=16.0)
+    trace = build_trace(spec)
+    clean = build_predictions(spec, trace)
+    spread = {}
+    for noise in (0.5, 1.5):
+        noisy = build_predictions(spec.replace(predictor_noise=noise), trace)
+        assert noisy.shape == clean.shape and (noisy > 0).all()
+        spread[noise] = float(np.median(np.abs(np.log(noisy / clean))))
+    assert 0 < spread[0.5] < spread[1.5]
+    assert np.array_equal(build_predictions(spec.replace(predictor_noise=0.0), trace), clean)

@@ -47,7 +47,16 @@ def test_report_is_one_offline_page_with_every_row_and_figure(tmp_path):
     assert "table2_mc_mean" in page and "0.810 [0.790, 0.830]" in page
     # the same measurement under another key is said to be one, and counted once in the tally
     assert "same measurement as <code>table2_mc_mean</code>" in page
-    assert "1 reproduced" in page and "1 within noise" in page
+    # the grouped tally counts it once: one reproduced headline row, one not reproduced testbed row
+    assert re.search(r"<td>headline: [^<]*</td><td class=num>1</td>", page)
+    assert re.search(r"<td>testbed: [^<]*</td><td class=num></td><td class=num>1</td>", page)
+    assert re.search(r"<td>all</td><td class=num>1</td><td class=num>1</td>(<td class=num></td>){4}"
+                     r"<td class=num>2</td>", page)
+    # the written conclusion comes first, one paragraph per headline claim, with the verdict's reason
+    assert page.index("id=conclusion") < page.index("id=tally") < page.index("id='nb04'")
+    assert "Table II: the learned router leads on mixed bursty traffic: reproduced" in page
+    assert "Fig. 9: robust to predictor error: not measured in this run" in page
+    assert "precise null" in page  # x_gap's reason
     assert "backend <b>sim</b>, scale <b>full</b>, commit <code>abc</code>" in page
     assert write_report(res, fig).read_text() == page  # deterministic: no clock time in it
 

@@ -40,7 +40,9 @@ def test_setup_scale_plan_defaults_and_overrides():
         return list(ctx.seeds), ctx.n_requests
 
     assert plan("sim", "quick", [], 0) == ([1, 2], 2000)
-    assert plan("sim", "full", [], 0) == ([1, 2, 3], 10000)
+    assert plan("sim", "full", [], 0) == (list(range(1, 11)), 10000)  # ten traces: a real sample of traces
+    assert plan("emulated", "full", [], 0) == ([1, 2, 3], 1000)  # live: the paper's three
+    assert list(setup(scale="full", seeds=[], quick_seeds=(1,), full_seeds=(1, 2, 3)).seeds) == [1, 2, 3]
     assert plan("emulated", "quick", [5], 0) == ([5], 200)
     assert plan("emulated", "quick", [], 0) == ([1], 200)
     assert plan("sim", "quick", [], 123) == ([1, 2], 123)

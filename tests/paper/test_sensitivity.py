@@ -28,7 +28,7 @@ def test_points_default_is_the_shipped_profile_and_bad_values_are_refused():
     for constant, values in sv.QUICK_SWEEP.items():  # the default and one end of the full range
         assert sv.DEFAULTS[constant] in values and set(values) <= set(sv.SWEEP[constant]) and len(values) == 2
     assert sv.plan("quick") == sv.Plan(sv.QUICK_SWEEP, sv.SENSITIVITY_REQUESTS[0], sv.QUICK_TRACES)
-    assert sv.plan("full") == sv.Plan(sv.SWEEP, sv.SENSITIVITY_REQUESTS[1], None)
+    assert sv.plan("full") == sv.Plan(sv.SWEEP, sv.SENSITIVITY_REQUESTS[1], 3)  # the paper's three traces
     assert sv.plan("full", 50).n_requests == 50
     with pytest.raises(ConfigError, match="sensitivity_requests"):
         sv.plan("quick", -1)
@@ -49,7 +49,7 @@ def test_table_one_row_per_point_and_ordering_with_paired_intervals(section):
     assert len(tab) == len(pts) * len(sv.ORDERINGS)
     assert tab.groupby(["constant", "value", "ordering"]).size().eq(1).all()
     assert (tab.lo <= tab["diff"]).all() and (tab["diff"] <= tab.hi).all()
-    assert tab.method.str.contains("paired bootstrap over 2 traces").all() and set(tab.requests) == {120}
+    assert tab.method.str.contains("paired t interval over 2 traces").all() and set(tab.requests) == {120}
     lead = tab[tab.ordering == "table2_lead"].iloc[0]
     g = runs[(runs.constant == lead.constant) & (runs.value == lead.value) & (runs.topology == "2p4d")]
     means = g.groupby("variant").goodput.mean()

@@ -13,10 +13,13 @@ from repro.paper.headline import headline_frame
 from repro.paper.verdicts import (
     Estimate,
     goodput_estimate,
+    judge,
     joint_bootstrap,
+    least_difference,
     over_traces,
     paired_difference,
     resample,
+    traces_to_decide,
     verdict,
     wilson,
 )
@@ -34,21 +37,36 @@ def test_wilson_matches_the_textbook_values():
     assert z.lo == 0.0 and round(z.hi, 3) == 0.161
 
 
-def test_one_trace_interval_has_the_binomial_width():
-    # 10,000 requests at 0.8: the request-level 95 % half-width is 1.96 * sqrt(.8 * .2 / 1e4) = 0.0078
+def test_one_trace_interval_is_a_block_bootstrap_and_iid_flags_keep_the_binomial_width():
+    # 10,000 iid requests at 0.8: the 95 % half-width is 1.96 * sqrt(.8 * .2 / 1e4) = 0.0078; blocks change nothing
     e = goodput_estimate([_flags(0.8, 10_000, 1)])
-    assert e.traces == 1 and e.requests == 10_000 and "1 trace" in e.method
-    assert (e.hi - e.lo) / 2 == pytest.approx(0.0078, rel=0.1)
+    assert e.traces == 1 and e.requests == 10_000 and "1 trace" in e.method and "block bootstrap" in e.method
+    assert (e.hi - e.lo) / 2 == pytest.approx(0.0078, rel=0.15)
     assert e.lo < e.value < e.hi
 
 
-def test_traces_that_disagree_widen_the_interval():
-    same = [_flags(0.8, 5000, s) for s in (1, 2, 3)]
-    apart = [_flags(p, 5000, s) for p, s in ((0.7, 1), (0.8, 2), (0.9, 3))]
-    w_same = goodput_estimate(same)
-    w_apart = goodput_estimate(apart)
-    assert (w_apart.hi - w_apart.lo) > 5 * (w_same.hi - w_same.lo)
-    assert w_apart.lo < 0.75 and w_apart.hi > 0.85  # the trace-to-trace spread is in the interval
+def test_one_trace_interval_widens_with_autocorrelated_requests():
+    # the same mean, but good and bad requests come in runs (load comes and goes): the iid width is too narrow
+    from repro.paper.coverage import TraceModel, synthetic_traces
+
+    flags, _ = synthetic_traces(TraceModel(traces=1), np.random.default_rng(3))
+    e = goodput_estimate(flags)
+    iid = 1.96 * flags[0].std() / math.sqrt(len(flags[0]))
+    assert (e.hi - e.lo) / 2 > 2.5 * iid
+
+
+def test_traces_give_a_t_interval_over_their_goodputs():
+    traces = [_flags(p, 5000, s) for p, s in ((0.7, 1), (0.8, 2), (0.9, 3))]
+    e = goodput_estimate(traces)
+    means = [t.mean() for t in traces]
+    half = 4.302653 * np.std(means, ddof=1) / math.sqrt(3)  # t(2) at 97.5 %
+    assert e.value == pytest.approx(np.mean(means))
+    assert (e.lo, e.hi) == pytest.approx((e.value - half, e.value + half))
+    assert e.spread == pytest.approx(np.std(means, ddof=1)) and "t interval over 3 traces" in e.method
+    # three values no longer give their [min, max]: the t interval reaches past them
+    assert e.lo < min(means) and e.hi > max(means)
+    same = goodput_estimate([_flags(0.8, 5000, s) for s in (1, 2, 3)])
+    assert (e.hi - e.lo) > 5 * (same.hi - same.lo)
 
 
 def test_pairing_detects_a_small_difference_that_unpaired_intervals_cannot():
@@ -58,17 +76,18 @@ def test_pairing_detects_a_small_difference_that_unpaired_intervals_cannot():
     b = [np.where((x == 1) & (rng.random(len(x)) < 0.01), 0.0, x) for x in a]
     d = paired_difference(a, b)
     assert d.value == pytest.approx(np.mean([x.mean() - y.mean() for x, y in zip(a, b, strict=True)]))
-    assert d.excludes_zero() == 1
+    assert d.excludes_zero() == 1 and d.method.startswith("paired t interval")
     ga, gb = goodput_estimate(a), goodput_estimate(b)
     assert ga.lo < gb.hi  # unpaired, the two intervals overlap
     assert paired_difference(b, a).excludes_zero() == -1
 
 
-def test_identical_runs_differ_by_exactly_zero_and_no_ordering_is_claimed():
+def test_identical_runs_differ_by_exactly_zero_which_is_a_precise_null():
     a = [_flags(0.8, 2000, s) for s in (1, 2)]
     d = paired_difference(a, a)
     assert d.value == 0 and d.lo == 0 and d.hi == 0 and d.excludes_zero() == 0
-    assert verdict("ordering", d, paper=0.3) == "within noise"
+    assert verdict("ordering", d, paper=0.3) == "not reproduced"
+    assert "precise null" in judge("ordering", d, 0.3).reason
 
 
 def test_paired_difference_refuses_unpaired_inputs():
@@ -76,21 +95,45 @@ def test_paired_difference_refuses_unpaired_inputs():
         paired_difference([np.ones(10)], [np.ones(9)])
 
 
-def test_over_traces_has_no_interval_with_one_trace():
+def test_over_traces_is_a_t_interval_and_has_none_with_one_trace():
     assert not over_traces([0.5]).has_interval
     e = over_traces([0.1, 0.2, 0.3])
-    assert e.has_interval and e.lo >= 0.1 and e.hi <= 0.3 and e.value == pytest.approx(0.2)
+    assert e.value == pytest.approx(0.2) and (e.lo, e.hi) == pytest.approx((0.2 - 0.248414, 0.2 + 0.248414), abs=1e-5)
+
+
+def test_least_difference_is_selection_aware():
+    # A ties two rivals in truth; picking the better rival after the fact by its point estimate and using its own
+    # 95 % interval would claim more than the data show. The simultaneous interval is wider than either alone.
+    a = [_flags(0.8, 4000, s) for s in range(1, 6)]
+    r1 = [_flags(0.8, 4000, s + 10) for s in range(1, 6)]
+    r2 = [_flags(0.8, 4000, s + 20) for s in range(1, 6)]
+    est, best = least_difference(a, {"r1": r1, "r2": r2})
+    one = paired_difference(a, {"r1": r1, "r2": r2}[best])
+    assert est.value == one.value and best in est.method and "Bonferroni" in est.method
+    assert est.lo < one.lo  # at 97.5 % per rival
+    other = paired_difference(a, r2 if best == "r1" else r1)
+    assert est.value <= other.value and est.hi <= max(one.hi, other.hi)
 
 
 @pytest.mark.parametrize(("est", "paper", "expected"), [
-    (Estimate(0.05, 0.01, 0.09), 0.3, "reproduced"),        # both say A is better
+    (Estimate(0.25, 0.2, 0.3), 0.3, "reproduced"),          # excludes zero, reaches the paper's gap
+    (Estimate(0.05, 0.01, 0.09), 0.3, "not reproduced"),    # the paper's side, but far smaller than its gap
     (Estimate(-0.05, -0.09, -0.01), 0.3, "contradicted"),   # we show the opposite
-    (Estimate(0.01, -0.01, 0.03), 0.3, "within noise"),     # interval includes 0
+    (Estimate(0.1, -0.01, 0.2), 0.3, "within noise"),       # holds zero and reaches the band [0.15, 0.6]
+    (Estimate(0.01, -0.01, 0.03), 0.3, "not reproduced"),   # a precise null: holds zero, excludes the gap
     (Estimate(0.05), 0.3, "within noise"),                  # no interval: nothing shown
-    (Estimate(-0.05, -0.09, -0.01), -0.2, "reproduced"),    # the paper's sign is negative too
+    (Estimate(-0.25, -0.3, -0.2), -0.2, "reproduced"),      # the paper's sign is negative too
+    (Estimate(0.9, 0.7, 1.1), 0.3, "not reproduced"),       # the paper's side, more than twice its gap
 ])
-def test_ordering_verdicts(est, paper, expected):
+def test_ordering_verdicts_judge_the_size_not_only_the_sign(est, paper, expected):
     assert verdict("ordering", est, paper) == expected
+
+
+def test_orderings_stated_without_a_gap_are_judged_on_the_side():
+    assert verdict("ordering", Estimate(0.05, 0.03, 0.07), math.nan, claim=1) == "reproduced"
+    assert verdict("ordering", Estimate(0.05, -0.03, 0.07), math.nan, claim=1) == "within noise"
+    assert verdict("ordering", Estimate(-0.05, -0.07, -0.03), math.nan, claim=1) == "contradicted"
+    assert verdict("ordering", Estimate(0.05, 0.03, 0.07), math.nan) == "context"
 
 
 def test_value_verdicts_use_the_interval_and_the_tolerance():
@@ -108,14 +151,37 @@ def test_value_verdicts_use_the_interval_and_the_tolerance():
         verdict("guess", ours, 0.8)
 
 
+def test_an_integer_count_reproduces_only_when_equal_or_inside_the_interval():
+    assert verdict("value", Estimate(6.0, 6.0, 6.0), 7.0, unit="GPUs") == "not reproduced"  # 15 % no longer
+    assert verdict("value", Estimate(6.5, 6.0, 7.0), 7.0, unit="GPUs") == "reproduced"
+    assert verdict("value", Estimate(7.0), 7.0, unit="GPUs") == "reproduced"
+
+
+def test_a_missing_value_where_the_paper_states_one_is_not_reproduced_with_its_reason():
+    j = judge("value", Estimate(math.nan, method="none: no tail advantage to share"), 40.0, unit="%")
+    assert j.verdict == "not reproduced" and "no tail advantage to share" in j.reason
+    assert verdict("ordering", Estimate(math.nan), math.nan, claim=1) == "not reproduced"
+    assert verdict("value", Estimate(math.nan), math.nan) == "context"
+
+
+def test_within_noise_says_how_many_traces_would_decide():
+    e = over_traces([0.02, -0.01, 0.05])  # mean 0.02, sd 0.03: holds 0 and the band of a 0.03 gap
+    j = judge("ordering", e, 0.03)
+    n = traces_to_decide(e, 0.03)
+    assert j.verdict == "within noise" and n is not None and f"about {n} traces" in j.reason
+    # with n traces of that spread the interval would exclude zero
+    from repro.paper.verdicts import t_quantile
+    assert t_quantile(n - 1) * e.spread / math.sqrt(n) < abs(e.value) <= t_quantile(n - 2) * e.spread / math.sqrt(n - 1)
+
+
 def test_headline_frame_judges_rows_and_refuses_a_key_twice():
-    rows = [{"key": "x_gap", "ours": Estimate(0.04, 0.01, 0.07), "paper": 0.3, "kind": "ordering",
+    rows = [{"key": "x_gap", "ours": Estimate(0.25, 0.2, 0.3), "paper": 0.3, "kind": "ordering",
              "runs": ["r1", "r2", "r1"]},
             {"key": "x_input", "ours": 7.4, "paper": 7.4, "kind": "input", "unit": "x"},
             {"key": "x_ours", "ours": 3.0}]
     f = headline_frame(rows, "99_test", measured="sim")
     assert list(f.verdict) == ["reproduced", "input", "context"]
-    assert f.loc[0, "runs"] == "r1 r2" and f.loc[0, "ours_lo"] == 0.01
+    assert f.loc[0, "runs"] == "r1 r2" and f.loc[0, "ours_lo"] == 0.2
     with pytest.raises(ValueError, match="twice"):
         headline_frame(rows + [{"key": "x_ours", "ours": 1.0}], "99_test")
 
@@ -124,21 +190,20 @@ def test_a_claimed_tie_needs_the_whole_interval_near_zero():
     assert verdict("ordering", Estimate(0.004, -0.01, 0.015), -0.006, claim=0) == "reproduced"
     assert verdict("ordering", Estimate(0.01, -0.01, 0.04), -0.006, claim=0) == "within noise"   # too wide
     assert verdict("ordering", Estimate(0.05, 0.03, 0.07), -0.006, claim=0) == "not reproduced"  # a clear lead
-    # an ordering stated in words only (paper NaN) is judged on the claim's side
-    assert verdict("ordering", Estimate(0.05, 0.03, 0.07), math.nan, claim=1) == "reproduced"
-    assert verdict("ordering", Estimate(0.05, 0.03, 0.07), math.nan) == "context"
+    # in goodput points the margin is 2 points, not 0.02 points
+    assert verdict("ordering", Estimate(0.5, -1.0, 1.5), 0.0, unit="points") == "reproduced"
 
 
 def test_findings_show_each_verdict_and_the_caveats_of_how_it_was_measured(tmp_path):
     from repro.paper.findings import findings_markdown
     from tests.paper.conftest import make_section
 
-    rows = [{"key": "x_gap", "ours": Estimate(0.01, -0.01, 0.03), "paper": 0.3, "kind": "ordering"},
+    rows = [{"key": "x_gap", "ours": Estimate(0.1, -0.01, 0.2), "paper": 0.3, "kind": "ordering"},
             {"key": "x_input", "ours": 7.4, "paper": 7.4, "kind": "input", "unit": "x"}]
     head = headline_frame(rows, "99_test", measured="sim")
     text = findings_markdown(head, title="99", backend="sim", scale="quick", traces=1, requests=200, measured="sim")
-    assert "| `x_gap` | 0.010 [-0.010, 0.030] | 0.3 | 〰 within noise |" in text
-    assert "one trace" in text and "given" in text and "no ordering is shown" in text
+    assert "| `x_gap` | 0.100 [-0.010, 0.200] | 0.3 | 〰 within noise | our interval holds both zero" in text
+    assert "one trace" in text and "given" in text and "cannot decide" in text
     live = findings_markdown(head, title="99", backend="emulated", scale="full", traces=3, requests=1000,
                              measured="emulated, 8 live runs, 2 INVALID, K=1")
     assert "invalid" in live and "one trace" not in live and "quick scale" not in live
@@ -183,15 +248,19 @@ def test_joint_bootstrap_pairs_requests_and_keeps_or_draws_traces():
     assert (est["diff"].lo, est["diff"].hi) == (0.0, 0.0)
     assert est["p99_ratio"].lo == pytest.approx(2.0) and est["p99_ratio"].hi == pytest.approx(2.0)
     assert est["diff"].traces == 3 and est["diff"].requests == 900 and "3 traces" in est["diff"].method
-    # one trace all good, one all bad: drawing traces spreads the mean over [0, 1]; keeping them does not
-    split = {"g": [_outcomes(np.ones(50)), _outcomes(np.zeros(50))]}
+    within = joint_bootstrap({"a": a, "b": b}, stat, resample_traces=False)  # block indices shared by a and b
+    assert (within["diff"].lo, within["diff"].hi) == (0.0, 0.0) and "block bootstrap" in within["diff"].method
+    # traces that disagree: drawing traces gives (for a mean) the t interval over them; keeping them does not
+    split = {"g": [_outcomes(np.full(50, p)) for p in (1.0, 0.0, 1.0, 0.0, 1.0)]}
 
     def mean(g):
         return {"m": float(np.mean([o.good.mean() for o in g["g"]]))}
 
     drawn, kept = joint_bootstrap(split, mean), joint_bootstrap(split, mean, resample_traces=False)
-    assert (drawn["m"].lo, drawn["m"].hi) == (0.0, 1.0)
-    assert (kept["m"].lo, kept["m"].hi) == (0.5, 0.5) and "within each of 2 traces" in kept["m"].method
+    t = over_traces([1.0, 0.0, 1.0, 0.0, 1.0])
+    assert drawn["m"].value == t.value and "t interval over 5 traces" in drawn["m"].method
+    assert (drawn["m"].hi - drawn["m"].lo) == pytest.approx(t.hi - t.lo, rel=0.05)  # B = 1000 resamples
+    assert (kept["m"].lo, kept["m"].hi) == pytest.approx((0.6, 0.6)) and "within each of 5 traces" in kept["m"].method
     with pytest.raises(ValueError, match="same traces"):
         joint_bootstrap({"a": a, "b": b[:2]}, stat)
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
+from repro.paper import reference as paper_reference
 from repro.paper.grids import PAPER_POLICY_RANK, paper_value, policy_summary, specs_grid
 from repro.paper.verdicts import Estimate, over_traces, resample, wilson
 from repro.routing.policies import PAPER_POLICIES
@@ -157,7 +158,9 @@ def load_and_tails_headline(sweep: pd.DataFrame, op: pd.DataFrame, burst: pd.Dat
     if len(rr_runs):
         light, sat = rr_runs[rr_runs.rate == rr_runs.rate.min()], rr_runs[rr_runs.rate == rr_runs.rate.max()]
         out += [{"key": "fig5_rr_goodput_light", "ours": ctx.goodput(light), "runs": ctx.run_ids(light)},
-                {"key": "fig5_rr_goodput_sat", "ours": ctx.goodput(sat), "runs": ctx.run_ids(sat)},
+                {"key": "fig5_rr_goodput_sat", "ours": ctx.goodput(sat), "runs": ctx.run_ids(sat), "kind": "input",
+                 "meaning": "round-robin's goodput at the operating point: the saturation search aims at it, so an "
+                            "input, not a result"},
                 {"key": "fig5_rr_ttft_p99_light", "ours": over_traces(light.sort_values("seed").ttft_p99_s.to_list()),
                  "runs": ctx.run_ids(light)},
                 {"key": "fig5_rr_ttft_p99_sat", "ours": over_traces(sat.sort_values("seed").ttft_p99_s.to_list()),
@@ -171,12 +174,15 @@ def load_and_tails_headline(sweep: pd.DataFrame, op: pd.DataFrame, burst: pd.Dat
     out += [{"key": k, "ours": over_traces(of(p).sort_values("seed").ttft_p99_s.to_list()), "runs": ctx.run_ids(of(p))}
             for p, k in FIG6_KEYS.items() if p in o.index]
     if {"marginal_cost", "round_robin", "least_loaded"} <= set(o.index):
-        best = str(o.loc[["round_robin", "least_loaded"], "ttft_p99_s"].idxmin())
-        out.append({"key": "fig6_best_other_minus_mc_ttft_p99",
-                    "ours": ctx.difference(of(best), of("marginal_cost"), "ttft_p99_s"), "kind": "ordering",
-                    "claim": 1, "paper": np.nan, "unit": "s", "runs": ctx.run_ids(of(best), of("marginal_cost")),
-                    "meaning": f"P99 TTFT of the lower of round-robin and JSQ here ({best}) minus the learned "
-                               "router's, paired by trace (the paper: the learned router's is lowest, so positive)"})
+        ref = paper_reference.load().set_index("key")["value"]
+        gap = float(min(ref["fig6_rr_ttft_p99"], ref["fig6_ll_ttft_p99"]) - ref["fig6_mc_ttft_p99"])
+        rivals = {p: of(p) for p in ("round_robin", "least_loaded")}
+        est, best = ctx.least_difference(of("marginal_cost"), rivals, "ttft_p99_s", worst=True)
+        out.append({"key": "fig6_best_other_minus_mc_ttft_p99", "ours": est, "kind": "ordering",
+                    "claim": 1, "paper": gap, "unit": "s", "runs": ctx.run_ids(*rivals.values(), of("marginal_cost")),
+                    "meaning": f"P99 TTFT of the lower of round-robin and JSQ (now {best}) minus the learned router's, "
+                               "paired by trace, selection-aware (the paper: 0.337 - 0.321 s, the learned router's "
+                               "is lowest)"})
     b = burst.set_index("policy")
     if "marginal_cost" in b.index:
         rolled = rolling_estimates(timeline) if timeline is not None else {}

@@ -15,6 +15,7 @@ import pandas as pd
 
 from repro.experiment.spec import RunSpec
 from repro.paper import reference as paper_reference
+from repro.paper.plans import FULL_SEEDS
 from repro.routing.policies import PAPER_POLICIES
 
 if TYPE_CHECKING:
@@ -62,21 +63,24 @@ def table_two_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> l
     mc = runs[runs.policy == "marginal_cost"]
     out: list[dict[str, Any]] = [{"key": "table2_mc_mean", "ours": ctx.goodput(mc), "runs": ctx.run_ids(mc),
                                   "meaning": f"mean goodput over {mc.seed.nunique()} trace(s)"}]
-    for i, seed in enumerate(sorted(mc.seed)[:3], start=1):
+    first = sorted(mc.seed)[:len(FULL_SEEDS)]  # the paper's Table II lists its three traces
+    for i, seed in enumerate(first, start=1):
         one = mc[mc.seed == seed]
-        out.append({"key": f"table2_mc_trace{i}", "ours": ctx.goodput(one), "runs": ctx.run_ids(one)})
+        out.append({"key": f"table2_mc_trace{i}", "ours": ctx.goodput(one), "runs": ctx.run_ids(one),
+                    "meaning": f"goodput on trace {i} (seed {seed}) alone: a block bootstrap over its requests"})
     if "least_loaded" in set(runs.policy):
-        ll = runs[runs.policy == "least_loaded"]
+        ll = runs[(runs.policy == "least_loaded") & runs.seed.isin(first)]
         worst = ll.sort_values(["goodput", "seed"]).head(1)
-        out.append({"key": "table2_ll_worst", "ours": ctx.goodput(worst), "runs": ctx.run_ids(worst)})
-    others = tab[tab.policy != "marginal_cost"].sort_values("mean_goodput", ascending=False)
-    if len(others):
-        best = str(others.iloc[0].policy)
-        rival = runs[runs.policy == best]
+        out.append({"key": "table2_ll_worst", "ours": ctx.goodput(worst), "runs": ctx.run_ids(worst),
+                    "meaning": f"JSQ's worst of the first {len(first)} traces (the paper's protocol), alone"})
+    rivals = {p: runs[runs.policy == p] for p in tab.policy if p != "marginal_cost"}
+    if rivals:
         ref = paper_reference.load().set_index("key")["value"]
-        out.append({"key": "table2_mc_minus_best_baseline", "ours": ctx.difference(mc, rival), "kind": "ordering",
-                    "claim": 1, "paper": np.nan, "unit": "fraction",
-                    "runs": ctx.run_ids(mc, rival),
-                    "meaning": f"learned router minus the best baseline here ({best}), paired by trace; the paper: "
-                               f"the learned router has the highest mean ({float(ref['table2_mc_mean']):.3f})"})
+        gap = float(ref["width4_mc"] - ref["width4_ll"])  # Table II's setting at decode width 4 (§V-D)
+        est, best = ctx.least_difference(mc, rivals)
+        out.append({"key": "table2_mc_minus_best_baseline", "ours": est, "kind": "ordering", "claim": 1,
+                    "paper": gap, "unit": "fraction", "runs": ctx.run_ids(mc, *rivals.values()),
+                    "meaning": f"learned router minus the best baseline (now {best}), paired by trace, "
+                               f"selection-aware; the paper: the highest mean ({float(ref['table2_mc_mean']):.3f}), "
+                               f"{gap:.3f} above JSQ (§V-D, width 4)"})
     return out

@@ -43,7 +43,7 @@ import pandas as pd
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
-from repro.paper.plans import SEARCH_MAX_REQUESTS
+from repro.paper.plans import FULL_SEEDS, SEARCH_MAX_REQUESTS
 from repro.paper.verdicts import Estimate
 from repro.vocab import DEFAULT_PROFILE
 
@@ -375,12 +375,14 @@ class Plan:
 
 
 def plan(scale: str, requests: int = 0) -> Plan:
-    """The sweep of a scale: full `SWEEP` on every trace, quick `QUICK_SWEEP` on `QUICK_TRACES`, with
+    """The sweep of a scale: full `SWEEP` on the paper's three traces (`repro.paper.plans.FULL_SEEDS`: a
+    robustness sweep of our constants, not a claim of the paper; its t intervals stay valid, only wider),
+    quick `QUICK_SWEEP` on `QUICK_TRACES`, with
     `SENSITIVITY_REQUESTS` requests per run unless ``requests`` > 0."""
     full = scale == "full"
     if isinstance(requests, bool) or not isinstance(requests, int) or requests < 0:
         raise ConfigError(f"parameter 'sensitivity_requests' = {requests!r} must be an integer >= 0 (0 = the scale "
                           "default)")
     return Plan(dict(SWEEP if full else QUICK_SWEEP), int(requests) or SENSITIVITY_REQUESTS[1 if full else 0],
-                None if full else QUICK_TRACES)
+                len(FULL_SEEDS) if full else QUICK_TRACES)
 

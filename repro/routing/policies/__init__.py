@@ -91,22 +91,27 @@ def policy_class(name: str) -> type:
 
 
 def policy_fingerprint(name: str) -> str:
-    """A short hash of the code of policy ``name``: the source of its class and of every base class it
-    inherits from outside `repro.routing.policies.base` (the formula, not the interface). Two runs
-    of one spec by different formulas under the same name (``marginal_cost`` was our batching
-    variant before it became the paper's scorer) get different fingerprints; a finished live run
-    is resumed only when its manifest's fingerprint matches (`repro.experiment.runner.run`)."""
+    """A short hash of the code of policy ``name``: the source of its class and of its bases, and of
+    every module they import outside the standard library (`repro.sources.import_closure`: the
+    scorers' pair pricing in `repro.routing.policies.pricing`, the cost model, a user's own helpers;
+    other installed distributions by their version). Two runs of one spec by different code under
+    the same name get different fingerprints; a finished run is resumed only when its manifest's
+    fingerprint matches (`repro.experiment.runner.finished_run`)."""
     import hashlib
 
+    from repro.sources import closure_hash
+
     cls = policy_class(name)
-    parts = []
+    parts, modules = [], set()
     for c in cls.__mro__:
-        if c is object or c.__module__ == "repro.routing.policies.base" or c.__module__ == "abc":
+        if c is object or c.__module__ in ("abc", "builtins"):
             continue
+        modules.add(c.__module__)
         try:
             parts.append(inspect.getsource(c))
         except (OSError, TypeError):  # a class without source (built in, or made at run time)
             parts.append(f"{c.__module__}.{c.__qualname__}")
+    parts.append(closure_hash(modules))
     return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:16]
 
 

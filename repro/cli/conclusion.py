@@ -1,0 +1,63 @@
+"""`repro conclusion`: the written conclusion of a `repro paper` run, and the docs' copy of its verdicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from repro.errors import ConfigError
+from repro.paths import REPO_ROOT
+
+DOCS = ("README.md", "REPRODUCE.md")
+"""The documents that carry the main job's verdicts (`repro.paper.claims.docs_block`)."""
+
+
+def conclusion_cmd(
+    backend: str = typer.Option("sim", "--backend", help="the run's backend: sim | emulated | vllm"),
+    scale: str | None = typer.Option(None, "--scale", help="quick | full (default: full on sim, quick live)"),
+    results_dir: Path | None = typer.Option(None, "--results-dir",
+                                            help="the run's results (default results/<backend>-<scale>)"),
+    docs: bool = typer.Option(False, "--docs", help="write the verdicts block of README.md and REPRODUCE.md from "
+                                                    "this summary (the main job's: sim, full)"),
+    check: bool = typer.Option(False, "--check", help="exit 1 when README.md's or REPRODUCE.md's verdicts block "
+                                                      "differs from this summary's"),
+) -> None:
+    """Print the conclusion of a `repro paper` run, written from its summary.csv: the grouped tally and
+    one paragraph per headline claim of the paper (what it says, what we measure with its interval,
+    the verdict and why, what it rests on). With --docs or --check, the README's and REPRODUCE's copy."""
+    import pandas as pd
+
+    from repro.paper.claims import conclusion_markdown, docs_block, docs_block_of, replace_docs_block
+    from repro.paper.summary import default_dirs
+    from repro.paths import resolve_dir
+
+    scale = scale or ("full" if backend == "sim" else "quick")
+    res = resolve_dir(results_dir) if results_dir else default_dirs(backend, scale)[0]
+    path = res / "summary.csv"
+    if not path.exists():
+        raise ConfigError(f"conclusion: {path} not found: run `repro paper` first (or pass --results-dir)")
+    summary = pd.read_csv(path, keep_default_na=True)
+    if "group" not in summary.columns:
+        raise ConfigError(f"conclusion: {path} has no 'group' (written by an older version): rerun `repro paper`")
+    if not (docs or check):
+        typer.echo(conclusion_markdown(summary))
+        return
+    block = docs_block(summary)
+    stale = []
+    for name in DOCS:
+        doc = REPO_ROOT / name
+        text = doc.read_text(encoding="utf-8")
+        if docs_block_of(text) == block:
+            continue
+        if docs:
+            doc.write_text(replace_docs_block(text, block), encoding="utf-8")
+            typer.echo(f"conclusion: {name} updated from {path}")
+        else:
+            stale.append(name)
+    if stale:
+        typer.echo(f"conclusion: the verdicts block of {', '.join(stale)} differs from {path}; "
+                   "run `repro conclusion --docs`", err=True)
+        raise typer.Exit(1)
+    if check:
+        typer.echo(f"conclusion: {', '.join(DOCS)} agree with {path}")

@@ -1,0 +1,130 @@
+"""The source files a piece of code runs, and their hash: what decides whether a finished run is stale.
+
+`import_closure(module)` follows a module's imports (read from its source with `ast`, resolved with
+`importlib.util.find_spec`, recursively; imports inside functions included) and returns the source
+files of every module it reaches that is not part of the standard library. A module of another
+installed distribution is not read but named with its version (``numpy==2.4.6``): a new release of
+a dependency changes the hash, its thousands of files are not hashed. A compiled module (mypyc's
+extension beside ``repro/routing/ledger.py``) counts by its Python source. `closure_hash(modules)`
+is the sha256 of those files' paths and bytes, and of the versions.
+
+Used by `repro.routing.policies.policy_fingerprint` (a policy and everything it imports: pricing.py
+included) and by `repro.experiment.runner`, which reuses a finished run only when its fingerprint
+is this code's.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import sys
+import sysconfig
+from collections.abc import Iterable
+from pathlib import Path
+
+_STDLIB = tuple(str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "platstdlib"))
+_SITE = tuple(str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("purelib", "platlib"))
+
+
+def _source_of(origin: str) -> Path | None:
+    """A module's Python source: ``origin`` itself, or for a compiled extension the ``.py`` beside it."""
+    p = Path(origin)
+    if p.suffix == ".py":
+        return p
+    if p.suffix in (".so", ".pyd"):
+        src = p.with_name(p.name.split(".", 1)[0] + ".py")
+        return src if src.exists() else None
+    return None
+
+
+def _imports(source: str, package: str) -> set[str]:
+    """Absolute names of the modules ``source`` imports (``package``: the importing module's package)."""
+    out: set[str] = set()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return out
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - node.level + 1] if node.level > 1 else parts
+                base = ".".join([*parts, base] if base else parts)
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    return {n for n in out if n}
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict[str, list[str]]:
+    return dict(importlib.metadata.packages_distributions())
+
+
+@functools.lru_cache(maxsize=64)
+def _distribution_version(top: str) -> str:
+    try:  # most distributions are named as their top-level package (numpy, pandas); else look it up
+        return f"{top}=={importlib.metadata.version(top)}"
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    for dist in _distributions().get(top, []):
+        try:
+            return f"{dist}=={importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return f"{top}==?"
+
+
+@functools.lru_cache(maxsize=256)
+def import_closure(module: str) -> tuple[tuple[Path, ...], tuple[str, ...]]:
+    """``(source files, other distributions' versions)`` of ``module`` and everything it imports, outside
+    the standard library. Modules that cannot be found are skipped (a guarded optional import)."""
+    root_top = module.split(".")[0]
+    files: dict[str, Path] = {}
+    versions: set[str] = set()
+    todo, seen = [module], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name.split(".")[0] in sys.builtin_module_names:
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError, AttributeError):
+            continue
+        if spec is None or not spec.origin or spec.origin in ("built-in", "frozen"):
+            continue
+        origin = str(Path(spec.origin).resolve())
+        if origin.startswith(_STDLIB) and not origin.startswith(_SITE):
+            continue
+        top = name.split(".")[0]
+        if top != root_top and top != "repro" and origin.startswith(_SITE):
+            versions.add(_distribution_version(top))  # another installed distribution: its version
+            continue
+        src = _source_of(origin)
+        if src is None:
+            continue
+        files[str(src)] = src
+        package = name if spec.submodule_search_locations else name.rpartition(".")[0]
+        todo.extend(_imports(src.read_text(encoding="utf-8", errors="replace"), package))
+    return tuple(files[k] for k in sorted(files)), tuple(sorted(versions))
+
+
+def closure_hash(modules: Iterable[str]) -> str:
+    """A short sha256 of the import closures of ``modules`` (`import_closure`): paths, bytes and versions."""
+    h = hashlib.sha256()
+    for m in sorted(set(modules)):
+        files, versions = import_closure(m)
+        for f in files:
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+        for v in versions:
+            h.update(v.encode())
+    return h.hexdigest()[:16]
