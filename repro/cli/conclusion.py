@@ -9,17 +9,15 @@ import typer
 from repro.errors import ConfigError
 from repro.paths import REPO_ROOT
 
-DOCS = ("README.md", "REPRODUCE.md")
-"""The documents that carry the main job's verdicts (`repro.paper.claims.docs_block`)."""
-
 
 def conclusion_cmd(
     backend: str = typer.Option("sim", "--backend", help="the run's backend: sim | emulated | vllm"),
     scale: str | None = typer.Option(None, "--scale", help="quick | full (default: full on sim, quick live)"),
     results_dir: Path | None = typer.Option(None, "--results-dir",
                                             help="the run's results (default results/<backend>-<scale>)"),
-    docs: bool = typer.Option(False, "--docs", help="write the verdicts block of README.md and REPRODUCE.md from "
-                                                    "this summary (the main job's: sim, full)"),
+    docs: bool = typer.Option(False, "--docs", help="keep this summary (the main job's: sim, full) as "
+                                                    "docs/main_job_summary.csv and write the verdicts block of "
+                                                    "README.md and REPRODUCE.md from it"),
     check: bool = typer.Option(False, "--check", help="exit 1 when README.md's or REPRODUCE.md's verdicts block "
                                                       "differs from this summary's"),
 ) -> None:
@@ -28,7 +26,7 @@ def conclusion_cmd(
     the verdict and why, what it rests on). With --docs or --check, the README's and REPRODUCE's copy."""
     import pandas as pd
 
-    from repro.paper.claims import conclusion_markdown, docs_block, docs_block_of, replace_docs_block
+    from repro.paper.claims import DOCS, SNAPSHOT, conclusion_markdown, docs_block, docs_stale, replace_docs_block
     from repro.paper.summary import default_dirs
     from repro.paths import resolve_dir
 
@@ -43,19 +41,20 @@ def conclusion_cmd(
     if not (docs or check):
         typer.echo(conclusion_markdown(summary))
         return
+    if docs and not ((summary.backend == "sim").all() and (summary.scale == "full").all()):
+        raise ConfigError(f"conclusion: --docs quotes the main job (sim, full); {path} is another run's")
+    if docs:
+        snap = REPO_ROOT / SNAPSHOT
+        if not snap.exists() or snap.read_bytes() != path.read_bytes():
+            snap.write_bytes(path.read_bytes())
+            typer.echo(f"conclusion: {SNAPSHOT} is now {path}")
     block = docs_block(summary)
-    stale = []
-    for name in DOCS:
+    stale = docs_stale(summary, REPO_ROOT)
+    for name in stale if docs else ():
         doc = REPO_ROOT / name
-        text = doc.read_text(encoding="utf-8")
-        if docs_block_of(text) == block:
-            continue
-        if docs:
-            doc.write_text(replace_docs_block(text, block), encoding="utf-8")
-            typer.echo(f"conclusion: {name} updated from {path}")
-        else:
-            stale.append(name)
-    if stale:
+        doc.write_text(replace_docs_block(doc.read_text(encoding="utf-8"), block), encoding="utf-8")
+        typer.echo(f"conclusion: {name} updated from {path}")
+    if check and stale:
         typer.echo(f"conclusion: the verdicts block of {', '.join(stale)} differs from {path}; "
                    "run `repro conclusion --docs`", err=True)
         raise typer.Exit(1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
@@ -45,10 +46,10 @@ class Claim:
     varied_by: tuple[str, ...] = ()
 
 
-_CONSTANTS = ("the A40 profile's estimated constants (prefill per token, KV transfer bandwidth and latency, the "
-              "per-sequence decode cost: the paper states none of them), our workload generators (Table I does not "
-              "survive in the paper's text), the ledger's decode countdown and the operating point found by "
-              "round-robin's saturation search")
+_HARDWARE = ("the A40 profile's estimated constants (prefill per token, KV transfer bandwidth and latency, the "
+             "per-sequence decode cost: the paper states none of them), the ledger's decode countdown (from when "
+             "prefill answers) and the operating point found by round-robin's saturation search")
+_CONSTANTS = _HARDWARE + ", and our workload generators (Table I does not survive in the paper's text)"
 
 HEADLINE_CLAIMS: tuple[Claim, ...] = (
     Claim("lead", "Table II: the learned router leads on mixed bursty traffic",
@@ -102,8 +103,8 @@ HEADLINE_CLAIMS: tuple[Claim, ...] = (
           "holds >= 0.695",
           ("fig3_mc_minus_best_other_reasoning", "fig3_lt_minus_mc_chat", "fig3_worst_loadaware_minus_rr_documents",
            "fig3_mc_reasoning", "fig3_mc_chat"),
-          "our workload generators (chat's length caps, documents' prompt lengths, reasoning's output multiplier) "
-          "and " + _CONSTANTS,
+          "our workload generators (Table I does not survive: chat's length caps, documents' prompt lengths, "
+          "reasoning's output multiplier) and " + _HARDWARE,
           ("fig3_mc_minus_best_other_reasoning@marginal_cost_batching",
            "fig3_lt_minus_mc_chat@marginal_cost_batching")),
 )
@@ -189,12 +190,12 @@ def _row_text(r: pd.Series) -> str:
 
 def claim_verdicts(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per headline claim: id, title, verdict (its first row's), the row it rests on, and that
-    row's value, interval and reason; ``missing`` when the run has none of its rows."""
+    row's reason; ``missing`` when the run does not have that first row."""
     by_key = summary.drop_duplicates("key").set_index("key")
     out = []
     for c in HEADLINE_CLAIMS:
         have = [k for k in c.keys if k in by_key.index]
-        if not have:
+        if c.keys[0] not in by_key.index:
             out.append({"claim": c.id, "title": c.title, "verdict": "missing", "key": "", "reason": ""})
             continue
         r = by_key.loc[have[0]]
@@ -218,8 +219,10 @@ def conclusion_markdown(summary: pd.DataFrame, *, heading: str = "## Conclusion"
         head += ["**The tally, each measurement once:**", ""] + [f"- {line}" for line in tally_text(summary)] + [""]
     for c, v in zip(HEADLINE_CLAIMS, claim_verdicts(summary).itertuples(), strict=True):
         have = [k for k in c.keys if k in by_key.index]
-        if not have:
-            head += [f"**{c.title}: not measured in this run.** The paper: {c.paper}.", ""]
+        if c.keys[0] not in by_key.index:
+            some = "; ".join(_row_text(by_key.loc[k]) for k in have)
+            head += [f"**{c.title}: not measured in this run.** The paper: {c.paper}."
+                     + (f" Rows of it that were: {some}." if some else ""), ""]
             continue
         main = by_key.loc[have[0]]
         others = "; ".join(_row_text(by_key.loc[k]) for k in have[1:])
@@ -236,8 +239,21 @@ def conclusion_markdown(summary: pd.DataFrame, *, heading: str = "## Conclusion"
     return "\n".join(head).rstrip() + "\n"
 
 
-DOCS_BEGIN = "<!-- conclusion: written by `repro conclusion --docs` from results/sim-full/summary.csv; do not edit -->"
+DOCS_BEGIN = ("<!-- conclusion: written by `repro conclusion --docs` from the main job's summary.csv (kept as "
+              "docs/main_job_summary.csv); do not edit -->")
+SNAPSHOT = "docs/main_job_summary.csv"
+"""The main job's summary.csv as the docs quote it (relative to the repository root)."""
 DOCS_END = "<!-- /conclusion -->"
+
+
+def docs_stale(summary: pd.DataFrame, root: Path) -> list[str]:
+    """The documents under ``root`` (README.md, REPRODUCE.md) whose verdicts block is not ``summary``'s."""
+    block = docs_block(summary)
+    return [name for name in DOCS if docs_block_of((root / name).read_text(encoding="utf-8")) != block]
+
+
+DOCS = ("README.md", "REPRODUCE.md")
+"""The documents that carry the main job's verdicts (`docs_block`)."""
 
 
 def docs_block(summary: pd.DataFrame) -> str:

@@ -62,17 +62,17 @@ class NotebookResult:
 
 # ---- discovery and the parameters cell ---------------------------------------------------------
 OVERVIEW = "00_overview"
+"""The notebook that reads the run's ``summary.csv``: `run_paper` runs it after the sections."""
 
 NOTEBOOK_WALL_S: dict[str, float] = {
-    "13_beyond": 114, "14_scorers": 83, "10_feature_ablation": 63, "12_sim_vs_hardware": 41,
-    "09_load_and_tails": 41, "08_frontier": 28, "11_predictor_noise": 28, "03_methodology": 20,
-    "02_length_predictor": 10, "05_calibration_value": 7, "06_heterogeneity": 5, "01_calibration": 5,
-    "04_mixed_goodput": 5, "07_pool_width": 4,
+    "08_frontier": 176, "10_feature_ablation": 176, "13_beyond": 146, "09_load_and_tails": 132, "14_scorers": 107,
+    "11_predictor_noise": 91, "12_sim_vs_hardware": 69, "06_heterogeneity": 65, "07_pool_width": 48,
+    "05_calibration_value": 44, "04_mixed_goodput": 20, "03_methodology": 19, "02_length_predictor": 12,
+    "01_calibration": 5,
 }
-"""Each section notebook's wall seconds in the main job (sim, full, 2 cores, clean clone, ebb1e08):
+"""Each section notebook's wall seconds in the main job (sim, full, ten traces for 01-11, 2 cores, 01bda99):
 `run_paper` starts the longest first (longest-processing-time order), so no long notebook starts
 last and runs alone. Only the order depends on these; a notebook not listed starts after them."""
-"""The notebook that reads the run's ``summary.csv``: `run_paper` runs it after the sections."""
 
 
 def discover(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
@@ -316,6 +316,14 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
         for line in tally_text(summary):
             console.print(f"  {line}", markup=False, highlight=False)
         console.print(f"{len(summary)} rows written to {path}" + ("" if table else " (--table prints them all here)"))
+        if backend == "sim" and scale == "full" and not only:
+            from repro.paper.claims import docs_stale
+            from repro.paths import REPO_ROOT
+
+            stale = docs_stale(summary, REPO_ROOT)
+            if stale:
+                console.print(f"[yellow]the verdicts quoted in {', '.join(stale)} differ from this run's[/yellow] "
+                              "(`repro conclusion --docs` writes them from it)")
         from repro.paper.report import write_report
 
         console.print(f"report (one page, opens offline): {write_report(res_dir, fig_dir)}")
