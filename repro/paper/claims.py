@@ -25,10 +25,10 @@ GROUPS = ("headline", "testbed", "variants", "robustness", "inputs", "context")
 GROUP_TITLES = {
     "headline": "the paper's router: its claims",
     "testbed": "the testbed and the baselines' own values",
-    "variants": "our variants of the router (not the paper's)",
+    "variants": "our variants of the router, not the paper's",
     "robustness": "robustness sweeps over our estimated constants",
-    "inputs": "inputs (given or aimed at: never reproduced)",
-    "context": "context (the paper states no number)",
+    "inputs": "given or aimed at, never reproduced",
+    "context": "the paper states no number",
 }
 
 

@@ -15,7 +15,8 @@ not reproduced     the widened interval excludes it; also      the interval excl
                    when we have no value where the paper       whether on the paper's side or around zero
                    states one (the reason says why)            (a precise null); no value of ours
 contradicted       --                                          the interval excludes zero on the other side
-within noise       --                                          the interval holds both zero and the paper's
+within noise       the interval holds both zero and the        the interval holds both zero and the paper's
+                   paper's number (as wide as the number)
                                                                gap: the data cannot decide (the reason says
                                                                about how many traces would)
 input              a number the model was given or aimed at (a constant of the paper, an operating point
@@ -402,14 +403,18 @@ def joint_bootstrap(groups: Outcomes, stat: Callable[[Outcomes], Mapping[str, fl
     return out
 
 
-def traces_to_decide(est: Estimate, paper: float, *, level: float = LEVEL, most: int = 10_000) -> int | None:
-    """About how many traces would make an inconclusive ordering decide (its interval exclude zero or
-    the paper's gap band), if the mean stayed where it is and one trace's spread (``est.spread``) held:
-    the smallest ``n`` with ``t(n-1) * spread / sqrt(n)`` below the distance from our value to the
-    farther of zero and the band. None without a spread (no interval over traces) or beyond ``most``."""
+def traces_to_decide(est: Estimate, paper: float, *, level: float = LEVEL, most: int = 10_000,
+                     value: bool = False) -> int | None:
+    """About how many traces would make an inconclusive row decide (its interval exclude zero or the
+    paper's gap band; a value's: exclude zero or the paper's number), if the mean stayed where it is
+    and one trace's spread (``est.spread``) held: the smallest ``n`` with ``t(n-1) * spread / sqrt(n)``
+    below the distance from our value to the farther of the two. None without a spread (no interval
+    over traces) or beyond ``most``."""
     if math.isnan(est.spread) or est.spread <= 0 or math.isnan(est.value):
         return None
-    if math.isnan(paper) or paper == 0:
+    if value:
+        dist = max(abs(est.value), abs(est.value - paper))
+    elif math.isnan(paper) or paper == 0:
         dist = abs(est.value)
     else:
         lo, hi = sorted((paper / GAP_FACTOR, paper * GAP_FACTOR))
@@ -481,6 +486,10 @@ def judge(kind: str, ours: Estimate, paper: float, *, unit: str = "", tolerance:
         tol = default_tolerance(unit, paper) if tolerance is None else float(tolerance)
         band = f"our interval [{_num(lo)}, {_num(hi)}]" + (f" +- {_num(tol)}" if tol else "")
         if lo - tol <= paper <= hi + tol:
+            if ours.has_interval and lo <= 0.0 <= hi and abs(paper) > tol:  # as wide as the number itself
+                n = traces_to_decide(ours, paper, value=True)
+                more = f"; about {n} traces would decide it" if n else "; more traces would decide it"
+                return Judgement("within noise", f"{band} holds the paper's {_num(paper)} but also zero{more}")
             return Judgement("reproduced", f"{band} holds the paper's {_num(paper)}")
         off = paper - (hi + tol) if paper > hi + tol else (lo - tol) - paper
         return Judgement("not reproduced", f"{band} misses the paper's {_num(paper)} by {_num(off)}")

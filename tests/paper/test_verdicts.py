@@ -151,6 +151,15 @@ def test_value_verdicts_use_the_interval_and_the_tolerance():
         verdict("guess", ours, 0.8)
 
 
+def test_a_value_whose_interval_also_holds_zero_cannot_decide():
+    # three traces of a heavy-tailed P99: the interval holds the paper's 0.9 s, but also 0 s: no evidence either way
+    e = over_traces([0.5, 13.0, 2.0])
+    j = judge("value", e, 0.899, unit="s")
+    assert j.verdict == "within noise" and "also zero" in j.reason and "traces would decide" in j.reason
+    assert verdict("value", Estimate(0.8, 0.77, 0.83), 0.864, unit="fraction") == "reproduced"  # informative
+    assert verdict("value", Estimate(0.01, -0.01, 0.03), 0.0, unit="fraction") == "reproduced"  # the paper says ~0
+
+
 def test_an_integer_count_reproduces_only_when_equal_or_inside_the_interval():
     assert verdict("value", Estimate(6.0, 6.0, 6.0), 7.0, unit="GPUs") == "not reproduced"  # 15 % no longer
     assert verdict("value", Estimate(6.5, 6.0, 7.0), 7.0, unit="GPUs") == "reproduced"
