@@ -17,7 +17,8 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 def test_tuning_traces_are_disjoint_from_every_evaluation_trace():
     assert not set(tuning.TUNING_SEEDS) & set(tuning.EVALUATION_SEEDS)
-    assert set(plans.FULL_SEEDS) | set(plans.SIM_FULL_SEEDS) | set(plans.LIVE_QUICK_SEEDS) <= set(tuning.EVALUATION_SEEDS)
+    evaluated = set(plans.FULL_SEEDS) | set(plans.SIM_FULL_SEEDS) | set(plans.LIVE_QUICK_SEEDS)
+    assert evaluated <= set(tuning.EVALUATION_SEEDS)
     # every notebook's own choice of traces (its quick plan) is an evaluation trace too
     quick = [m for p in NOTEBOOKS.glob("[0-9][0-9]_*.py")
              for m in re.findall(r"quick_seeds=\(([\d, ]+)\)", p.read_text())]

@@ -13,8 +13,8 @@ from repro.paper.headline import headline_frame
 from repro.paper.verdicts import (
     Estimate,
     goodput_estimate,
-    judge,
     joint_bootstrap,
+    judge,
     least_difference,
     over_traces,
     paired_difference,
