@@ -215,9 +215,16 @@ def conclusion_markdown(summary: pd.DataFrame, *, heading: str = "## Conclusion"
             f"*Written by `repro.paper.claims` from this run's summary.csv ({cond}). Each number is ours with its "
             "95 % interval; each verdict compares that interval with the paper's stated number or gap "
             "(docs/VERDICTS.md).*", ""]
+    verdicts = claim_verdicts(summary)
+    counts = verdicts.verdict.value_counts()
+    order = [v for v in (*VERDICTS, "missing") if v in counts.index]
+    head += [f"**In sum:** of the paper's {len(verdicts)} headline claims about its router, "
+             + ", ".join(f"{int(counts[v])} {'not measured' if v == 'missing' else v}" for v in order)
+             + " (each judged by the row it rests on, below with its other rows). Each rests on modelling choices of "
+               "ours, named in its paragraph with the rows that vary them.", ""]
     if with_tally:
         head += ["**The tally, each measurement once:**", ""] + [f"- {line}" for line in tally_text(summary)] + [""]
-    for c, v in zip(HEADLINE_CLAIMS, claim_verdicts(summary).itertuples(), strict=True):
+    for c, v in zip(HEADLINE_CLAIMS, verdicts.itertuples(), strict=True):
         have = [k for k in c.keys if k in by_key.index]
         if c.keys[0] not in by_key.index:
             some = "; ".join(_row_text(by_key.loc[k]) for k in have)

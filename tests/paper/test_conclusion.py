@@ -58,6 +58,7 @@ def test_the_conclusion_has_a_paragraph_per_headline_claim_from_the_summary_alon
     assert "Rows that vary them: `sensitivity_table2_lead_min`" in text  # what the claim rests on, and its test
     assert "**Fig. 9: robust to predictor error: not measured in this run.**" in text
     assert "headline (the paper's router: its claims): 2 reproduced" in text
+    assert "**In sum:** of the paper's 7 headline claims about its router, 1 reproduced, 6 not measured" in text
     assert "Rows of it that were: `fig9_goodput_hi`" in text  # its main row (vs the heuristic) is missing
 
 
