@@ -419,8 +419,8 @@ _mount_harness_commands()
 
 def _mount_paper() -> None:
     from repro.cli.conclusion import conclusion_cmd
-    from repro.paper.report import report_cli
-    from repro.paper.runner import paper_cli
+    from repro.cli.paper import paper_cli
+    from repro.cli.report import report_cli
 
     app.command("paper")(_boundary(paper_cli))
     app.command("report")(_boundary(report_cli))

@@ -14,6 +14,7 @@ import contextlib
 import difflib
 import io
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,15 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from repro.errors import ConfigError, check_choice, parse_assignments
+from repro.errors import ConfigError
 from repro.paper.summary import collect_headlines, commit_id, default_dirs
 from repro.paths import CLUSTERS_DIR, NOTEBOOK_DIR, resolve_dir
 from repro.vocab import BACKENDS, SCALES
 
 if TYPE_CHECKING:
     from nbformat import NotebookNode
-    from rich.console import Console
-    from rich.table import Table
 
 KERNEL = "python3"
 
@@ -58,6 +57,25 @@ class NotebookResult:
     wall_s: float
     error: str = ""
     headline: pd.DataFrame | None = field(default=None, repr=False)
+
+
+StatusHook = Callable[[dict[str, tuple[str, float | None]]], None]
+"""Hears every notebook's (status, wall seconds) whenever one changes (`run_paper`'s ``on_status``)."""
+
+
+@dataclass
+class PaperRun:
+    """What `run_paper` did: every notebook's result (sections in order, the overview last), the
+    summary of their headline rows, and where summary.csv and report.html went (None: no summary)."""
+
+    results: list[NotebookResult]
+    summary: pd.DataFrame
+    summary_path: Path | None
+    report: Path | None
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
 
 
 # ---- discovery and the parameters cell ---------------------------------------------------------
@@ -164,11 +182,8 @@ def ensure_kernel(name: str = KERNEL) -> None:
 # ---- running -------------------------------------------------------------------------------------
 def _failure_text(exc: BaseException) -> str:
     tb = getattr(exc, "traceback", None)
-    if tb:
-        from rich.text import Text
-
-        text = "\n".join(tb)
-        return Text.from_ansi(text).plain
+    if tb:  # the kernel's coloured traceback, its ANSI colour codes removed
+        return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", "\n".join(tb))
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -194,8 +209,8 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
               cluster: str | None = None, out: str | Path = "build/notebooks",
               results_dir: str | Path | None = None, figures_dir: str | Path | None = None,
               extra: dict[str, Any] | None = None, jobs: int = 0, executor: str = "local",
-              address: str | None = None, table: bool = False,
-              console: Console | None = None) -> tuple[list[NotebookResult], pd.DataFrame]:
+              address: str | None = None, on_status: StatusHook | None = None,
+              on_message: Callable[[str], None] | None = None) -> PaperRun:
     """Run the selected notebooks; returns their results and the summary table (also written).
     Results and figures go to `default_dirs` unless given.
 
@@ -205,12 +220,10 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
     saturation probes run on worker processes too (`repro.experiment.executor`: ``$REPRO_JOBS`` =
     ``ceil(2 jobs / notebooks at once)``, so a notebook left running alone still uses every core).
     ``executor="ray"`` sends the notebooks' simulations to the Ray cluster at ``address`` instead.
-    Every result is the same for any ``jobs`` and executor. The terminal gets the grouped tally and the
-    headline claims (`claims_table`); ``table`` also prints every row (`summary_table`)."""
-    from rich.console import Console
-    from rich.live import Live
-    from rich.table import Table
-
+    Every result is the same for any ``jobs`` and executor. ``on_status`` hears every notebook's
+    status (name -> (pending | running | done | FAILED | skipped..., wall s)) whenever one changes,
+    ``on_message`` a line worth printing (the command line, `repro.cli.paper`, shows both); nothing
+    here prints. Ends by writing summary.csv and report.html."""
     from repro.paper.figures import write_results
 
     if backend not in BACKENDS:
@@ -221,8 +234,6 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
         raise ConfigError("paper: --backend vllm needs --cluster FILE (a cluster YAML; see data/clusters/)")
     if cluster and not Path(cluster).exists() and not (CLUSTERS_DIR / f"{cluster}.yaml").exists():
         raise ConfigError(f"paper: --cluster {cluster!r}: no such file")
-    # a log file or pipe gets a wide table (Rich would fold it to 80 columns and cut the keys)
-    console = console or Console(width=None if sys.stdout.isatty() else 160)
     nbs = select(only)
     res_default, fig_default = default_dirs(backend, scale)
     out_dir = resolve_dir(out)
@@ -237,17 +248,13 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
         check_parameters(nb, params)
     ensure_kernel()
 
-    status = {nb.stem: ("pending", None) for nb in nbs}
+    status: dict[str, tuple[str, float | None]] = {nb.stem: ("pending", None) for nb in nbs}
 
-    def render() -> Table:
-        t = Table(title=f"repro paper --backend {backend} --scale {scale}", expand=False)
-        t.add_column("notebook")
-        t.add_column("status")
-        t.add_column("wall s", justify="right")
-        for name, (st, wall) in status.items():
-            colour = {"done": "green", "FAILED": "red", "running": "yellow"}.get(st, "dim")
-            t.add_row(name, f"[{colour}]{st}[/{colour}]", "" if wall is None else f"{wall:.1f}")
-        return t
+    def changed() -> None:
+        if on_status is not None:
+            on_status(dict(status))
+
+    changed()
 
     results: list[NotebookResult] = []
     with contextlib.ExitStack() as stack:
@@ -255,9 +262,9 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             # engines this machine starts (launcher: vllm) come up once for every notebook's runs
             from repro.cluster.launchers import hold_cluster
 
-            console.print(f"starting the engines of {cluster_param} (once for all notebooks) ...")
+            if on_message is not None:
+                on_message(f"starting the engines of {cluster_param} (once for all notebooks) ...")
             params["cluster"] = stack.enter_context(hold_cluster(cluster_param, out_dir / "cluster"))
-        stack.enter_context(live := Live(render(), console=console, refresh_per_second=4, transient=False))
         sections = [n for n in nbs if n.stem != OVERVIEW]
         cores = jobs if jobs else ((os.cpu_count() or 1) if backend == "sim" else 1)
         workers = max(1, min(len(sections), cores))
@@ -270,12 +277,12 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
 
         def started(nb: Path) -> None:
             status[nb.stem] = ("running", None)
-            live.update(render())
+            changed()
 
         def finished(res: NotebookResult) -> None:
             results.append(res)
             status[res.name] = ("done" if res.ok else "FAILED", res.wall_s)
-            live.update(render())
+            changed()
 
         # the sections first (in parallel where they share nothing: sim), then the summary they make,
         # then the overview that reads it
@@ -302,36 +309,16 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
         for nb in [n for n in nbs if n.stem == OVERVIEW]:
             if path is None:
                 status[nb.stem] = ("skipped: no summary", None)
-                live.update(render())
+                changed()
                 continue
             started(nb)
             finished(run_notebook(nb, out_dir, params))
+    report = None
     if path is not None:
-        from repro.paper.claims import tally_text
-
-        if table:
-            console.print(summary_table(summary))
-        console.print(claims_table(summary))
-        console.print("the tally, each measurement once:")
-        for line in tally_text(summary):
-            console.print(f"  {line}", markup=False, highlight=False)
-        console.print(f"{len(summary)} rows written to {path}" + ("" if table else " (--table prints them all here)"))
-        if backend == "sim" and scale == "full" and not only:
-            from repro.paper.claims import docs_stale
-            from repro.paths import REPO_ROOT
-
-            stale = docs_stale(summary, REPO_ROOT)
-            if stale:
-                console.print(f"[yellow]the verdicts quoted in {', '.join(stale)} differ from this run's[/yellow] "
-                              "(`repro conclusion --docs` writes them from it)")
         from repro.paper.report import write_report
 
-        console.print(f"report (one page, opens offline): {write_report(res_dir, fig_dir)}")
-    for r in results:
-        if not r.ok:
-            console.print(f"[red]{r.name} failed[/red]; executed notebook: {r.output}")
-            console.print(r.error, markup=False, highlight=False)
-    return results, summary
+        report = write_report(res_dir, fig_dir)
+    return PaperRun(results, summary, path, report)
 
 
 @contextlib.contextmanager
@@ -347,123 +334,6 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def claims_table(summary: pd.DataFrame) -> Table:
-    """The paper's headline claims (`repro.paper.claims.HEADLINE_CLAIMS`) as a Rich table: each claim's
-    verdict, the row it rests on (ours [95 % interval] vs the paper) and why."""
-    from rich.table import Table
-
-    from repro.paper.claims import claim_verdicts
-    from repro.paper.verdicts import Estimate
-
-    colours = {"reproduced": "green", "not reproduced": "red", "contradicted": "bold red", "within noise": "yellow"}
-    by_key = summary.drop_duplicates("key").set_index("key")
-    t = Table(title="the paper's headline claims: ours [95% interval] vs the paper")
-    for c in ("claim", "verdict", "row", "ours [95% CI]", "paper", "why"):
-        t.add_column(c, justify="right" if c in ("ours [95% CI]", "paper") else "left", overflow="fold")
-    for v in claim_verdicts(summary).itertuples():
-        if not v.key:
-            t.add_row(v.title, v.verdict, "", "", "", "not measured in this run")
-            continue
-        r = by_key.loc[v.key]
-        ours = Estimate(float(r.ours), float(r.ours_lo), float(r.ours_hi)).text(4)
-        t.add_row(v.title, f"[{colours.get(v.verdict, 'default')}]{v.verdict}[/]", v.key, ours,
-                  "" if pd.isna(r.paper) else f"{float(r.paper):.4g}", v.reason)
-    return t
-
-
-def summary_table(summary: pd.DataFrame) -> Table:
-    """The headline numbers as a Rich table: ours with its 95 % interval beside the paper's, and the verdict."""
-    from rich.table import Table
-
-    from repro.paper.verdicts import Estimate
-
-    def text(v: Any) -> str:
-        return "" if pd.isna(v) else str(v)
-
-    def fmt(v: float) -> str:
-        return "" if pd.isna(v) else f"{v:.4g}"
-
-    colours = {"reproduced": "green", "not reproduced": "red", "contradicted": "bold red", "within noise": "yellow",
-               "input": "dim", "context": "dim"}
-    t = Table(title="headline numbers: ours [95% interval] vs the paper")
-    for c in ("notebook", "key", "ours [95% CI]", "paper", "verdict", "unit", "meaning", "measured"):
-        t.add_column(c, justify="right" if c in ("ours [95% CI]", "paper") else "left", overflow="fold")
-    for r in summary.itertuples():
-        ours = Estimate(float(r.ours), float(getattr(r, "ours_lo", float("nan"))),
-                        float(getattr(r, "ours_hi", float("nan")))).text(4)
-        v = text(getattr(r, "verdict", ""))
-        same = text(getattr(r, "same_as", ""))
-        t.add_row(str(r.notebook), str(r.key), ours, fmt(r.paper),
-                  f"[{colours.get(v, 'default')}]{v}[/]" + (f" (= {same})" if same else ""), text(r.unit),
-                  text(getattr(r, "meaning", "")), text(getattr(r, "measured", "")))
-    return t
-
-
-# ---- command line (mounted by repro.cli as `repro paper`) ----------------------------------------
-def _parse_extra(pairs: Sequence[str]) -> dict[str, Any]:
-    return parse_assignments(list(pairs), "paper: -p")
-
-
-def _make_cli() -> Callable[..., None]:
-    import typer
-
-    def paper_cmd(
-        backend: str = typer.Option("sim", "--backend",
-                                    help="sim (default: the deterministic simulator) | emulated (local emulated vLLM "
-                                         "engines over real HTTP) | vllm"),
-        scale: str | None = typer.Option(None, "--scale", help="quick | full (default: full on sim, quick live)"),
-        only: str | None = typer.Option(None, "--only", help="notebooks to run, e.g. 01,04 (default: all)"),
-        cluster: str | None = typer.Option(None, "--cluster", help="cluster YAML for emulated/vllm"),
-        out: Path = typer.Option(Path("build/notebooks"), "--out", help="folder for the executed notebooks"),
-        results_dir: Path | None = typer.Option(None, "--results-dir",
-                                                help="tidy CSVs (relative: to the repo root; default "
-                                                     "results/<backend>-<scale>)"),
-        figures_dir: Path | None = typer.Option(None, "--figures-dir",
-                                                help="PNG + PDF figures (relative: to the repo root; default "
-                                                     "figures/<backend>-<scale>)"),
-        param: list[str] = typer.Option([], "--param", "-p", help="extra notebook parameter NAME=VALUE (repeatable)"),
-        jobs: int = typer.Option(0, "--jobs", "-j", min=0, max=1024,
-                                 help="cores to use: notebooks at once, and their simulations on worker "
-                                      "processes (0: every core on sim, 1 on live backends); any value "
-                                      "gives the same results"),
-        executor: str = typer.Option("local", "--executor",
-                                     help="where the notebooks' simulations run: local (worker processes) | "
-                                          "ray (a Ray cluster, --address) | serial"),
-        address: str | None = typer.Option(None, "--address",
-                                           help="ray: the head's HOST:PORT (or 'auto'; default $REPRO_RAY_ADDRESS)"),
-        table: bool = typer.Option(False, "--table", help="also print every row of summary.csv (default: the "
-                                                          "headline claims and the grouped tally)"),
-    ) -> None:
-        """Rerun the paper: execute the section notebooks and print ours vs the paper's numbers.
-
-        Default: the deterministic simulator at full scale (10 traces x the paper's 10,000 requests;
-        the same numbers on every machine; notebooks in parallel, one per core). --backend emulated runs
-        the real proxy and load generator over HTTP against local emulated vLLM engines (quick scale
-        by default, ~45 min on 2 cores; see repro.paper.plans for what quick cuts). Every number gets
-        a 95% interval and a verdict judged against the paper's stated size; the run ends with the
-        headline claims and the grouped tally here, summary.csv and report.html (its conclusion first).
-        """
-        scale = scale or ("full" if backend == "sim" else "quick")
-        from repro.experiment.executor import EXECUTORS
-
-        check_choice("paper", "executor", executor, EXECUTORS)
-        if address and executor != "ray":
-            raise ConfigError(f"paper: --address is for --executor ray (got --executor {executor})")
-        if jobs > 1 and backend != "sim":
-            raise ConfigError(f"paper: --jobs {jobs} with --backend {backend}: live runs need the machine to "
-                              "themselves (their validity depends on it); --jobs runs sim notebooks in parallel")
-        results, _ = run_paper(backend=backend, scale=scale, only=only, cluster=cluster, out=out,
-                               results_dir=results_dir, figures_dir=figures_dir, extra=_parse_extra(param),
-                               jobs=jobs, executor=executor, address=address, table=table)
-        if not all(r.ok for r in results):
-            raise typer.Exit(1)
-
-    return paper_cmd
-
-
-paper_cli = _make_cli()
 
 
 # ---- checked outputs (golden files) ------------------------------------------------------------

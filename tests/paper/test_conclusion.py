@@ -91,9 +91,10 @@ def test_the_main_jobs_summary_is_this_codes(tmp_path, monkeypatch):
     from repro.paper.runner import CHECK_ENV, run_paper
 
     monkeypatch.setenv(CHECK_ENV, "")  # the notebooks' golden files are of their quick defaults, not of full scale
-    results, fresh = run_paper(backend="sim", scale="full", only="04,05,06,07", out=tmp_path / "nb",
-                               results_dir=tmp_path / "res", figures_dir=tmp_path / "fig")
-    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    run = run_paper(backend="sim", scale="full", only="04,05,06,07", out=tmp_path / "nb",
+                    results_dir=tmp_path / "res", figures_dir=tmp_path / "fig")
+    assert run.ok, [r.error for r in run.results if not r.ok]
+    fresh = run.summary
     snap = pd.read_csv(SNAPSHOT).set_index("key")
     fresh = fresh.set_index("key")
     assert len(fresh) >= 30 and set(fresh.index) <= set(snap.index)

@@ -92,13 +92,13 @@ def test_repro_report_finds_a_run_by_backend_and_scale(tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
 
-    from repro.paper import report
+    from repro.cli.report import report_cli
 
     res, fig = _run_dirs(tmp_path)
     seen = []
     monkeypatch.setattr("repro.paper.summary.default_dirs", lambda b, s: seen.append((b, s)) or (res, fig))
     app = typer.Typer()
-    app.command()(report.report_cli)
+    app.command()(report_cli)
     for args, want in ((["--backend", "emulated"], ("emulated", "quick")), ([], ("sim", "full"))):
         out = CliRunner().invoke(app, args)
         assert out.exit_code == 0, out.output

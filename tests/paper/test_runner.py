@@ -74,7 +74,9 @@ def test_repro_paper_twice_is_byte_identical(tmp_path):
     from typer.testing import CliRunner
 
     app = typer.Typer()
-    app.command()(paper.paper_cli)
+    from repro.cli.paper import paper_cli
+
+    app.command()(paper_cli)
     args = ["--backend", "sim", "--scale", "quick", "--only", "01,04", "--out", str(tmp_path / "build"),
             "--results-dir", str(tmp_path / "results"), "--figures-dir", str(tmp_path / "figures")]
     first = CliRunner().invoke(app, args)
