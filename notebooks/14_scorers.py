@@ -15,15 +15,21 @@
 # ---
 
 # %% [markdown]
-# # 14 · The paper's scorer beside ours, claim by claim
+# # 14 · The paper's scorer beside its other readings and ours, claim by claim
 #
 # `marginal_cost` is the paper's router as §III describes it: every (prefill, decode) pair scored by
 # the completion time the request would see there, in seconds: the prefill backlog, the request's
 # own priced work, the decode backlog read off the router's ledger *at full weight*, cache pressure
-# and an SLO hinge. `marginal_cost_batching` is our variant for continuously batching decode engines
-# (beyond the paper): the decode backlog enters only as the slowdown a newcomer shares with the
-# sequences already there. Here every claim the paper makes about its learned router is measured
-# for both, with the claim's own section (its runs, its headline rule and so its verdict): Table II's
+# and an SLO hinge; read as a deployed proxy runs it: the ledger counts a request's decode work down
+# from when its decode starts, and the TPOT hinge reads the per-token time of the batch it joins.
+# Where §III-A's formula is lost, this harness read the router differently before:
+# `marginal_cost_prefill_anchor` (the countdown restarts when the prefill answers: a request queued
+# for a full decode engine drains from its backlog unstarted), `marginal_cost_backlog_tpot` (TPOT
+# predicted from the decode backlog, which counts it twice) and `marginal_cost_prior` (both): how
+# much each verdict depends on the reading. `marginal_cost_batching` is our variant for continuously
+# batching decode engines (beyond the paper): the decode backlog enters only as the slowdown a
+# newcomer shares with the sequences already there. Here every claim the paper makes about its
+# learned router is measured for each, with the claim's own section (its runs, its headline rule and so its verdict): Table II's
 # lead, the worth of calibration and its mechanism (§V-B), the per-workload orderings (Fig. 3), the
 # pool-width claims (§V-D), greedy concentration at 1p2d (Fig. 4), predicted length as the
 # load-bearing feature (Fig. 8) and robustness to predictor noise (Fig. 9).
@@ -34,7 +40,7 @@ scale: str = "quick"  # quick | full
 seeds: list = []  # arrival traces (one seed each); [] means the scale default (sim quick [1, 2]; live quick [1]; full [1, 2, 3], the paper's three)
 n_requests: int = 0  # requests per run; 0 means the scale default (sim 2000 or 10000, live 200 or 1000)
 cluster: str = ""  # cluster YAML for emulated/vllm; a {topology} template for the pool-width and 1p2d claims
-formulas: list = []  # learned-router formulas to compare; [] means both (marginal_cost, marginal_cost_batching)
+formulas: list = []  # learned-router formulas to compare; [] means all five (the paper's scorer, its three prior readings, marginal_cost_batching)
 claims: list = []  # claim groups; [] means the scale default (all; live quick: Table II and the 1p2d scarcity)
 rate: float = 0.0  # one arrival rate (req/s) for every workload; 0 means each workload's saturation rate
 time_scale: float = 1.0  # emulated: physics K times faster than the wall clock; K > 1 biases TTFT (docs/VALIDITY.md)

@@ -27,6 +27,14 @@ Service = Literal["batching", "serial"]
 """The simulator's decode service model: continuous batching, or the paper's original serial one."""
 BacklogSource = Literal["ledger", "oracle"]
 """What the policy sees as backlog in the simulator: the router's ledger, or the true remaining work."""
+LedgerAnchor = Literal["decode_start", "prefill_answer"]
+"""When the router's ledger starts counting down a request's decode work: when its decode starts (the
+request joins the decode batch; a proxy sees the decode engine's first token), or when its prefill
+answers (the reading before issue 29: a request still queued for decode drains from the backlog)."""
+TpotReading = Literal["batch", "backlog"]
+"""The paper's router's predicted TPOT: the per-token time of the batch the request joins
+(``tau_dec(n_d)``), or the decode backlog plus its own work spread over its tokens (the reading before
+issue 29)."""
 SloClass = Literal["tight", "loose"]
 """A request's SLO class."""
 Status = Literal["ok", "failed", "rejected"]
@@ -42,6 +50,8 @@ SCALES: tuple[str, ...] = get_args(Scale)
 PREDICTORS: tuple[str, ...] = get_args(PredictorKind)
 SERVICES: tuple[str, ...] = get_args(Service)
 BACKLOG_SOURCES: tuple[str, ...] = get_args(BacklogSource)
+LEDGER_ANCHORS: tuple[str, ...] = get_args(LedgerAnchor)
+TPOT_READINGS: tuple[str, ...] = get_args(TpotReading)
 
 DEFAULT_PROFILE = "a40-qwen2.5-3b"
 """The hardware profile of the paper's testbed (A40 GPUs serving Qwen2.5-3B), in ``data/hardware/``."""

@@ -165,7 +165,7 @@ def test_admission_guard_rejects_hopeless_requests_only():
     assert isinstance(guard.place(req(cls="tight"), view()), Placement)  # an idle cluster admits
     assert isinstance(make_policy("marginal_cost", CM).place(req(cls="tight"), view(pre=pre)), Placement)
     plus = make_policy("marginal_cost_plus", CM)
-    assert plus.admission_guard and plus.sample_d == 2
+    assert plus.admission_guard and plus.guard_margin == 1.0 and plus.sample_d == 0  # as tuned (repro.paper.tuning)
     assert make_policy("marginal_cost_plus", CM, guard_margin=3.0).guard_margin == 3.0
 
 
@@ -189,10 +189,10 @@ def test_options_are_constructor_keywords_and_describe_reads_them():
         names = [p for p in inspect.signature(cls).parameters if p != "cost_model"]
         assert list(pol.get_params()) == names == list(cls.param_names())
         assert pol.describe() == {"policy": name, **pol.get_params()}
-    # MarginalCostPlus restates the options of the scorer it builds on; only three defaults differ
+    # MarginalCostPlus restates the options of the scorer it builds on; only the guard's defaults differ
     base, plus = (inspect.signature(c).parameters for c in (MarginalCostPlus.__mro__[1], MarginalCostPlus))
     assert list(base) == list(plus)
-    assert {k for k in base if base[k].default != plus[k].default} == {"sample_d", "admission_guard", "guard_margin"}
+    assert {k for k in base if base[k].default != plus[k].default} == {"admission_guard", "guard_margin"}
     # a user subclass forwarding **options accepts its base class's options
     pol = make_policy("tests.test_policies:ForwardingMarginalCost", CM, use_slo=False)
     assert pol.describe()["use_slo"] is False and pol.param_names() == MarginalCost.param_names()
@@ -202,9 +202,10 @@ def test_options_are_constructor_keywords_and_describe_reads_them():
 SWITCHES = ("use_backlog", "use_own_work", "use_cache_pressure", "use_slo")
 
 
-def paper_terms(cm, p, d, L, o, cls):
+def paper_terms(cm, p, d, L, o, cls, tpot_reading="batch"):
     """The paper's score of pair (p, d), written out from the formula with the cost model's raw
-    constants (seconds): {term: seconds}, the SLO hinge with every other term on."""
+    constants (seconds): {term: seconds}, the SLO hinge with every other term on. ``tpot_reading``:
+    TPOT_hat = tau_dec(n_d) (``batch``) or (backlog(d) + o tau_dec(n_d)) / o (``backlog``)."""
     T_ttft = cm.ttft_tight_s * (1.0 if cls == "tight" else cm.loose_factor)
     T_tpot = cm.tpot_tight_s * (1.0 if cls == "tight" else cm.loose_factor)
     tau_pre = cm.tau_pre_base_s + cm.tau_pre_per_token_s * L  # L < max_num_batched_tokens: one step
@@ -216,7 +217,8 @@ def paper_terms(cm, p, d, L, o, cls):
         "backlog": p.backlog_s + d.backlog_s,
         "own_work": tau_pre + tau_xfer + o * tau_dec,
         "cache": T_ttft * max(0.0, u - 0.8) / (1 - 0.8),
-        "slo": max(0.0, ttft_hat - T_ttft) + max(0.0, d.backlog_s + o * tau_dec - o * T_tpot),
+        "slo": max(0.0, ttft_hat - T_ttft) + (max(0.0, d.backlog_s + o * tau_dec - o * T_tpot)
+                                              if tpot_reading == "backlog" else o * max(0.0, tau_dec - T_tpot)),
     }
 
 
@@ -252,12 +254,39 @@ def test_paper_scorer_is_the_sum_of_its_terms_and_each_switch_removes_exactly_it
         assert score == pytest.approx(sum(paper_terms(CM, PRE[p], DEC[d], 1000, 50.0, "loose").values()), abs=1e-12)
 
 
-def test_paper_scorer_slo_hinge_prices_predicted_ttft_and_tpot_overruns_in_seconds():
+def test_paper_scorer_tpot_hinge_reads_the_per_token_time_of_the_batch_it_joins():
+    """The default TPOT reading: TPOT_hat = tau_dec(n_d). d0's 12 s of decode backlog do not enter the
+    hinge (they are in the score once); the hinge fires only when tau_dec(n_d) itself exceeds T_tpot."""
     r = req(o=300.0, L=1000, cls="tight")
     full = by_pair(MarginalCost(CM), r)
     no_slo = by_pair(MarginalCost(CM, use_slo=False), r)
     for (p, d), score in full.items():
         t = paper_terms(CM, PRE[p], DEC[d], 1000, 300.0, "tight")
+        assert score == pytest.approx(sum(t.values()), abs=1e-12)
+        assert score - no_slo[(p, d)] == pytest.approx(t["slo"], abs=1e-12)
+    tau = CM.tau_dec(10)
+    ttft_over = 0.30 + CM.tau_pre(1000) + CM.tau_xfer(1000) + tau - CM.ttft_tight_s
+    assert tau < CM.tpot_tight_s  # 10 in flight: the batch's per-token time is within the target
+    assert full[(0, 0)] - no_slo[(0, 0)] == pytest.approx(ttft_over, abs=1e-12)
+    # a batch slow enough per token: the hinge is o x the per-token overrun
+    slow = [sig(0, backlog=12.0, n=600, kv=0.5), DEC[1]]
+    got = {(p, d): s_ for s_, _, p, d in MarginalCost(CM).scores(r, ClusterView(0.0, PRE, slow))}
+    off = {(p, d): s_ for s_, _, p, d in MarginalCost(CM, use_slo=False).scores(r, ClusterView(0.0, PRE, slow))}
+    tau600 = CM.tau_dec(600)
+    assert tau600 > CM.tpot_tight_s
+    ttft600 = max(0.0, 0.30 + CM.tau_pre(1000) + CM.tau_xfer(1000) + tau600 - CM.ttft_tight_s)
+    assert got[(0, 0)] - off[(0, 0)] == pytest.approx(ttft600 + 300 * (tau600 - CM.tpot_tight_s), abs=1e-12)
+
+
+def test_paper_scorer_slo_hinge_prices_predicted_ttft_and_tpot_overruns_in_seconds():
+    """The prior TPOT reading (``marginal_cost_backlog_tpot``): TPOT_hat = (backlog(d) + o tau_dec) / o."""
+    from repro.routing.policies.paper import MarginalCostBacklogTpot as MarginalCost
+
+    r = req(o=300.0, L=1000, cls="tight")
+    full = by_pair(MarginalCost(CM), r)
+    no_slo = by_pair(MarginalCost(CM, use_slo=False), r)
+    for (p, d), score in full.items():
+        t = paper_terms(CM, PRE[p], DEC[d], 1000, 300.0, "tight", tpot_reading="backlog")
         assert score == pytest.approx(sum(t.values()), abs=1e-12)
         assert score - no_slo[(p, d)] == pytest.approx(t["slo"], abs=1e-12)
     tau = CM.tau_dec(10)
@@ -290,10 +319,12 @@ def test_miscalibrated_paper_scorer_degenerates_into_queue_counting(wrong):
         router = Router(MarginalCost(cm), cm, ["p0"], ["d0", "d1"])
         router.ledger.dispatch("long", 0, 0, 200, 1000.0, now=0.0)  # one long request on d0
         router.prefill_done("long", 0.08)
+        router.decode_started("long", 0.1)
         for k in range(3):  # three short ones on d1, two seconds later
             router.ledger.dispatch(f"short{k}", 0, 1, 200, 100.0, now=2.0)
         for k in range(3):
             router.prefill_done(f"short{k}", 2.1 + 0.1 * k)
+            router.decode_started(f"short{k}", 2.12 + 0.1 * k)
         return router.view(2.6)
 
     new = req(o=100.0, L=200, cls="loose")

@@ -6,6 +6,7 @@ import signal
 import time
 
 import httpx
+import pandas as pd
 import pytest
 
 from repro.cluster.launchers import launch
@@ -205,3 +206,120 @@ def test_the_proxy_never_sends_a_decode_prompt_other_than_the_prefilled_one(clus
     after = {i.name: _state(i) for i in cluster}
     assert {n: s["prompt_mismatches"] for n, s in after.items()} == before
     assert sum(s["pulls_ok"] for s in after.values()) - pulls_before == 8  # every request's KV was pulled
+
+
+CHAT = {"model": MODEL, "max_tokens": 9, "ignore_eos": True, "temperature": 0,
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "route me " * 25}]}
+
+
+def _without_volatile(answer):
+    """An answer without what differs from one call to the next (``created``, unix seconds)."""
+    return {k: v for k, v in answer.items() if k not in ("created",)}
+
+
+@pytest.mark.parametrize("path, payload", [("/v1/completions", body(14)), ("/v1/chat/completions", CHAT)],
+                         ids=["completions", "chat"])
+def test_a_non_streamed_client_gets_the_engines_own_non_streamed_answer(cluster, tmp_path, path, payload):
+    """The proxy streams from the decode engine (to see its first token) and rebuilds the client's
+    non-streamed answer: the same keys, text, usage and finish reason as the engines' own."""
+    from repro.live.pd_protocol import pd_request
+
+    p = next(i for i in cluster if i.role == "prefill")
+    d = next(i for i in cluster if i.role == "decode")
+
+    async def direct():
+        async with httpx.AsyncClient() as c:
+            return await pd_request(c, p.url, d.url, path, payload, "same-answer")
+
+    expected = asyncio.run(direct())
+    cfg, proc = make_proxy(cluster, tmp_path, policy="round_robin")
+    with proc as url, httpx.Client(timeout=30) as c:
+        r = c.post(url + path, json=payload, headers={"X-Request-Id": "same-answer"})
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+        got = r.json()
+    assert _without_volatile(got) == _without_volatile(expected)
+    assert list(got) == list(expected) and list(got["choices"][0]) == list(expected["choices"][0])
+    assert got["usage"]["completion_tokens"] == payload["max_tokens"]
+    row = read_journal(tmp_path / "proxy.jsonl").iloc[0]
+    assert row.status == "ok" and row.generated_tokens == payload["max_tokens"]
+    assert row.prefill_end_s <= row.decode_started_s < row.first_token_s <= row.finish_s  # the answer came whole
+
+
+def test_the_journal_says_when_each_decode_started(cluster, tmp_path):
+    """``decode_started_s``: the decode engine's first streamed token, for streamed clients (their
+    first token) and non-streamed ones (before their whole answer) alike."""
+    cfg, proc = make_proxy(cluster, tmp_path, policy="round_robin")
+    with proc as url, httpx.Client(timeout=30) as c:
+        for k, stream in enumerate((False, True, False, True)):
+            chat = k >= 2
+            payload = {**CHAT, "max_tokens": 30} if chat else body(30)
+            if stream:
+                payload = {**payload, "stream": True}
+            path = "/v1/chat/completions" if chat else "/v1/completions"
+            with c.stream("POST", url + path, json=payload, headers={"X-Request-Id": f"ds-{k}"}) as s:
+                assert s.status_code == 200
+                s.read()
+    j = read_journal(tmp_path / "proxy.jsonl").set_index("request_id")
+    assert len(j) == 4 and (j.status == "ok").all() and j.decode_started_s.notna().all()
+    assert (j.prefill_end_s <= j.decode_started_s).all() and (j.decode_started_s <= j.first_token_s).all()
+    assert (j.first_token_s <= j.finish_s).all()
+    for k in (1, 3):  # streamed: the first token the client saw is the decode's first
+        assert j.loc[f"ds-{k}", "decode_started_s"] == j.loc[f"ds-{k}", "first_token_s"]
+    for k in (0, 2):  # not streamed: 30 tokens later the whole answer came
+        assert j.loc[f"ds-{k}", "decode_started_s"] < j.loc[f"ds-{k}", "first_token_s"]
+
+
+def test_a_non_streamed_request_the_stream_cannot_rebuild_is_still_served(cluster, tmp_path):
+    """A request whose answer a stream cannot rebuild (here ``echo``; the emulator refuses
+    logprobs and n > 1) keeps the non-streamed decode call: the engine's answer byte for byte,
+    and the decode counted as started when it came."""
+    cfg, proc = make_proxy(cluster, tmp_path, policy="round_robin")
+    prompt = "tell me about routing " * 20
+    with proc as url, httpx.Client(timeout=30) as c:
+        r = c.post(url + "/v1/completions", json={**body(6, prompt=prompt), "echo": True},
+                   headers={"X-Request-Id": "echo"})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"].startswith(prompt) and r.json()["usage"]["completion_tokens"] == 6
+        # logprobs: the engine's own 400 passes through (prefill refuses it already)
+        r = c.post(url + "/v1/completions", json={**body(6), "logprobs": 1}, headers={"X-Request-Id": "lp"})
+        assert r.status_code == 400 and "logprobs" in r.json()["error"]["message"]
+    j = read_journal(tmp_path / "proxy.jsonl").set_index("request_id")
+    e = j.loc["echo"]
+    assert e.status == "ok" and e.prefill_end_s <= e.decode_started_s == e.first_token_s <= e.finish_s
+    assert j.loc["lp", "status"] == "failed" and pd.isna(j.loc["lp", "decode_started_s"])
+
+
+def test_a_non_streamed_client_whose_decode_stream_is_cut_gets_a_502_json(tmp_path):
+    """The cut fault on the decode engine: the non-streamed client gets a 502 JSON error (not an
+    SSE event), the row is failed once with the tokens seen, and the ledger is settled."""
+    with launch("1p1d", launcher="emulated", time_scale=SCALE) as instances:
+        d = next(i for i in instances if i.role == "decode")
+        httpx.post(d.url + "/_emulator/faults", json={"faults": ["cut:3"]}, timeout=10).raise_for_status()
+        cfg, proc = make_proxy(instances, tmp_path, policy="round_robin")
+        with proc as url, httpx.Client(timeout=30) as c:
+            r = c.post(url + "/v1/completions", json=body(20), headers={"X-Request-Id": "cut"})
+            assert r.status_code == 502 and r.headers["content-type"].startswith("application/json")
+            assert "stream cut" in r.json()["error"]["message"]
+            assert c.get(url + "/health").json()["in_flight"] == 0
+    j = read_journal(tmp_path / "proxy.jsonl")
+    assert len(j) == 1 and j.status.iloc[0] == "failed" and j.generated_tokens.iloc[0] >= 1
+    assert j.decode_started_s.notna().all() and j.first_token_s.isna().all()
+
+
+def test_which_non_streamed_answers_a_stream_can_rebuild():
+    from repro.live.pd_protocol import rebuildable_from_stream, streamed_body
+
+    comp, chat = "/v1/completions", "/v1/chat/completions"
+    assert rebuildable_from_stream(comp, body()) and rebuildable_from_stream(chat, CHAT)
+    assert rebuildable_from_stream(comp, {**body(), "n": 1, "best_of": 1, "logprobs": None, "prompt": ["one"]})
+    assert rebuildable_from_stream(comp, {**body(), "prompt": [1, 2, 3]})
+    for extra in ({"n": 2}, {"best_of": 3}, {"logprobs": 0}, {"prompt_logprobs": 1}, {"echo": True},
+                  {"prompt": ["one", "two"]}, {"prompt": [[1, 2], [3]]}, {"stream_options": {"include_usage": True}},
+                  {"use_beam_search": True}, {"return_token_ids": True}):
+        assert not rebuildable_from_stream(comp, {**body(), **extra}), extra
+    for extra in ({"logprobs": True}, {"top_logprobs": 2}, {"tools": []}, {"tool_choice": "none"},
+                  {"response_format": {"type": "json_object"}}, {"n": 2}):
+        assert not rebuildable_from_stream(chat, {**CHAT, **extra}), extra
+    b = body()
+    s = streamed_body(b)
+    assert s["stream"] is True and s["stream_options"] == {"include_usage": True} and "stream" not in b

@@ -109,9 +109,10 @@ def test_a_chain_of_ties_across_the_window_is_left_to_the_enumeration():
     assert pol["fast"].place_vectorized(req, view) == want
 
 
-@pytest.mark.parametrize("name", SCORERS)
-def test_place_takes_the_vector_path_on_large_pools_only(name, monkeypatch):
-    pol = make_policy(name, CM)
+@pytest.mark.parametrize("name,options", [(n, {}) for n in SCORERS] + [("marginal_cost", {"sample_d": 2})],
+                         ids=[*SCORERS, "marginal_cost-sample_d=2"])
+def test_place_takes_the_vector_path_on_large_pools_only(name, options, monkeypatch):
+    pol = make_policy(name, CM, **options)
     calls = []
     monkeypatch.setattr(pol, "place_vectorized", lambda r, v: calls.append("vector"))
     monkeypatch.setattr(pol, "place_enumerated", lambda r, v: calls.append("enum"))
@@ -121,7 +122,7 @@ def test_place_takes_the_vector_path_on_large_pools_only(name, monkeypatch):
     larger = ClusterView(0.0, random_pool(rng, "prefill", 16, "spread"), random_pool(rng, "decode", 48, "spread"))
     for k, v in enumerate((small, large, larger)):
         pol.place(random_request(rng, k), v)
-    sampled = name == "marginal_cost_plus"  # sample_d=2: vectorised from 64 instances
+    sampled = bool(options.get("sample_d"))  # sampled: vectorised from 64 instances only
     assert calls == ["enum", "enum" if sampled else "vector", "vector"]
 
 

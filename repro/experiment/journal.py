@@ -50,6 +50,9 @@ FIELDS: tuple[Field, ...] = (
     Field("prefill_start_s", "float64", "s", "prefill request sent (sim: prefill began)"),
     Field("prefill_end_s", "float64", "s", "prefill answered"),
     Field("decode_start_s", "float64", "s", "decode request sent"),
+    Field("decode_started_s", "float64", "s",
+          "the decode began, as the router's ledger saw it (sim: joined the decode batch; live: the decode "
+          "engine's first streamed token reached the proxy); null if it never began"),
     Field("first_token_s", "float64", "s", "first output token reached the client"),
     Field("finish_s", "float64", "s", "last output token reached the client (or failure time)"),
     Field("ttft_s", "float64", "s", "first_token_s - arrival_s"),

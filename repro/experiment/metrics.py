@@ -99,7 +99,9 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 
 def summarize(journal: pd.DataFrame, slo: SLOTargets, sent: int | None = None) -> dict[str, Any]:
-    """Headline numbers of one run (goodput, tails, skew, counts)."""
+    """Headline numbers of one run (goodput, tails, skew, counts). ``preempted_fraction``: the requests a
+    decode engine preempted at least once, over the requests sent (NaN where the backend cannot tell:
+    live engines journal -1); a run where it is above 0 filled a decode engine's KV budget."""
     counts = check_accounting(journal, sent)
     n = len(journal) if sent is None else sent
     good = good_mask(journal, slo)
@@ -116,6 +118,10 @@ def summarize(journal: pd.DataFrame, slo: SLOTargets, sent: int | None = None) -
         out[f"ttft_p{q}_s"] = _pct(ttft, q)
     for q in (50, 95, 99):
         out[f"tpot_p{q}_s"] = _pct(tpot, q)
+    pre = journal["preemptions"].to_numpy(dtype=float, na_value=np.nan)
+    known = pre[pre >= 0]  # -1: the backend cannot tell (live engines)
+    told = n and len(pre) and known.size == len(pre)
+    out["preempted_fraction"] = float((known > 0).sum()) / n if told else float("nan")
     load = decode_load(journal)
     out["token_skew"] = _skew(load["tokens"].to_numpy(dtype=float)) if len(load) else float("nan")
     out["request_skew"] = _skew(load["requests"].to_numpy(dtype=float)) if len(load) else float("nan")

@@ -11,6 +11,11 @@ bodies are written once:
   ended the request: the decode engine then prefills locally);
 - decode call: the client's own body plus that dict verbatim, with the same ``X-Request-Id``.
 
+A proxy that must see when the decode starts (its first token) asks the decode engine for a stream
+even for a client that did not (`streamed_body`, only where `rebuildable_from_stream` says the
+non-streamed answer can be rebuilt exactly) and answers that client with the non-streamed JSON
+rebuilt from the stream (`StreamAnswer`, fed by `SSEParser`).
+
 `loads` / `dumps` are the JSON codec of the hot path (orjson, ~5-10x faster than the standard
 library; whatever orjson refuses, e.g. integers beyond 64 bits or NaN literals, goes through the
 standard library, so every document the standard library accepts is accepted).
@@ -98,11 +103,14 @@ class SSEUsage:
 
 
 class SSEParser:
-    """Incremental parser of an OpenAI-style SSE stream (``data: {...}\\n\\n``, ``data: [DONE]``)."""
+    """Incremental parser of an OpenAI-style SSE stream (``data: {...}\\n\\n``, ``data: [DONE]``).
 
-    def __init__(self) -> None:
+    ``answer``, if given, is fed every parsed event that is not an error (`StreamAnswer.add`)."""
+
+    def __init__(self, answer: StreamAnswer | None = None) -> None:
         self._buf = b""
         self.usage = SSEUsage()
+        self.answer = answer
 
     def feed(self, chunk: bytes) -> int:
         """Feed raw bytes; returns how many events with generated content were completed."""
@@ -126,6 +134,8 @@ class SSEParser:
                     err = obj["error"]
                     self.usage.errors.append(err.get("message", str(err)) if isinstance(err, dict) else str(err))
                     continue
+                if self.answer is not None:
+                    self.answer.add(obj)
                 if obj.get("usage"):
                     self.usage.completion_tokens = obj["usage"].get("completion_tokens")
                     self.usage.prompt_tokens = obj["usage"].get("prompt_tokens")
@@ -140,6 +150,119 @@ class SSEParser:
                     if choice.get("finish_reason"):
                         self.usage.finish_reason = choice["finish_reason"]
         return produced
+
+
+def rebuildable_from_stream(path: str, body: dict[str, Any]) -> bool:
+    """True when the non-streamed answer to ``body`` can be rebuilt exactly from its stream
+    (`StreamAnswer`): one prompt and one choice (``n`` and ``best_of`` absent or 1, no beam search),
+    no ``logprobs`` / ``top_logprobs`` / ``prompt_logprobs``, no ``echo``, no ``return_token_ids``,
+    no ``stream_options`` (the engine refuses them without ``stream``: that 400 must stay), and for
+    chat no ``tools`` / ``tool_choice`` / ``functions`` / ``function_call`` / ``response_format``."""
+    get = body.get
+    if get("n") not in (None, 1) or get("best_of") not in (None, 1) or get("use_beam_search"):
+        return False
+    if not (get("logprobs") is None or get("logprobs") is False) or get("top_logprobs") not in (None, 0):
+        return False
+    if get("prompt_logprobs") is not None or get("echo") or get("return_token_ids") \
+            or get("stream_options") is not None:
+        return False
+    if path.endswith("/chat/completions"):
+        return all(get(k) is None for k in ("tools", "tool_choice", "functions", "function_call", "response_format"))
+    prompt = get("prompt")
+    # several prompts (a list of strings or of token-id lists) get one choice each
+    return not (isinstance(prompt, list) and len(prompt) > 1 and not all(type(t) is int for t in prompt))
+
+
+def streamed_body(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` asking for a stream that ends with the usage event: a new top-level dict with
+    ``stream: true`` and ``stream_options`` = the client's (if any) plus ``include_usage: true``."""
+    out = dict(body)
+    out["stream"] = True
+    out["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return out
+
+
+class StreamAnswer:
+    """The non-streamed answer of one request, rebuilt from its SSE stream's events (`add`, e.g.
+    through ``SSEParser(answer=...)``), in vLLM 0.12's non-streamed shape (`payload`).
+
+    Exact for a request `rebuildable_from_stream` accepts (one choice, no logprobs, no tools):
+    ``id``, ``created`` and ``model`` are the stream's (its first event's); the choice's text (chat:
+    ``message.content``; ``message.reasoning`` and ``reasoning_content``, which vLLM 0.12 fills alike,
+    from the deltas' reasoning when a reasoning parser sent any), ``finish_reason`` and
+    ``stop_reason`` are the stream's; ``usage`` is the final usage event's (with
+    ``prompt_tokens_details``, null unless the stream had it; the whole ``usage`` is null if the
+    stream had none). The fields a non-streamed answer without those options carries as null
+    (``logprobs``, ``token_ids``, ``prompt_logprobs``, ``prompt_token_ids``, ``kv_transfer_params``,
+    ``service_tier``, ``system_fingerprint``) are null; chat's ``tool_calls`` is ``[]``."""
+
+    __slots__ = ("chat", "head", "pieces", "reasoning", "finish_reason", "stop_reason", "usage")
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.head: dict[str, Any] | None = None  # the first event
+        self.pieces: list[str] = []  # the generated text
+        self.reasoning: list[str] = []  # chat: the reasoning text, if any
+        self.finish_reason: str | None = None
+        self.stop_reason: Any = None  # vLLM: the stop string or token id that ended the output
+        self.usage: dict[str, Any] | None = None
+
+    def add(self, event: dict[str, Any]) -> None:
+        """Take in one parsed stream event (a chunk, or the final usage event)."""
+        if self.head is None:
+            self.head = event
+        if event.get("usage"):
+            self.usage = event["usage"]
+        for choice in event.get("choices") or ():
+            if self.chat:
+                delta = choice.get("delta") or {}
+                piece = delta.get("content")
+                thought = delta.get("reasoning") or delta.get("reasoning_content")
+                if thought:
+                    self.reasoning.append(thought)
+            else:
+                piece = choice.get("text")
+            if piece:
+                self.pieces.append(piece)
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+            if choice.get("stop_reason") is not None:
+                self.stop_reason = choice["stop_reason"]
+
+    def payload(self) -> dict[str, Any]:
+        """The answer as a non-streamed request would have got it (a JSON-ready dict)."""
+        head = self.head or {}
+        text = "".join(self.pieces)
+        usage = None
+        if self.usage is not None:
+            usage = dict(self.usage)
+            usage.setdefault("prompt_tokens_details", None)
+        if self.chat:
+            reasoning = "".join(self.reasoning) or None
+            return {
+                "id": head.get("id"), "object": "chat.completion", "created": head.get("created"),
+                "model": head.get("model"),
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None,
+                                "audio": None, "function_call": None, "tool_calls": [], "reasoning": reasoning,
+                                "reasoning_content": reasoning},
+                    "logprobs": None, "finish_reason": self.finish_reason, "stop_reason": self.stop_reason,
+                    "token_ids": None,
+                }],
+                "service_tier": None, "system_fingerprint": None, "usage": usage,
+                "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None,
+            }
+        return {
+            "id": head.get("id"), "object": "text_completion", "created": head.get("created"),
+            "model": head.get("model"),
+            "choices": [{
+                "index": 0, "text": text, "logprobs": None, "finish_reason": self.finish_reason,
+                "stop_reason": self.stop_reason, "token_ids": None, "prompt_logprobs": None,
+                "prompt_token_ids": None,
+            }],
+            "service_tier": None, "system_fingerprint": None, "usage": usage, "kv_transfer_params": None,
+        }
 
 
 async def pd_request(

@@ -20,13 +20,14 @@ from pathlib import Path
 import pandas as pd
 
 from repro.paper.verdicts import VERDICTS, Estimate
+from repro.routing.policies import READINGS
 
 GROUPS = ("headline", "testbed", "variants", "robustness", "inputs", "context")
 GROUP_TITLES = {
     "headline": "the paper's router: its claims",
     "testbed": "the testbed and the baselines' own values",
     "variants": "our variants of the router, not the paper's",
-    "robustness": "robustness sweeps over our estimated constants",
+    "robustness": "robustness sweeps over our estimated constants and our readings of the router",
     "inputs": "given or aimed at, never reproduced",
     "context": "the paper states no number",
 }
@@ -47,8 +48,10 @@ class Claim:
 
 
 _HARDWARE = ("the A40 profile's estimated constants (prefill per token, KV transfer bandwidth and latency, the "
-             "per-sequence decode cost: the paper states none of them), the ledger's decode countdown (from when "
-             "prefill answers) and the operating point found by round-robin's saturation search")
+             "per-sequence decode cost: the paper states none of them), our reading of the router where §III-A's "
+             "formula is lost (the ledger counts decode work down from the decode start; TPOT is the per-token time "
+             "of the batch a request joins) and the operating point found by round-robin's saturation search, "
+             "where our decode engines' KV budget fills (the paper's never does, §V-G; each row's kv_budget)")
 _CONSTANTS = _HARDWARE + ", and our workload generators (Table I does not survive in the paper's text)"
 
 HEADLINE_CLAIMS: tuple[Claim, ...] = (
@@ -120,6 +123,8 @@ ALIASES = {
 counts the claim once, under the row named here (`same_claim`)."""
 
 PAPER_SCORER = "marginal_cost"
+PRIOR_READINGS = READINGS[1:]
+"""The paper's router under its prior readings (`repro.routing.policies.READINGS`): robustness rows."""
 
 
 def same_claim(key: str, keys: set[str]) -> str:
@@ -134,11 +139,14 @@ def same_claim(key: str, keys: set[str]) -> str:
 def group_of(key: str, kind: str, paper: float) -> str:
     """The tally group of a row (`GROUPS`): an input; a row of a headline claim; our variants (a
     formula's rows ``key@formula``, ``beyond_*``); robustness sweeps (``sensitivity_*``); the
-    testbed and baselines (any other row the paper states a number for); else context."""
+    testbed and baselines (any other row the paper states a number for); else context. The paper's
+    router under a prior reading (``key@marginal_cost_prior`` ...) is a robustness row."""
     if kind == "input":
         return "inputs"
     if key in HEADLINE_KEYS:
         return "headline"
+    if "@" in key and key.rsplit("@", 1)[1] in PRIOR_READINGS:
+        return "robustness"
     if "@" in key or key.startswith("beyond_"):
         return "variants"
     if key.startswith("sensitivity_"):
@@ -242,8 +250,33 @@ def conclusion_markdown(summary: pd.DataFrame, *, heading: str = "## Conclusion"
         text += f" It rests on {c.rests_on}."
         if vary:
             text += f" Rows that vary them: {vary}."
+        readings = reading_changes(summary, c)
+        if readings:
+            text += f" Under the router's prior readings (notebook 14): {readings}."
         head += [text, ""]
     return "\n".join(head).rstrip() + "\n"
+
+
+def reading_changes(summary: pd.DataFrame, claim: Claim) -> str:
+    """How the claim's rows measured under each prior reading of the paper's router (``key@reading``,
+    `repro.routing.policies.READINGS`) compare with the default reading on the same traces
+    (``key@marginal_cost``): each with its verdict and whether that verdict changes; "" when notebook 14
+    measured none of them."""
+    by_key = summary.drop_duplicates("key").set_index("key", drop=False)
+    parts = []
+    for key in claim.keys:
+        base = f"{key}@{PAPER_SCORER}"
+        if base not in by_key.index:
+            continue
+        was = str(by_key.loc[base, "verdict"])
+        for reading in PRIOR_READINGS:
+            k = f"{key}@{reading}"
+            if k not in by_key.index:
+                continue
+            now = str(by_key.loc[k, "verdict"])
+            change = "the same verdict" if now == was else f"**changes** from {was}"
+            parts.append(f"{_row_text(by_key.loc[k])} ({change})")
+    return "; ".join(parts)
 
 
 DOCS_BEGIN = ("<!-- conclusion: written by `repro conclusion --docs` from the main job's summary.csv (kept as "

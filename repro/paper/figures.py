@@ -56,6 +56,9 @@ POLICY_LABELS = {
     "marginal_cost+sampling": "learned + power-of-2 sampling",
     "marginal_cost+guard": "learned + admission guard",
     "marginal_cost_plus": "ours: learned + sampling + guard",
+    "marginal_cost_prefill_anchor": "learned, ledger from the prefill's answer (prior reading)",
+    "marginal_cost_backlog_tpot": "learned, TPOT from the backlog (prior reading)",
+    "marginal_cost_prior": "learned, both prior readings",
     "power_of_two": "power of two (vllm-router, SGLang)",
     "dynamo_kv": "Dynamo KV router",
     "llmd_weighted": "llm-d weighted scorer",
@@ -76,6 +79,10 @@ POLICY_COLORS: dict[str, str] = {
     "marginal_cost+guard": "#CA9161",  # tan
     "marginal_cost_plus": "#882255",  # wine
     "marginal_cost_batching": "#6A3D9A",  # purple: our batching variant of the scorer (notebook 14)
+    # the paper's scorer under its prior readings (notebook 14): lighter and darker vermilions
+    "marginal_cost_prefill_anchor": "#F4A582",
+    "marginal_cost_backlog_tpot": "#B2182B",
+    "marginal_cost_prior": "#67001F",
     # production routers restated (notebook 13): cool hues
     "power_of_two": "#56B4E9",  # sky blue
     "dynamo_kv": "#332288",  # indigo

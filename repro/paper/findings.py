@@ -56,6 +56,11 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
                    "not expected to match (orderings may).")
     if "INVALID" in measured:
         out.append(f"**some live runs were invalid** ({measured}): their numbers are not results.")
+    filled = head[head.get("kv_budget", pd.Series("", index=head.index)).fillna("").astype(str) != ""]
+    if len(filled):
+        out.append(f"the KV budget filled (requests preempted) in the runs behind {len(filled)} of {len(head)} rows "
+                   "(their `kv_budget`); the paper says its 60k-token budget never saturates (§V-G): where it "
+                   "does, our decode engines work in a regime the paper's did not (docs/ROUTER_READING.md).")
     if (head.kind == "input").any():
         out.append("rows marked input are numbers the model was given (or tuned to hit): never counted as "
                    "reproduced.")

@@ -25,6 +25,10 @@ knows (`data/paper_reference.csv`: the paper's value, unit, meaning by key), jud
     the tally's group (default `repro.paper.claims.group_of`).
 ``measured``
     how (`repro.paper.section.Section.measured`: the backend, live runs and their validity).
+``kv_budget``
+    whether the runs behind the row filled a decode engine's KV budget (requests preempted), which
+    the paper says never happened on its testbed (§V-G: "the 60k-token KV budget never saturates");
+    empty when none did or the backend cannot tell (`kv_budget_note`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from repro.paper.verdicts import Estimate
 from repro.paper.verdicts import judge as judge_verdict
 
 HEADLINE_COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "verdict", "reason", "group", "kind",
-                    "unit", "meaning", "interval", "traces", "requests", "measured", "runs")
+                    "unit", "meaning", "interval", "traces", "requests", "measured", "kv_budget", "runs")
 """The columns of a headline file and of ``summary.csv`` (before the run context columns)."""
 
 
@@ -67,7 +71,18 @@ def judge(row: dict[str, Any], ref: pd.DataFrame | None = None, measured: str = 
             "interval": "none: an input (given, not measured)" if kind == "input" and est.method == "none"
             else est.method,
             "traces": est.traces, "requests": est.requests, "measured": row.get("measured", measured),
-            "runs": " ".join(dict.fromkeys(runs))}
+            "kv_budget": row.get("kv_budget", ""), "runs": " ".join(dict.fromkeys(runs))}
+
+
+def kv_budget_note(preempted: Sequence[float]) -> str:
+    """The ``kv_budget`` of a row from its runs' ``preempted_fraction`` (NaN: unknown): how many filled
+    a decode engine's KV budget, and the share of requests preempted; "" when none did or none can tell."""
+    known = [float(x) for x in preempted if not math.isnan(float(x))]
+    full = [x for x in known if x > 0]
+    if not full:
+        return ""
+    return (f"filled in {len(full)} of {len(known)} runs ({100 * sum(known) / len(known):.2g} % of requests "
+            f"preempted; the paper: never saturates, §V-G)")
 
 
 def headline_frame(rows: list[dict[str, Any]], notebook: str, measured: str = "") -> pd.DataFrame:

@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from repro.cluster.topology import Instance
 
 SUMMARY_COLUMNS = ("goodput", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
-                   "token_skew", "request_skew", "requests", "completed", "failed", "rejected")
+                   "token_skew", "request_skew", "requests", "completed", "failed", "rejected", "preempted_fraction")
 """The summary numbers (`repro.experiment.metrics.summarize`) in each row of `Section.run`."""
 
 LIVE_COLUMNS = ("valid", "time_scale_used")
@@ -155,6 +155,9 @@ class Section:
     request_outcomes: dict[str, RequestOutcomes] = dataclasses.field(default_factory=dict, compare=False, repr=False)
     """Run id -> its per-request outcomes (good flags, TTFTs; request-id order): the intervals of `goodput`,
     `difference` and `bootstrap`."""
+    preempted: dict[str, float] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    """Run id -> the share of its requests a decode engine preempted (NaN: unknown): a headline row's
+    ``kv_budget`` (`write_headline`)."""
 
     @classmethod
     def setup(cls, *, notebook: str, backend: str, scale: str, seeds: Sequence[int], cluster: str = "",
@@ -315,6 +318,7 @@ class Section:
     def _note(self, res: runner.RunResult) -> runner.RunResult:
         """Keep a run's per-request outcomes (`request_outcomes`) and record a live run in `live_runs`;
         returns ``res``."""
+        self.preempted[res.spec.run_id] = float(res.summary.get("preempted_fraction", float("nan")))
         if res.outcomes is not None or res.run_dir is not None:  # (a summary alone carries no per-request data)
             self.request_outcomes[res.spec.run_id] = res.request_outcomes()
         if res.spec.backend != "sim":
@@ -521,8 +525,11 @@ class Section:
     def write_headline(self, rows: list[dict[str, Any]]) -> None:
         """Judge the section's headline rows and write ``<results_dir>/<NN>_headline.csv``, the numbers
         `repro paper` summarises and `findings` shows (`repro.paper.headline.write_headline`)."""
-        from repro.paper.headline import write_headline
+        from repro.paper.headline import kv_budget_note, write_headline
 
+        for row in rows:
+            if "kv_budget" not in row:
+                row["kv_budget"] = kv_budget_note([self.preempted.get(r, float("nan")) for r in row.get("runs") or ()])
         write_headline(rows, self.notebook, self.results_dir, measured=self.measured())
 
     def findings(self, title: str = "") -> Any:

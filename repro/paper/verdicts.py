@@ -15,9 +15,10 @@ not reproduced     the widened interval excludes it; also      the interval excl
                    when we have no value where the paper       whether on the paper's side or around zero
                    states one (the reason says why)            (a precise null); no value of ours
 contradicted       --                                          the interval excludes zero on the other side
-within noise       the interval holds both zero and the        the interval holds both zero and the paper's
-                   paper's number (as wide as the number)
-                                                               gap: the data cannot decide (the reason says
+within noise       the interval holds the paper's number and   the interval holds both zero and the paper's
+                   zero, or is so wide (half-width above
+                   |number| / `GAP_FACTOR`) that it cannot     gap: the data cannot decide (the reason says
+                   tell the number from half of it
                                                                about how many traces would)
 input              a number the model was given or aimed at (a constant of the paper, an operating point
                    searched to hit it): never counted as reproduced
@@ -490,6 +491,11 @@ def judge(kind: str, ours: Estimate, paper: float, *, unit: str = "", tolerance:
                 n = traces_to_decide(ours, paper, value=True)
                 more = f"; about {n} traces would decide it" if n else "; more traces would decide it"
                 return Judgement("within noise", f"{band} holds the paper's {_num(paper)} but also zero{more}")
+            if ours.has_interval and abs(paper) > tol and (hi - lo) / 2 > abs(paper) / GAP_FACTOR:
+                n = traces_to_decide(ours, paper, value=True)
+                more = f"; about {n} traces would decide it" if n else "; more traces would decide it"
+                return Judgement("within noise", f"{band} holds the paper's {_num(paper)} but is too wide to tell "
+                                                 f"it from {_num(paper / GAP_FACTOR)}{more}")
             return Judgement("reproduced", f"{band} holds the paper's {_num(paper)}")
         off = paper - (hi + tol) if paper > hi + tol else (lo - tol) - paper
         return Judgement("not reproduced", f"{band} misses the paper's {_num(paper)} by {_num(off)}")

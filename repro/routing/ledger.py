@@ -1,8 +1,9 @@
 """The router's in-flight book: what it has dispatched, priced with its own cost model.
 
 On dispatch the router charges the request's priced work (with *its* `CostModel`, right or wrong)
-to the chosen prefill and decode instances; when the prefill answers it re-anchors the decode
-charge; on completion (or failure) it settles. Seconds-of-backlog per instance are read from here.
+to the chosen prefill and decode instances; when the prefill answers it settles the prefill charge;
+when the decode starts it starts counting down the decode charge; on completion (or failure) it
+settles. Seconds-of-backlog per instance are read from here.
 Nothing in this module looks at the engines' true state: with mispriced constants the book drifts
 from reality exactly as a deployed router's would (paper §V-B, §VI).
 
@@ -11,9 +12,22 @@ Backlog models (seconds of priced work still outstanding at time ``now``):
 - prefill (serial, FCFS queue): a workload process. Each dispatch pushes the instance's tail
   ``T = max(T, now) + tau_pre(L)``; ``backlog = max(T - now, 0)``; when the last in-flight request
   settles, a tail left in the future (overpriced work) is cleared.
-- decode (parallel, continuous batching): each request is expected to end at
-  ``E = start + tau_xfer(L) + o * tau_dec`` and ``backlog = sum(max(E_i - now, 0))``, kept in
-  O(log n) per operation with a heap of end times and running sums.
+- decode (parallel, continuous batching): a request's priced decode work is
+  ``W = tau_xfer(L) + o * tau_dec``. When it counts down is the ledger's ``anchor``
+  (`repro.vocab.LedgerAnchor`):
+
+  - ``decode_start`` (default): until its decode starts the whole ``W`` is held in the backlog; from
+    the start ``s`` (the simulator: the request joins the decode batch; the proxy: the decode
+    engine's first streamed token, `decode_started`) it is expected to end at ``E = s + o * tau_dec``
+    (its KV transfer is behind it). A request waiting in a full engine's queue keeps its whole work
+    on that engine, as a deployed proxy that sees when decode starts can book it;
+  - ``prefill_answer`` (the reading before issue 29): the countdown starts at dispatch, ending at
+    ``E = T_pre + W`` (``T_pre`` the prefill book's tail), and is re-anchored to ``now + W`` when the
+    prefill answers, so a request still queued for decode drains out of the backlog without having
+    started, fastest where the predictor under-estimates: a saturated instance reads cheap.
+
+  ``backlog = held + sum(max(E_i - now, 0))``, kept in O(log n) per operation with a heap of end
+  times and running sums.
 
 Times are seconds on the caller's clock (virtual in the simulator, physics time in the proxy) and
 must not go backwards.
@@ -33,23 +47,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
+from repro.vocab import LEDGER_ANCHORS
 
 
 class PoolBook:
     """Array mirror of one pool's books, index i = instance i (see the module docstring).
 
     ``tail`` (prefill: the FCFS tail, s), ``sum_end`` / ``active`` (decode: sum of the end times
-    still in the future, s, and their count), ``in_flight`` (requests), ``tokens`` (tokens).
+    still in the future, s, and their count), ``held`` (decode: the whole priced work of requests
+    whose decode has not started, s), ``in_flight`` (requests), ``tokens`` (tokens).
     ``ends`` (decode only) is a heap of (end time s, instance) for every end time a book inserted.
     Written only by the books; read-only for everyone else.
     """
 
-    __slots__ = ("tail", "sum_end", "active", "in_flight", "tokens", "ends")
+    __slots__ = ("tail", "sum_end", "active", "held", "in_flight", "tokens", "ends")
 
     def __init__(self, n: int) -> None:
         self.tail = np.zeros(n)
         self.sum_end = np.zeros(n)
+        self.held = np.zeros(n)
         self.active = np.zeros(n, dtype=np.int64)
         self.in_flight = np.zeros(n, dtype=np.int64)
         self.tokens = np.zeros(n)
@@ -121,15 +139,16 @@ class SerialBook(MirroredBook):
 
 
 class ParallelBook(MirroredBook):
-    """Sum of remaining priced work over requests that progress concurrently.
+    """Sum of remaining priced work over requests that progress concurrently, plus the whole work of
+    requests held (charged, not started: `hold`, `start`).
 
     Speed shortcut: instead of summing ``max(E_i - now, 0)`` over every entry at each read, it
     keeps the sum and count of the end times still in the future and expires passed ones from a
     heap (lazily: a moved or settled entry's heap item is skipped when it surfaces), so a read is
-    ``sum_end - active * now``.
+    ``sum_end - active * now + held``.
     """
 
-    __slots__ = ("_heap", "_end", "_sum_end", "_active", "_seq")
+    __slots__ = ("_heap", "_end", "_sum_end", "_active", "_seq", "_held", "_held_s")
 
     def __init__(self, mirror: PoolBook | None = None, index: int = 0) -> None:
         super().__init__(mirror, index)
@@ -138,11 +157,14 @@ class ParallelBook(MirroredBook):
         self._seq = 0
         self._sum_end = 0.0  # sum of end times of entries still in the future
         self._active = 0  # how many entries are still in the future
+        self._held: dict[str, float] = {}  # key -> whole priced work (s) of a request not started
+        self._held_s = 0.0  # their sum
 
     def _sync(self, m: PoolBook) -> None:
         i = self._index
         m.sum_end[i] = self._sum_end if self._active else 0.0  # nothing active reads 0 (reset at next touch)
         m.active[i] = self._active
+        m.held[i] = self._held_s
         m.in_flight[i] = self.in_flight
         m.tokens[i] = self.tokens
 
@@ -190,6 +212,36 @@ class ParallelBook(MirroredBook):
         if m is not None:
             self._sync(m)
 
+    def hold(self, key: str, work_s: float, tokens: float, now: float) -> None:
+        """Add request ``key`` whose decode has not started: its whole priced ``work_s`` (s) counts in
+        the backlog until `start`; it holds ``tokens``."""
+        self._expire(now)
+        self._held[key] = work_s
+        self._held_s += work_s
+        self.in_flight += 1
+        self.tokens += tokens
+        m = self._mirror
+        if m is not None:
+            self._sync(m)
+
+    def _release(self, key: str) -> bool:
+        """Drop ``key``'s held work; False if it held none."""
+        work = self._held.pop(key, None)
+        if work is None:
+            return False
+        self._held_s = self._held_s - work if self._held else 0.0  # empty: exactly 0 (no rounding residue)
+        return True
+
+    def start(self, key: str, end: float, now: float) -> None:
+        """A held request's decode started: from now its work counts down, ending at ``end`` (s).
+        A request not held (already started, or unknown) is left as it is."""
+        self._expire(now)
+        if self._release(key):
+            self._insert(key, end, now)
+        m = self._mirror
+        if m is not None:
+            self._sync(m)
+
     def reanchor(self, key: str, end: float, now: float) -> None:
         """Move an in-flight entry's expected end (e.g. when its decode actually starts)."""
         self._expire(now)
@@ -207,6 +259,9 @@ class ParallelBook(MirroredBook):
             self._remove(key, now)
             self.in_flight -= 1
             self.tokens -= tokens
+        elif self._release(key):
+            self.in_flight -= 1
+            self.tokens -= tokens
         if self.in_flight <= 0:
             self.in_flight = 0
             self.tokens = 0.0
@@ -217,7 +272,7 @@ class ParallelBook(MirroredBook):
     def backlog(self, now: float) -> float:
         """Seconds of priced work still outstanding at ``now`` (summed over the entries)."""
         self._expire(now)
-        value = self._sum_end - self._active * now
+        value = self._sum_end - self._active * now + self._held_s
         return value if value > 0.0 else 0.0
 
 
@@ -229,6 +284,7 @@ class _Entry:
     output_estimate: float
     decode_work_s: float
     prefill_open: bool = True
+    decode_open: bool = True  # its decode has not started (the ``decode_start`` anchor)
 
 
 class Ledger:
@@ -237,11 +293,22 @@ class Ledger:
     ``arrays``: also keep the books' state in numpy arrays (``prefill_arrays``, ``decode_arrays``,
     `PoolBook`), for `backlogs`; None (default) turns them on from `ARRAYS_MIN_INSTANCES` instances,
     where one vectorised read beats a Python call per book.
+    ``anchor``: when a request's decode work starts counting down (`repro.vocab.LedgerAnchor`, the
+    module docstring): ``decode_start`` (default) or ``prefill_answer``.
+
+    Events, in the order a request meets them: `dispatch` (placed), `prefill_done` (the prefill
+    answered), `decode_started` (it joined the decode batch / its first token came; later calls, after
+    a preemption, change nothing: a proxy cannot see one), `settle` (finished or failed).
     """
 
     ARRAYS_MIN_INSTANCES = 24
 
-    def __init__(self, n_prefill: int, n_decode: int, cost_model: CostModel, arrays: bool | None = None) -> None:
+    def __init__(self, n_prefill: int, n_decode: int, cost_model: CostModel, arrays: bool | None = None,
+                 anchor: str = "decode_start") -> None:
+        if anchor not in LEDGER_ANCHORS:
+            raise ConfigError(f"ledger: 'anchor' must be one of {list(LEDGER_ANCHORS)}, got {anchor!r}")
+        self.anchor = anchor
+        self._at_start = anchor == "decode_start"
         self.cost_model = cost_model
         if arrays is None:
             arrays = n_prefill + n_decode >= self.ARRAYS_MIN_INSTANCES
@@ -259,7 +326,7 @@ class Ledger:
             raise ValueError("Ledger.backlogs needs a ledger built with arrays=True")
         self._expire(now)
         # tail - now is +0.0 when equal, negative when passed: the max is each book's ``backlog``
-        return np.maximum(pa.tail - now, 0.0), np.maximum(da.sum_end - da.active * now, 0.0)
+        return np.maximum(pa.tail - now, 0.0), np.maximum(da.sum_end - da.active * now + da.held, 0.0)
 
     def _expire(self, now: float) -> None:
         """Touch the decode books whose earliest end time has passed (array mirrors only; also on
@@ -280,17 +347,35 @@ class Ledger:
         cm = self.cost_model
         pre_end = self.prefill[prefill].charge(cm.tau_pre(prompt_tokens), prompt_tokens, now)
         work = cm.tau_xfer(prompt_tokens) + output_estimate * cm.tau_dec_s
-        self.decode[decode].charge(key, pre_end + work, prompt_tokens + output_estimate, now)
+        if self._at_start:
+            self.decode[decode].hold(key, work, prompt_tokens + output_estimate, now)
+        else:
+            self.decode[decode].charge(key, pre_end + work, prompt_tokens + output_estimate, now)
         self._entries[key] = _Entry(prefill, decode, prompt_tokens, output_estimate, work)
 
     def prefill_done(self, key: str, now: float) -> None:
-        """The prefill answered: settle the prefill charge, re-anchor the decode charge at ``now``."""
+        """The prefill answered: settle the prefill charge (``prefill_answer``: and re-anchor the
+        decode charge at ``now``)."""
         e = self._entries.get(key)
         if e is None or not e.prefill_open:
             return
         e.prefill_open = False
         self.prefill[e.prefill].settle(e.prompt_tokens, now)
-        self.decode[e.decode].reanchor(key, now + e.decode_work_s, now)
+        if not self._at_start:
+            self.decode[e.decode].reanchor(key, now + e.decode_work_s, now)
+
+    def decode_started(self, key: str, now: float) -> None:
+        """The request's decode started (``decode_start``: its priced decode ``o * tau_dec`` counts
+        down from ``now``). Only the first call counts; with ``prefill_answer`` a no-op."""
+        e = self._entries.get(key)
+        if e is None or not e.decode_open:
+            return
+        e.decode_open = False
+        if self._at_start:
+            if e.prefill_open:  # the prefill's answer was not seen (it cannot be later than this)
+                e.prefill_open = False
+                self.prefill[e.prefill].settle(e.prompt_tokens, now)
+            self.decode[e.decode].start(key, now + e.output_estimate * self.cost_model.tau_dec_s, now)
 
     def settle(self, key: str, now: float) -> None:
         """The request finished or failed: remove everything still charged for it."""

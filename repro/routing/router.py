@@ -49,7 +49,8 @@ class Router:
     ) -> None:
         self.policy = policy
         self.cost_model = cost_model
-        self.ledger = Ledger(len(prefill_names), len(decode_names), cost_model, arrays=ledger_arrays)
+        self.ledger = Ledger(len(prefill_names), len(decode_names), cost_model, arrays=ledger_arrays,
+                             anchor=getattr(policy, "ledger_anchor", "decode_start"))
         self.oracle_backlog = oracle_backlog
         self._arrays = self.ledger.prefill_arrays is not None  # the vectorised view (large pools)
         n = {"prefill": len(prefill_names), "decode": len(decode_names)}
@@ -139,7 +140,14 @@ class Router:
         return decision
 
     def prefill_done(self, request_id: str, now: float) -> None:
+        """The request's prefill answered (the simulator: its prefill ended; the proxy: the prefill
+        engine's answer came)."""
         self.ledger.prefill_done(request_id, now)
+
+    def decode_started(self, request_id: str, now: float) -> None:
+        """The request's decode started (the simulator: it joined the decode batch; the proxy: the
+        decode engine's first streamed token). Only the first call counts."""
+        self.ledger.decode_started(request_id, now)
 
     def finish(self, request_id: str, now: float) -> None:
         """The request completed or failed: settle it."""

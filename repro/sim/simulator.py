@@ -20,8 +20,13 @@ Engine model (`repro.engine.physics.Physics` is the truth):
   n per step, the time of k steps from a segment origin with context ``C0`` has the closed form
   ``k*(a + b*n + c*C0) + c*n*k*(k-1)/2``, so the simulator jumps straight to the next completion,
   join or KV-full boundary (`_Decode.time_after`). When the next step cannot get KV for every
-  sequence, the most recently admitted sequence is preempted (recompute): it returns to the head of
-  the queue and is re-admitted later with a local recompute of its context (``prefill_time_s``).
+  sequence, the most recently admitted sequence is preempted (recompute, as vLLM v1: its blocks are
+  freed): it returns to the head of the queue, and once re-admitted its context (prompt + tokens
+  generated so far) is recomputed inside the engine's steps, as vLLM schedules a resumed request's
+  tokens as prefill in the same step as the running sequences' decode: the step it joins in lasts
+  ``prefill_per_token_s`` x its context longer, for every sequence in the batch (vLLM chunks a
+  context longer than the step's token budget over several steps; here the batch pays the same
+  seconds at once).
 - ``service="serial"`` is the paper's original simulator (§VI): one request per prefill step and
   one running sequence per decode engine.
 - ``backlog="oracle"`` hands the policy the engines' true remaining work instead of the ledger's
@@ -101,7 +106,7 @@ class _Decode:
         "name", "phys", "step_base_s", "step_per_seq_s", "step_per_context_token_s", "kv_budget_tokens",
         "max_seqs", "waiting", "reserved_kv_tokens", "running", "finish_heap", "n_running", "sum_base_context",
         "sum_finish_step", "origin_step", "origin_s", "joining", "version", "in_transfer", "queued_output_tokens",
-        "admission_order", "admit_pending", "seg_step_s", "seg_cn",
+        "admission_order", "admit_pending", "seg_step_s", "seg_cn", "recompute",
     )
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
@@ -128,6 +133,7 @@ class _Decode:
         self.queued_output_tokens = 0  # output tokens of waiting + transferring + joining requests
         self.admission_order: dict[int, None] = {}  # every KV-holding request, in admission order
         self.admit_pending = False  # a request waits for the next step boundary to be scheduled
+        self.recompute: dict[int, int] = {}  # re-admitted preempted request -> context tokens it recomputes
         self.seg_step_s = 0.0  # A: the segment's first step (seconds); set by resegment
         self.seg_cn = 0.0  # c * n: how much each step of the segment outlasts the one before (seconds)
         self.resegment()
@@ -250,6 +256,7 @@ class Simulator:
         self.finish_step = [-1] * n  # decode step index at which it finishes (-1: not running)
         self.preemptions = [0] * n
         self.t_pre_end = [math.nan] * n
+        self.t_joined = [math.nan] * n  # first time it joined a decode batch (the ledger's decode start)
         self.t_first = [math.nan] * n
         self.t_finish = [math.nan] * n
         self.status = [""] * n
@@ -435,8 +442,9 @@ class Simulator:
             d.in_transfer[r] = need
             d.admission_order[r] = None
             changed = True
-            if self.pulled[r]:  # preempted after its pull: recompute its context locally
-                delay = d.phys.prefill_request_time_s(need)
+            if self.pulled[r]:  # preempted after its pull: it joins at the next boundary and its context is
+                d.recompute[r] = need  # recomputed inside that step (`_decode_boundary`)
+                delay = 0.0
             else:  # pull the prompt's KV from the prefill engine, which still holds it
                 delay = self.pre[self.p_of[r]].phys.transfer_time_s(prompt[r])
             heappush(self._events, (now + delay, _TRANSFER_DONE, next(self._seq), r, di, self.epoch[r]))
@@ -513,6 +521,7 @@ class Simulator:
         out = self.out
         running = d.running
         d.admit_pending = False
+        stall = 0.0  # seconds this boundary's first step lasts longer (recomputed contexts)
         # 1. completions. Speed shortcut: a preempted sequence's heap entry is not removed; it is
         #    skipped here when its finish step no longer matches (lazy deletion)
         heap = d.finish_heap
@@ -537,7 +546,18 @@ class Simulator:
             d.joining = []
             prompt = self.prompt
             queued_out = 0
+            t_joined = self.t_joined
+            router = self.router
+            ids = self.ids
+            recompute = d.recompute
             for r in joined:
+                if recompute:
+                    ctx_tokens = recompute.pop(r, 0)
+                    if ctx_tokens:  # a resumed preempted sequence: its context is recomputed in this step
+                        stall += d.phys.prefill_per_token_s * ctx_tokens
+                if math.isnan(t_joined[r]):  # its decode starts: the ledger counts it down from here
+                    t_joined[r] = now
+                    router.decode_started(ids[r], now)
                 ctx = prompt[r] + gen_before[r]
                 reserved -= ctx
                 base = ctx - step
@@ -574,12 +594,14 @@ class Simulator:
         d.sum_finish_step = sum_finish
         d.reserved_kv_tokens = reserved
         d.resegment()  # the batch (and the step origin) changed: a new segment starts here
+        if stall > 0.0 and n_running:  # the recompute runs inside the next step: every sequence waits for it
+            d.origin_s += stall
         used = sum_base + n_running * (step + 1) + reserved
         if used > self.kv_peak[di]:
             self.kv_peak[di] = used
         # first tokens of sequences that joined now come at the end of this step
         if joined and n_running:
-            first = now + d.seg_step_s
+            first = d.origin_s + d.seg_step_s
             t_first = self.t_first
             for r in joined:
                 if r in running and math.isnan(t_first[r]):
@@ -641,6 +663,7 @@ class Simulator:
             "prefill_start_s": np.where(placed, arrival, np.nan),
             "prefill_end_s": np.asarray(self.t_pre_end),
             "decode_start_s": np.asarray(self.t_pre_end),
+            "decode_started_s": np.asarray(self.t_joined),
             "first_token_s": np.where(ok, first, np.nan),
             "finish_s": np.where(ok, finish, np.nan),
             "ttft_s": ttft,

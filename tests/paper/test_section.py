@@ -149,3 +149,23 @@ def test_measured_says_how_the_numbers_were_measured(section):
     ctx._note(RunResult(spec.replace(seed=3), None, {"valid": False, "time_scale_used": 2.0}))
     assert ctx.measured() == "emulated, 3 live runs, 1 INVALID, K=1-2"
     assert section().measured() == "sim"
+
+
+def test_a_row_whose_runs_filled_the_kv_budget_says_so(section, tmp_path):
+    """The KV budget fills at the mixed operating point (requests preempted), which the paper says never
+    happens (§V-G): a headline row resting on such runs carries it in ``kv_budget``; a light run's row does
+    not; the findings name it."""
+    from repro.paper.headline import kv_budget_note
+
+    ctx = section(results_dir=tmp_path)
+    full = RunSpec(topology="1p2d", rate=16.0, n_requests=400, seed=2)
+    light = RunSpec(topology="2p4d", rate=2.0, n_requests=100, seed=1)
+    runs = ctx.run([full, light])
+    assert runs.preempted_fraction.iloc[0] > 0 and runs.preempted_fraction.iloc[1] == 0
+    ctx.write_headline([{"key": "a_full", "ours": 0.5, "runs": ctx.run_ids(runs.iloc[:1])},
+                        {"key": "a_light", "ours": 0.5, "runs": ctx.run_ids(runs.iloc[1:])}])
+    head = pd.read_csv(tmp_path / "00_headline.csv", keep_default_na=False).set_index("key")
+    assert head.loc["a_full", "kv_budget"].startswith("filled in 1 of 1 runs")
+    assert head.loc["a_light", "kv_budget"] == ""
+    assert "KV budget filled" in str(ctx.findings().data if hasattr(ctx.findings(), "data") else ctx.findings())
+    assert kv_budget_note([float("nan")]) == "" and kv_budget_note([0.0, 0.02]).startswith("filled in 1 of 2 runs")

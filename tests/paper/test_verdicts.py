@@ -160,6 +160,13 @@ def test_a_value_whose_interval_also_holds_zero_cannot_decide():
     assert verdict("value", Estimate(0.01, -0.01, 0.03), 0.0, unit="fraction") == "reproduced"  # the paper says ~0
 
 
+def test_a_value_whose_interval_cannot_tell_the_number_from_half_of_it_cannot_decide():
+    # three traces of a router that herds on some: the interval holds the paper's 0.864 but also 0.43
+    j = judge("value", Estimate(0.612, 0.163, 1.061), 0.864, unit="fraction")
+    assert j.verdict == "within noise" and "too wide" in j.reason and "traces would decide" in j.reason
+    assert verdict("value", Estimate(0.75, 0.45, 1.05), 0.864, unit="fraction") == "reproduced"  # half-width 0.30
+
+
 def test_an_integer_count_reproduces_only_when_equal_or_inside_the_interval():
     assert verdict("value", Estimate(6.0, 6.0, 6.0), 7.0, unit="GPUs") == "not reproduced"  # 15 % no longer
     assert verdict("value", Estimate(6.5, 6.0, 7.0), 7.0, unit="GPUs") == "reproduced"

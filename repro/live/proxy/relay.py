@@ -6,9 +6,26 @@ placed on a (prefill, decode) pair:
 1. the prefill call; a 4xx answer is the client's fault and goes back verbatim, any other failure
    is a 502. A connection that breaks before the answer starts (a keep-alive connection the engine
    had just closed: "Server disconnected", "Can not write request body") is retried once on a new one;
-2. the decode call with the prefill's ``kv_transfer_params`` and the same ``X-Request-Id``; its
-   answer goes back byte for byte: the JSON, or the SSE stream relayed chunk by chunk
-   (`RelayResponse`); a stream cut midway ends with an SSE error event.
+2. the decode call with the prefill's ``kv_transfer_params`` and the same ``X-Request-Id``. A
+   streamed client's SSE stream is relayed chunk by chunk (`RelayResponse`); a stream cut midway
+   ends with an SSE error event. A client that did not ask to stream gets one JSON answer: where
+   `rebuildable_from_stream` allows (one choice, no logprobs, no echo, no tools), the decode engine
+   is still asked for a stream (`streamed_body`: ``stream: true``, ``stream_options.include_usage``)
+   and the client gets the non-streamed answer rebuilt from it (`StreamAnswer`: vLLM's non-streamed
+   shape, the same keys and values), and a 502 JSON error if that stream is cut; otherwise the
+   decode engine's non-streamed answer goes back byte for byte. An error status from the decode
+   engine is read whole and passed on (a 5xx as a 502).
+
+When the decode starts (the ledger's decode countdown). The router's ledger counts a request's
+decode work down only from when its decode starts (`Router.decode_started`; the row's
+``decode_started_s``). A deployed proxy sees that moment through the decode engine's first streamed
+token: the first SSE event with content (`SSEParser.feed` > 0) that reaches the proxy, which is why
+the decode engine streams even to a non-streaming client. For a streamed client that is also the
+row's ``first_token_s``; a non-streamed client's ``first_token_s`` stays the time its whole answer
+reached it. A stream that ends without any content, and a non-streamed decode answer (a request
+whose answer cannot be rebuilt from a stream), start the decode when the answer ends, just before
+``router.finish``: the best a proxy can see then. A request whose decode never produced a token
+(cut, failed) has ``decode_started_s`` null.
 
 No step has a time-out: a busy engine queues the request as long as it takes (overload is
 queueing, not failure). Each step ends early only when its engine dies (`Proxy.kill`: refused
@@ -30,7 +47,17 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from repro.experiment.journal import tpot
-from repro.live.pd_protocol import SSEParser, decode_body, dumps, headers_for, loads, prefill_body
+from repro.live.pd_protocol import (
+    SSEParser,
+    StreamAnswer,
+    decode_body,
+    dumps,
+    headers_for,
+    loads,
+    prefill_body,
+    rebuildable_from_stream,
+    streamed_body,
+)
 from repro.live.proxy.core import EngineDead
 from repro.live.proxy.engine_client import Answer, ConnectTimeout, Disconnected, EngineError, PayloadError
 from repro.workload.tokenizer import DEFAULT_TOKENIZER
@@ -129,7 +156,9 @@ class Exchange:
         self.engine_headers = headers_for(self.rid, self.cfg.api_key)
         self.engine_headers["Content-Type"] = "application/json"  # the bodies go out as `dumps` bytes
         self.upstream: Answer | None = None  # the decode answer, once it started
-        self.parser = SSEParser()  # of the relayed stream
+        self.parser = SSEParser()  # of the decode stream (relayed, or rebuilt into one answer)
+        # stream from the decode engine (to see its first token) even when the client did not ask to
+        self.streamed = bool(body.get("stream")) or rebuildable_from_stream(path, body)
         self.first_token_s: float | None = None  # physics s: the first streamed chunk with content
         self.outcome: str | None = None  # of the stream: None until the relay journaled the row
         self.died: str | None = None  # the decode engine's death, when it cut the relayed stream
@@ -152,7 +181,11 @@ class Exchange:
         kv = await self._prefill()
         if isinstance(kv, Response):
             return kv
-        return await self._decode(decode_body(self.body, kv))
+        body = self.body
+        if self.streamed and not body.get("stream"):
+            body = streamed_body(body)
+            self.parser.answer = StreamAnswer(self.path.endswith("/chat/completions"))
+        return await self._decode(decode_body(body, kv))
 
     # ---- 1. prefill -----------------------------------------------------------------------------
     async def _prefill(self) -> dict[str, Any] | None | Response:
@@ -244,8 +277,10 @@ class Exchange:
             proxy.refused(de, exc)
             return self.fail(f"decode {de.name}: {describe(exc)}", 502)
         self.upstream = upstream
-        if upstream.status != 200 or not self.body.get("stream"):
+        if upstream.status != 200 or not self.streamed:
             return await self._whole_answer(upstream)
+        if not self.body.get("stream"):
+            return await self._rebuilt_answer(upstream)
         return RelayResponse(self._relay(upstream), self._abandon, status_code=200, media_type="text/event-stream",
                              headers=self.out_headers)
 
@@ -269,7 +304,46 @@ class Exchange:
             usage = loads(content).get("usage") or {}
         except (ValueError, AttributeError):
             usage = {}
+        self.decode_started(now)  # a non-streamed decode: the best the proxy sees
         self.finish_ok(now, now, int(usage.get("completion_tokens") or 0))
+        return Response(content, status_code=200, media_type="application/json", headers=self.out_headers)
+
+    async def _rebuilt_answer(self, upstream: Answer) -> Response:
+        """The decode stream of a client that did not ask to stream, read to its end (the decode
+        starts at its first content event), answered as one non-streamed JSON (`StreamAnswer`)."""
+        proxy, de, parser = self.proxy, self.de, self.parser
+        answer = parser.answer
+        assert answer is not None
+
+        async def read() -> None:
+            async for chunk in upstream.iter_any():
+                if parser.feed(chunk) and "decode_started_s" not in self.row:
+                    self.decode_started(proxy.now())
+
+        reason = None
+        try:
+            await self.on(de, read())
+            if not parser.usage.done:
+                raise PayloadError("stream ended without [DONE]")
+        except EngineDead as exc:
+            reason = f"decode {exc}: stream cut"
+        except (EngineError, TimeoutError) as exc:
+            reason = f"decode {de.name}: stream cut: {describe(exc)}"
+        finally:
+            upstream.release()
+        if reason is None and parser.usage.errors:  # e.g. vLLM's "Request was aborted" event
+            reason = f"decode {de.name}: stream error: {parser.usage.errors[0][:500]}"
+        if reason is not None:
+            self.finish_failed(None, reason)
+            return error_response(502, reason, "BadGatewayError", self.out_headers)
+        content = dumps(answer.payload())
+        now = proxy.now()
+        tokens = parser.usage.completion_tokens
+        if tokens is None:
+            tokens = DEFAULT_TOKENIZER.count(parser.usage.text)
+        if "decode_started_s" not in self.row:  # no content at all: the decode started by its end
+            self.decode_started(now)
+        self.finish_ok(now, now, tokens)
         return Response(content, status_code=200, media_type="application/json", headers=self.out_headers)
 
     async def _relay(self, upstream: Answer) -> AsyncIterator[bytes]:
@@ -287,6 +361,7 @@ class Exchange:
             async for chunk in upstream.iter_any():
                 if parser.feed(chunk) and first is None:
                     first = self.first_token_s = proxy.now()
+                    self.decode_started(first)
                 yield chunk
             if not parser.usage.done:
                 raise PayloadError("stream ended without [DONE]")
@@ -295,6 +370,8 @@ class Exchange:
             if tokens is None:
                 tokens = DEFAULT_TOKENIZER.count(parser.usage.text)
             self.outcome = "ok"
+            if first is None:  # no content at all: the decode started by its end
+                self.decode_started(now)
             self.finish_ok(first if first is not None else now, now, tokens)
         except (EngineError, TimeoutError) as exc:
             reason = (f"decode {self.died}: stream cut" if self.died
@@ -315,6 +392,12 @@ class Exchange:
             assert self.upstream is not None
             self.upstream.release()
             self.finish_failed(self.first_token_s, "client disconnected")
+
+    # ---- the row's times ----------------------------------------------------------------------------
+    def decode_started(self, now: float) -> None:
+        """The decode began at ``now`` (physics s): the ledger's countdown of its decode work starts."""
+        self.proxy.router.decode_started(self.rid, now)
+        self.row["decode_started_s"] = now
 
     # ---- the end of the row -----------------------------------------------------------------------
     def fail(self, reason: str, status: int, message: str | None = None) -> Response:

@@ -1,7 +1,11 @@
-"""Notebook 14: the paper's scorer beside ours, claim by claim.
+"""Notebook 14: the paper's scorer beside its other readings and ours, claim by claim.
 
 `marginal_cost` is the paper's scorer as §III describes it (every term in seconds, the decode
-backlog at full weight); `marginal_cost_batching` is our variant for continuously batching decode
+backlog at full weight), read as a deployed proxy runs it (its ledger counts decode work down from
+the decode start; its TPOT is the per-token time of the batch it joins); the named readings
+`marginal_cost_prefill_anchor`, `marginal_cost_backlog_tpot` and `marginal_cost_prior` are the
+readings this harness used before (`repro.routing.policies.READINGS`): the sensitivity of each
+verdict to them; `marginal_cost_batching` is our variant for continuously batching decode
 engines (the decode backlog as the slowdown a newcomer shares; "beyond the paper"). Each claim the
 paper makes about its learned router is measured for every formula with the claim's own section:
 its specs (the formula takes the learned router's place), its headline function and so its
@@ -46,8 +50,10 @@ if TYPE_CHECKING:
 
 LEARNED = "marginal_cost"
 """The learned router's policy name in every section (the paper's scorer)."""
-FORMULAS = ("marginal_cost", "marginal_cost_batching")
-"""The formulas compared: the paper's scorer and our batching variant."""
+FORMULAS = ("marginal_cost", "marginal_cost_prior", "marginal_cost_prefill_anchor", "marginal_cost_backlog_tpot",
+            "marginal_cost_batching")
+"""The formulas compared: the paper's scorer, its prior readings (both, then each alone) and our batching
+variant."""
 NOISE_LEVELS = (0.0, 1.5)
 """Fig. 9's ends: the predictor as shipped and 150 % injected error."""
 

@@ -26,8 +26,11 @@ from repro.routing.policies.paper import (
     LeastLoaded,
     LengthThreshold,
     MarginalCost,
+    MarginalCostBacklogTpot,
     MarginalCostBatching,
     MarginalCostPlus,
+    MarginalCostPrefillAnchor,
+    MarginalCostPrior,
     RoundRobin,
 )
 from repro.routing.policies.production import DynamoKV, LlmdWeighted, PowerOfTwo, SglangLeastLoad
@@ -38,9 +41,13 @@ POLICIES: dict[str, type[Policy]] = {
     "least_loaded": LeastLoaded,
     "length_threshold": LengthThreshold,
     "marginal_cost": MarginalCost,  # the paper's scorer (§III)
+    # named readings of the paper's scorer (sensitivity rows): the readings before issue 29
+    "marginal_cost_prefill_anchor": MarginalCostPrefillAnchor,  # decode counts down from the prefill answer
+    "marginal_cost_backlog_tpot": MarginalCostBacklogTpot,  # TPOT_hat = (backlog + own work) / o
+    "marginal_cost_prior": MarginalCostPrior,  # both
     # ours: the scorer re-reasoned for batching decode engines (beyond the paper)
     "marginal_cost_batching": MarginalCostBatching,
-    # ours: the batching scorer with power-of-2 sampling and the admission guard (tuned: repro.paper.tuning)
+    # ours: the batching scorer with the admission guard (tuned: repro.paper.tuning)
     "marginal_cost_plus": MarginalCostPlus,
     # production routers (repro.routing.policies.production)
     "power_of_two": PowerOfTwo,
@@ -52,6 +59,11 @@ POLICIES: dict[str, type[Policy]] = {
 
 PAPER_POLICIES: tuple[str, ...] = ("round_robin", "least_loaded", "length_threshold", "marginal_cost")
 """The paper's four policies, in the order its figures show them."""
+
+READINGS: tuple[str, ...] = ("marginal_cost", "marginal_cost_prefill_anchor", "marginal_cost_backlog_tpot",
+                             "marginal_cost_prior")
+"""The readings of the paper's router: the default (the most faithful, `MarginalCost`'s docstring says
+why) and the named prior readings the sensitivity rows vary it over."""
 
 PRODUCTION_POLICIES: dict[str, type[Policy]] = {
     name: POLICIES[name] for name in ("power_of_two", "dynamo_kv", "llmd_weighted", "sglang_least_load")
@@ -139,6 +151,7 @@ def make_policy(name: str, cost_model: CostModel | None = None, **options: Any) 
 __all__ = [
     "PAPER_POLICIES",
     "POLICIES",
+    "READINGS",
     "PRODUCTION_POLICIES",
     "available_policies",
     "make_policy",

