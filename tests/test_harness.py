@@ -27,6 +27,11 @@ def test_emulated_run_end_to_end(tmp_path):
     assert (j.generated_tokens == j.output_tokens).all()
     assert j.decode_instance.notna().all() and j.predicted_output_tokens.notna().all()
     assert (j.prefill_end_s >= j.prefill_start_s - 0.05).all() and (j.first_token_s >= j.prefill_end_s).all()
+    # the proxy's ledger anchored each decode at the decode engine's first streamed token (issue 29), which it
+    # saw after the prefill answered and (with the clocks' offset) about when the client did
+    assert j.decode_started_s.notna().all()
+    assert (j.decode_started_s >= j.prefill_end_s).all()
+    assert (j.decode_started_s - j.first_token_s).abs().max() < 0.25
     for name in ("gates.json", "loadgen.json", "proxy.jsonl", "client.jsonl", "manifest.json"):
         assert (res.run_dir / name).exists(), name
     # goodput is scored on the journal against the deployment's SLO targets (hand-counted here), and no

@@ -14,7 +14,8 @@
    loop lag and poll gaps, the emulated engines' step lateness, CPU steal) -> ``validity.json``;
 5. stop the proxy, then merge the two journals by request id into ``journal.jsonl``: the client's
    view (status, TTFT, TPOT, e2e: what a user experiences) plus the proxy's (placement, the
-   predicted length, when the prefill answered), on the client's clock.
+   predicted length, when the prefill answered, when the decode started: its ledger's anchor), on the
+   client's clock.
 
 Everything started here is stopped here, also on errors and Ctrl-C.
 """
@@ -139,7 +140,7 @@ def merge_journals(client: pd.DataFrame, proxy: pd.DataFrame, trace: pd.DataFram
         for col in ("prefill_instance", "decode_instance", "predicted_output_tokens"):
             have = out[col].notna()
             out.loc[~have, col] = p[col].reindex(out.index)[~have]
-        for col in ("prefill_end_s", "decode_start_s"):
+        for col in ("prefill_end_s", "decode_start_s", "decode_started_s"):
             out[col] = p[col].reindex(out.index).astype(float) + offset
     fam = trace.set_index("request_id")["family"]
     out["family"] = fam.reindex(out.index).astype("string")
