@@ -111,7 +111,7 @@ def check_recompute_preemption(result: dict[str, Any], who: str) -> None:
     # the victim (the most recently admitted) paused; the oldest never did
     pause, resumed_at = max(g_last)
     median_first = max(g_first[len(g_first) // 2], 1e-4)
-    assert pause > 10 * median_first, f"{who}: the last request never paused ({pause:.3f} s)"
+    assert pause > 5 * median_first, f"{who}: the last request never paused ({pause:.3f} s)"
     assert g_first[-1] < pause, f"{who}: the first request paused as long as the victim"
     # the recompute runs inside the engine's steps: a stream still running when the victim resumed pauses
     # around that moment (its gap spans the victim's first token after the pause) well beyond its median
