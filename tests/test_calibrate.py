@@ -116,7 +116,7 @@ def test_cli_brings_up_the_cluster_prints_fitted_vs_profile_and_writes(tmp_path)
     import typer
     from typer.testing import CliRunner
 
-    from repro.live.calibration_bench import calibrate_cli
+    from repro.cli.calibrate import calibrate_cli
 
     app = typer.Typer()
     app.command("calibrate")(calibrate_cli)

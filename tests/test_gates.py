@@ -11,6 +11,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
+from repro.cli.gates import render_rich
 from repro.cluster.launchers import launch
 from repro.cluster.processes import free_ports
 from repro.cluster.topology import Instance
@@ -19,7 +20,6 @@ from repro.live.gates import (
     GateFailure,
     GatesReport,
     greedy_equivalence,
-    render_rich,
     render_text,
     reset_prefix_caches,
     run_gates,
@@ -194,7 +194,7 @@ def test_cli_gates_a_cluster_and_fails_with_the_instance():
     import typer
     from typer.testing import CliRunner
 
-    from repro.live.gates import gates_cli
+    from repro.cli.gates import gates_cli
 
     app = typer.Typer()
     app.command("gates")(gates_cli)

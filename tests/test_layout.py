@@ -139,3 +139,17 @@ def test_light_modules_stay_light(mod):
                                        cwd=ROOT).stdout)
     assert not [m for m in loaded if m.split(".")[0] in ("httpx", "typer", "aiohttp", "fastapi", "subprocess_tee")]
     assert not [m for m in loaded if m.startswith(("repro.cluster.launchers", "repro.live", "repro.cli"))]
+
+
+def test_only_the_command_line_imports_typer_and_rich():
+    """Commands and terminal output live in repro/cli/; a domain module reports through hooks (e.g.
+    `repro.experiment.runner.SweepProgress`, `repro.live.loadgen.ReplayProgress`), even in a function."""
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        if (PKG / "cli") in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("typer", "rich")]
+    assert offenders == []

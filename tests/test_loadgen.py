@@ -232,7 +232,7 @@ def test_ctrl_c_on_the_cli_journals_in_flight(fake, tmp_path):
     df = trace_with(ids, [0.0, 0.05, 0.1, 30.0])
     trace_file = Trace(df, {"workload": "chat", "seed": 1}).save(tmp_path / "t.parquet")
     j = tmp_path / "j.jsonl"
-    script = ("import typer\nfrom repro.live.loadgen import loadgen_cli\napp = typer.Typer()\n"
+    script = ("import typer\nfrom repro.cli.loadgen import loadgen_cli\napp = typer.Typer()\n"
               "app.command()(loadgen_cli)\napp()\n")
     proc = subprocess.Popen([sys.executable, "-c", script, "--url", fake.url, "--trace", str(trace_file),
                              "--journal", str(j), "--no-progress"], cwd=REPO, stdout=subprocess.PIPE,

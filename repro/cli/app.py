@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from repro.errors import ConfigError, RunFailed, RunInvalid, parse_assignments
@@ -45,6 +46,22 @@ def _boundary(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+class SweepBar:
+    """A sweep's progress (`repro.experiment.runner.SweepBar`) as a transient rich bar over its runs."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self._progress = Progress(transient=True)
+        self._progress.start()
+        self._task = self._progress.add_task(label, total=total)
+
+    def advance(self, n: int) -> None:
+        if n:
+            self._progress.advance(self._task, n)
+
+    def close(self) -> None:
+        self._progress.stop()
 
 
 def _one_of(values: tuple[str, ...]) -> str:
@@ -137,7 +154,7 @@ def run(
     for s in specs:
         RunSpec.from_flat(**s.to_dict())  # validate every combination before running any
     with make_executor(executor, jobs, address) as ex:
-        rows = sweep_results(specs, out, progress=True, on_invalid=on_invalid, executor=ex, resume=not fresh)
+        rows = sweep_results(specs, out, progress=SweepBar, on_invalid=on_invalid, executor=ex, resume=not fresh)
     table = Table(title=f"{base.workload} on {base.topology_parsed().shorthand} ({base.backend})")
     live = base.backend != "sim"
     columns = ("policy", "seed", "rate", "goodput", "P99 TTFT (s)", "P99 TPOT (s)", "token skew", "ok/failed/rejected",
@@ -405,9 +422,9 @@ def proxy(
 
 
 def _mount_harness_commands() -> None:
-    from repro.live.calibration_bench import calibrate_cli
-    from repro.live.gates import gates_cli
-    from repro.live.loadgen import loadgen_cli
+    from repro.cli.calibrate import calibrate_cli
+    from repro.cli.gates import gates_cli
+    from repro.cli.loadgen import loadgen_cli
 
     app.command("loadgen")(_boundary(loadgen_cli))
     app.command("gates")(_boundary(gates_cli))
@@ -439,7 +456,7 @@ def _mount_optional() -> None:
     except ImportError:  # pragma: no cover
         pass
     try:
-        from repro.emulator.cli import emulator
+        from repro.cli.emulator import emulator
 
         app.command(
             "emulator",

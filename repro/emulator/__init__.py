@@ -17,7 +17,7 @@
 - `repro.emulator.faults`: fault switches (diverge, slow, kv-drop, crash, hang, errors, cut, dead-metrics, kv-hold).
 - `repro.emulator.http`: a minimal keep-alive HTTP/1.1 client (the KV pulls, `benchmarks/bench_emulator.py`).
 - `repro.emulator.server`: command line and process entry (``python -m repro.emulator``).
-- `repro.emulator.cli`: ``emulator_app``, the same command line as a typer sub-app (``repro emulator``).
+- `repro.cli.emulator`: ``emulator_app``, the same command line as a typer sub-app (``repro emulator``).
 """
 
 from __future__ import annotations

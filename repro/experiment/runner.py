@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
@@ -281,7 +281,7 @@ def simulated_summaries(specs: Sequence[RunSpec], executor: Executor | None = No
                         ) -> list[tuple[dict[str, Any], RequestOutcomes]]:
     """`simulated_summary` of each spec (in order), the missing ones simulated on ``executor``
     (default: the environment's, `repro.experiment.executor.shared_executor`)."""
-    results = sweep_results(specs, "", progress=False, sim_in_memory=True, executor=executor)
+    results = sweep_results(specs, "", sim_in_memory=True, executor=executor)
     return [(r.summary, r.request_outcomes()) for r in results]
 
 
@@ -289,7 +289,7 @@ RowMaker = Callable[[RunResult], dict[str, Any]]
 """Turns one finished run into its row of a sweep's table."""
 
 
-def sweep(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progress: bool = True,
+def sweep(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progress: SweepProgress | None = None,
           row: RowMaker | None = None, *, sim_in_memory: bool = False,
           on_invalid: OnInvalid = "retry", executor: Executor | None = None) -> pd.DataFrame:
     """Run many specs (resumable: finished ones are skipped); one row per run, in ``specs`` order.
@@ -312,9 +312,10 @@ def describe_spec(spec: RunSpec) -> str:
             f"rate {spec.rate:g} seed {spec.seed} n {spec.n_requests}")
 
 
-def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progress: bool = True, *,
-                  sim_in_memory: bool = False, on_invalid: OnInvalid = "retry",
-                  executor: Executor | None = None, resume: bool = True) -> list[RunResult]:
+def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs",
+                  progress: SweepProgress | None = None, *, sim_in_memory: bool = False,
+                  on_invalid: OnInvalid = "retry", executor: Executor | None = None,
+                  resume: bool = True) -> list[RunResult]:
     """The `RunResult` of each spec, in ``specs`` order (what `sweep` tabulates).
 
     Here, in this process: what is done already (finished runs under ``out_dir``, or cached
@@ -325,6 +326,8 @@ def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progre
     run last, here, one at a time (their validity needs the machine to themselves). A run that
     raises stops the sweep with `repro.errors.RunFailed` naming its spec. ``resume=False`` runs
     every spec again (finished runs are overwritten; the simulation cache is still used).
+    ``progress`` (optional): ``progress(total, label)`` makes the `SweepBar` told of each run done
+    (the command line's is a progress bar, `repro.cli.app`); None or False: nothing.
     """
     from repro.errors import RunFailed
     from repro.experiment import simcache
@@ -354,7 +357,7 @@ def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progre
     ex = executor or shared_executor()
     if ex.jobs <= 1 or len(first) < 2:
         ex = SerialExecutor()  # nothing to share out: no worker start-up
-    bar = _Bar(len(specs), f"runs ({ex.describe()})", progress)
+    bar: SweepBar = progress(len(specs), f"runs ({ex.describe()})") if progress else _NoBar()
     bar.advance(len(specs) - len(live) - sum(len(idx) for idx in todo.values()))
     try:
         tasks = [SimTask(s, journal=not sim_in_memory) for s in first]
@@ -379,25 +382,26 @@ def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs", progre
     return [r for r in results if r is not None]
 
 
-class _Bar:
-    """Progress over a sweep's runs (done / total, across workers), or nothing."""
+class SweepBar(Protocol):
+    """What a sweep reports its progress to: runs done (``advance``), then the end (``close``)."""
 
-    def __init__(self, total: int, label: str, show: bool) -> None:
-        self._progress: Any = None
-        if show and total:
-            from rich.progress import Progress
+    def advance(self, n: int) -> None: ...
 
-            self._progress = Progress(transient=True)
-            self._progress.start()
-            self._task = self._progress.add_task(label, total=total)
+    def close(self) -> None: ...
+
+
+SweepProgress = Callable[[int, str], SweepBar]
+"""Makes a sweep's `SweepBar` from the number of runs and a label."""
+
+
+class _NoBar:
+    """No progress shown."""
 
     def advance(self, n: int) -> None:
-        if self._progress is not None and n:
-            self._progress.advance(self._task, n)
+        pass
 
     def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
+        pass
 
 
 def run_row(res: RunResult) -> dict[str, Any]:

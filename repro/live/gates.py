@@ -39,7 +39,6 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -134,23 +133,6 @@ def render_text(report: GatesReport | GateResult) -> str:
             lat = f" {c.latency_s * 1e3:.0f} ms" if c.latency_s is not None else ""
             lines.append(f"    {'ok  ' if c.ok else 'FAIL'} {c.instance:<24}{lat:>8}  {c.detail}")
     return "\n".join(lines)
-
-
-def render_rich(report: GatesReport | GateResult):
-    """A rich Table of the report (print it with a rich Console)."""
-    from rich.table import Table
-
-    reports = report.reports if isinstance(report, GatesReport) else [report]
-    table = Table(title="correctness gates")
-    for col in ("gate", "instance", "result", "wall ms", "detail"):
-        table.add_column(col)
-    for r in reports:
-        if not r.checks:
-            table.add_row(r.gate, "-", "[green]pass[/green]" if r.passed else "[red]FAIL[/red]", "", r.message)
-        for c in r.checks:
-            table.add_row(r.gate, c.instance, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]",
-                          "" if c.latency_s is None else f"{c.latency_s * 1e3:.0f}", c.detail)
-    return table
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -615,57 +597,3 @@ def greedy_equivalence(prefills: Sequence[Instance], decodes: Sequence[Instance]
 def run_gates(instances: Sequence[Instance], **kw: Any) -> GatesReport:
     """Sync form of `run_gates_async`: all gates in order; raises `GateFailure` at the first failure."""
     return run_sync(run_gates_async(instances, **kw))
-
-
-# ---- command line (mounted by repro.cli as `repro gates`) ----------------------------------------
-def _make_cli():
-    import typer
-
-    def gates(
-        cluster: str | None = typer.Option(None, "--cluster",
-                                           help="bring up this topology ('1p2d', a YAML) and gate it"),
-        state_file: Path | None = typer.Option(None, "--state-file",
-                                               help="gate the cluster recorded by `repro cluster up`"),
-        launcher: str | None = typer.Option(None, "--launcher", help="with --cluster: emulated | vllm | remote"),
-        time_scale: float = typer.Option(1.0, "--time-scale",
-                                         help="with --cluster (emulated): time-compression factor K"),
-        n_tokens: int = typer.Option(64, "--n-tokens", help="token-contract length"),
-        json_out: Path | None = typer.Option(None, "--json", help="also write the report as JSON"),
-    ) -> None:
-        """Run the correctness gates (reset, warm-up, token contract, greedy equivalence) on a cluster."""
-        from rich.console import Console
-
-        from repro.cluster.launchers import launch, load_state
-
-        if (cluster is None) == (state_file is None):
-            raise ConfigError("gates: give exactly one of --cluster TOPOLOGY or --state-file FILE")
-        console = Console()
-
-        def go(instances: list[Instance]) -> None:
-            try:
-                rep = run_gates(instances, n_tokens=n_tokens,
-                                on_report=lambda r: console.print(render_text(r), highlight=False))
-            except GateFailure as exc:
-                if json_out is not None:
-                    gs = getattr(exc, "gates", None)
-                    if gs is not None:
-                        json_out.write_text(json.dumps(gs.to_dict(), indent=2) + "\n")
-                raise
-            if json_out is not None:
-                json_out.write_text(json.dumps(rep.to_dict(), indent=2) + "\n")
-            console.print("[green]all gates passed[/green]")
-
-        if state_file is not None:
-            go(load_state(state_file)["instances"])
-        else:
-            from repro.cluster.topology import parse_topology
-
-            kind = launcher or parse_topology(cluster).launcher or "emulated"
-            opts = {"time_scale": time_scale} if kind == "emulated" else {}
-            with launch(cluster, kind, **opts) as instances:
-                go(instances)
-
-    return gates
-
-
-gates_cli = _make_cli()

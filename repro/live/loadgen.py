@@ -47,7 +47,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import numpy as np
@@ -198,6 +198,16 @@ def _error_message(body: bytes) -> str:
     return str(obj)[:300]
 
 
+class ReplayProgress(Protocol):
+    """What `replay` reports its progress to (``progress(n)`` makes one for ``n`` requests): each request
+    that ended (``ok`` / ``failed`` / ``rejected``), then the end. The command line's is a progress bar
+    (`repro.cli.loadgen`)."""
+
+    def advance(self, status: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
 async def replay(
     trace: Trace | pd.DataFrame,
     url: str,
@@ -209,7 +219,7 @@ async def replay(
     api_key: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     slo_header: bool = True,
-    progress: bool = False,
+    progress: Callable[[int], ReplayProgress] | None = None,
     lag_threshold_s: float = DEFAULT_LAG_THRESHOLD_S,
     prompts: Sequence[str] | None = None,
     extra_body: dict[str, Any] | None = None,
@@ -218,11 +228,12 @@ async def replay(
     """Replay ``trace`` open-loop against ``url``; journal every request; return the report.
 
     ``live_process``: this process is a load generator of its own (``python -m
-    repro.live.loadgen``): once the requests are prepared it enters the live loop
+    repro.cli.loadgen``): once the requests are prepared it enters the live loop
     (`repro.cluster.processes.enter_live_loop`: real-time scheduling); otherwise (a notebook, a
     test) only the heap is settled for the replay.
 
-    ``prompts`` (optional) replaces the rendered prompt texts (one per request).
+    ``prompts`` (optional) replaces the rendered prompt texts (one per request). ``progress`` (optional):
+    ``progress(n)`` makes the `ReplayProgress` told of each request that ends.
     On cancellation (Ctrl-C) every request in flight is journaled as failed ("cancelled") and the
     CancelledError propagates.
     """
@@ -271,8 +282,8 @@ async def replay(
             if extra_body:
                 body.update(extra_body)
             bodies.append(json.dumps(body).encode())
-        if progress:
-            bar = _Progress(n)
+        if progress is not None:
+            bar = progress(n)
         # a full collection of the trace, prompts and imports would stall the schedule
         if live_process:
             report.sched_policy = enter_live_loop()
@@ -462,30 +473,6 @@ def _journal(writer: JournalWriter, rec: _Req, K: float, family: str | None, slo
     writer.write(row)
 
 
-class _Progress:
-    """A rich progress bar over requests ended (ok / failed / rejected)."""
-
-    def __init__(self, total: int):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.counts = {"ok": 0, "failed": 0, "rejected": 0}
-        self.p = Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                          TimeElapsedColumn(), transient=False)
-        self.p.start()
-        self.task = self.p.add_task(self._desc(), total=total)
-
-    def _desc(self) -> str:
-        c = self.counts
-        return f"ok {c['ok']} failed {c['failed']} rejected {c['rejected']}"
-
-    def advance(self, status: str) -> None:
-        self.counts[status] = self.counts.get(status, 0) + 1
-        self.p.update(self.task, advance=1, description=self._desc())
-
-    def close(self) -> None:
-        self.p.stop()
-
-
 def replay_sync(trace: Trace | pd.DataFrame, url: str, **kwargs: Any) -> ReplayReport:
     """`replay` under ``asyncio.run`` (Ctrl-C: in-flight requests are journaled, then it re-raises)."""
     return run_sync(replay(trace, url, **kwargs))
@@ -494,7 +481,7 @@ def replay_sync(trace: Trace | pd.DataFrame, url: str, **kwargs: Any) -> ReplayR
 def replay_process(trace: Trace, url: str, *, journal_path: str | Path, work_dir: str | Path,
                    time_scale: float = 1.0, progress: bool = False,
                    lag_threshold_s: float = DEFAULT_LAG_THRESHOLD_S) -> ReplayReport:
-    """`replay` in a process of its own (``python -m repro.live.loadgen``): the same replay, journal
+    """`replay` in a process of its own (``python -m repro.cli.loadgen``): the same replay, journal
     and report as `replay_sync`, but the client's event loop shares no interpreter with the caller.
 
     Why: in a Jupyter kernel (or any busy harness) the caller's interpreter also runs the kernel's
@@ -519,7 +506,7 @@ def replay_process(trace: Trace, url: str, *, journal_path: str | Path, work_dir
     report_path = work / "loadgen.json"
     report_path.unlink(missing_ok=True)
     log_path = work / "loadgen.log"
-    cmd = [sys.executable, "-m", "repro.live.loadgen", "--url", url, "--trace", str(trace_path),
+    cmd = [sys.executable, "-m", "repro.cli.loadgen", "--url", url, "--trace", str(trace_path),
            "--journal", str(journal_path), "--time-scale", repr(float(time_scale)),
            "--lag-threshold-ms", repr(lag_threshold_s * 1e3), "--report-json", str(report_path),
            "--parent-pid", str(os.getpid()), "--progress" if progress else "--no-progress"]
@@ -535,81 +522,3 @@ def replay_process(trace: Trace, url: str, *, journal_path: str | Path, work_dir
         tail = log_path.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"load generator exited with code {rc}; {log_path} ends with:\n{tail}")
     return ReplayReport(**json.loads(report_path.read_text()))
-
-
-# ---- command line (mounted by repro.cli as `repro loadgen`) --------------------------------------
-def _make_cli():
-    import typer
-
-    def loadgen(
-        url: str = typer.Option(..., "--url",
-                                help="base URL of an OpenAI-compatible server (our proxy, one engine, another router)"),
-        trace_file: Path | None = typer.Option(None, "--trace", help="trace Parquet file (Trace.save)"),
-        workload: str | None = typer.Option(None, "--workload",
-                                            help="chat | reasoning | documents | mixed (instead of --trace)"),
-        rate: float | None = typer.Option(None, "--rate",
-                                          help="arrival rate, requests/s of physics time (with --workload)"),
-        n_requests: int = typer.Option(100, "--n-requests", "-n", help="requests (with --workload)"),
-        seed: int = typer.Option(0, "--seed", help="trace seed (with --workload)"),
-        time_scale: float = typer.Option(1.0, "--time-scale",
-                                         help="the engines' time-compression factor K (1 for real engines)"),
-        journal: Path = typer.Option(..., "--journal", help="journal JSONL to append to"),
-        path: str = typer.Option("/v1/completions", "--path", help="endpoint path"),
-        model: str | None = typer.Option(None, "--model", help="model name (default: first of GET /v1/models)"),
-        api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="bearer token"),
-        timeout_s: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="per-request timeout, wall seconds"),
-        lag_threshold_ms: float = typer.Option(DEFAULT_LAG_THRESHOLD_S * 1e3, "--lag-threshold-ms",
-                                               help="p99 schedule lag (ms) above which the run did not keep up"),
-        no_slo_header: bool = typer.Option(False, "--no-slo-header", help="do not send X-SLO-Class"),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
-        report_json: Path | None = typer.Option(None, "--report-json", help="also write the report as JSON"),
-        parent_pid: int | None = typer.Option(None, "--parent-pid", hidden=True,
-                                              help="exit when this process is no longer our parent"),
-    ) -> None:
-        """Replay a trace open-loop against URL; journal every request; print the schedule-lag report."""
-        from repro.workload.traces import Trace, make_trace
-
-        if parent_pid is not None:
-            from repro.cluster.processes import orphaned
-
-            if orphaned(parent_pid):
-                raise typer.Exit(1)
-        if (trace_file is None) == (workload is None):
-            raise ConfigError("loadgen: give exactly one of --trace FILE or --workload W (with --rate and -n)")
-        if trace_file is not None:
-            if not Path(trace_file).exists():
-                raise ConfigError(f"loadgen: --trace {trace_file} does not exist")
-            trace = Trace.load(trace_file)
-        else:
-            if rate is None:
-                raise ConfigError("loadgen: --workload needs --rate (requests/s)")
-            trace = make_trace(workload, seed, rate, n_requests)
-        try:
-            rep = replay_sync(trace, url, journal_path=journal, path=path, time_scale=time_scale, model=model,
-                              api_key=api_key, timeout_s=timeout_s, slo_header=not no_slo_header, progress=progress,
-                              lag_threshold_s=lag_threshold_ms / 1e3, live_process=True)
-        except KeyboardInterrupt:
-            typer.echo(f"interrupted: requests in flight were journaled as failed (cancelled) in {journal}", err=True)
-            raise typer.Exit(130) from None
-        for line in rep.lines():
-            typer.echo(line)
-        if report_json is not None:
-            report_json.parent.mkdir(parents=True, exist_ok=True)
-            report_json.write_text(json.dumps(rep.to_dict(), indent=2) + "\n")
-
-    return loadgen
-
-
-loadgen_cli = _make_cli()
-
-
-if __name__ == "__main__":  # ``python -m repro.live.loadgen``: what `replay_process` starts
-    import sys
-
-    import typer
-
-    try:
-        typer.run(loadgen_cli)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)

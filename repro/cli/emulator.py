@@ -1,6 +1,6 @@
 """``repro emulator ...``: the emulated engine as a typer sub-app (same options as ``python -m repro.emulator``).
 
-Mount in the main CLI with ``app.add_typer(emulator_app, name="emulator")``; then
+Mounted in the main CLI (`repro.cli.app`); then
 ``repro emulator --port 8100 --profile a40-qwen2.5-3b --time-scale 4`` starts one engine.
 The options are parsed by `repro.emulator.server.build_parser` (``repro emulator --help``).
 """
