@@ -67,3 +67,24 @@ def check_number(where: str, name: str, value: object, lo: float, hi: float, lo_
     if not ok:
         bracket = "(" if lo_open else "["
         raise ConfigError(f"{where}: field '{name}' = {value!r} out of range {bracket}{lo}, {hi}]")
+
+
+def check_ranges(raw: object, allowed: "dict[str, tuple[float, float]]", where: str) -> "dict[str, float]":
+    """``raw`` (a mapping of names in ``allowed`` to numbers) validated and normalised: keys sorted, values
+    floats. An unknown name or a value outside its ``[lo, hi]`` is a `ConfigError` naming it and the allowed."""
+    import math
+    from collections.abc import Mapping
+
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a mapping of {sorted(allowed)} to numbers, got {raw!r}")
+    out: dict[str, float] = {}
+    for key in sorted(raw):
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown parameter {key!r}; allowed: {sorted(allowed)}")
+        value = raw[key]
+        lo, hi = allowed[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not lo <= value <= hi:
+            raise ConfigError(f"{where}: parameter {key!r} = {value!r} must be a number in [{lo:g}, {hi:g}]")
+        out[key] = float(value)
+    return out

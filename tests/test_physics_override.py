@@ -16,10 +16,25 @@ FAST = {"prefill_per_token_s": 3.0e-5, "transfer_bandwidth_bytes_per_s": 5.0e10}
 
 
 def test_every_overridable_parameter_calibrates_a_cost_model_constant():
-    assert set(PHYSICS_TO_COST_MODEL) == set(OVERRIDABLE)
+    assert set(PHYSICS_TO_COST_MODEL) | {"decode_per_seq_s"} == set(OVERRIDABLE)
     shipped = CostModel.from_physics(Physics.load())
     for p, c in PHYSICS_TO_COST_MODEL.items():
         assert getattr(shipped, c) == getattr(Physics.load(), p)  # the same value, the same unit
+
+
+def test_a_per_sequence_decode_override_keeps_the_stated_lone_decode_time_and_moves_the_slope():
+    """The paper states decode 0.013237 s/token at batch 1: a new per-sequence cost moves the base the other
+    way; a calibrated router's slope follows, as a perfect calibration of the new hardware would."""
+    phys = Physics.load()
+    new = phys.with_estimates({"decode_per_seq_s": 4.0e-5})
+    assert new.decode_step_s(1, 800) == pytest.approx(phys.decode_step_s(1, 800), rel=1e-12)
+    assert new.decode_step_s(8, 6400) > phys.decode_step_s(8, 6400)
+    moved = CostModel.from_physics(phys).with_physics({"decode_per_seq_s": 4.0e-5}, base=phys)
+    assert moved.dec_concurrency_slope == pytest.approx(CostModel.from_physics(new).dec_concurrency_slope)
+    with pytest.raises(ConfigError, match="decode_per_seq_s"):
+        phys.with_estimates({"decode_per_seq_s": 0.02})
+    with pytest.raises(ConfigError, match="needs the profile"):
+        CostModel.from_physics(phys).with_physics({"decode_per_seq_s": 4.0e-5})
 
 
 def test_override_in_the_run_id_and_unset_leaves_old_ids():

@@ -7,14 +7,16 @@ from repro.experiment.spec import LiveConfig, RunSpec, flat_field_names, spec_fr
 from repro.sim.config import SimConfig
 
 # Ids computed with the flat RunSpec of commit 4f50904 (before the option groups): finished runs
-# made then must still be found by their id.
+# made then must still be found by their id. They ran on the estimated profile, the default then (the
+# default is now the identified testbed, issue 30).
+OLD = "a40-qwen2.5-3b"
 STORED_IDS = [
-    ({}, "mixed-2p4d-marginal_cost-s1-c7d5cdf6f4bd"),
-    (dict(backend="emulated", workload="chat", rate=64.0, time_scale=2.0, n_requests=200, service="batching",
-          backlog="oracle", policy_options={"use_length": False},
+    (dict(profile=OLD), "mixed-2p4d-marginal_cost-s1-c7d5cdf6f4bd"),
+    (dict(profile=OLD, backend="emulated", workload="chat", rate=64.0, time_scale=2.0, n_requests=200,
+          service="batching", backlog="oracle", policy_options={"use_length": False},
           arrival={"process": "burst", "burst_factor": 3.0, "period_s": 30.0, "duty": 0.2}),
      "chat-2p4d-marginal_cost-s1-1e69ed400711"),
-    (dict(service="serial", kv_poll_interval_s=0.1, predictor_noise=0.5, cost_model="sim_derived"),
+    (dict(profile=OLD, service="serial", kv_poll_interval_s=0.1, predictor_noise=0.5, cost_model="sim_derived"),
      "mixed-2p4d-marginal_cost-s1-2d036aba909a"),
 ]
 
@@ -32,7 +34,7 @@ def test_flat_names_route_into_their_groups_and_back():
     assert "sim" not in flat and "live" not in flat
     assert (flat["service"], flat["backlog"], flat["time_scale"]) == ("serial", "oracle", 2.0)
     assert spec_from_dict(flat) == spec
-    assert set(flat) | {"arrival", "physics"} == set(flat_field_names())  # (both omitted when unset)
+    assert set(flat) | {"arrival", "physics", "workloads"} == set(flat_field_names())  # (omitted when unset)
 
 
 def test_replace_accepts_flat_group_fields():

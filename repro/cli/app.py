@@ -442,6 +442,9 @@ def _mount_paper() -> None:
     app.command("paper")(_boundary(paper_cli))
     app.command("report")(_boundary(report_cli))
     app.command("conclusion")(_boundary(conclusion_cmd))
+    from repro.cli.identify import identify_cli
+
+    app.command("identify")(_boundary(identify_cli))
 
 
 _mount_paper()

@@ -263,7 +263,7 @@ def instance_physics(inst: InstanceSpec, physics: dict[str, float] | None = None
     if inst.kv_budget_tokens is not None:
         phys = phys.with_overrides(kv_budget_tokens=inst.kv_budget_tokens)
     if physics:
-        phys = phys.with_overrides(**check_overrides(physics, "topology: physics overrides"))
+        phys = phys.with_estimates(check_overrides(physics, "topology: physics overrides"))
     return phys
 
 

@@ -37,6 +37,7 @@ from repro.emulator.http import RawClient
 from repro.emulator.vllm_metrics import EngineMetrics
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
+from repro.vocab import DEFAULT_PROFILE
 
 
 @dataclass
@@ -46,7 +47,7 @@ class EmulatorConfig:
 
     port: int = 8000
     host: str = "127.0.0.1"
-    profile: str = "a40-qwen2.5-3b"
+    profile: str = DEFAULT_PROFILE
     time_scale: float = 1.0  # K: physics seconds per wall second
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     served_model_name: str | None = None

@@ -25,6 +25,7 @@ from typing import Any
 from repro.cluster.processes import orphaned
 from repro.emulator.engine import EmulatorConfig
 from repro.errors import ConfigError
+from repro.vocab import DEFAULT_PROFILE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(one engine's options each); the other options are then not allowed but --parent-pid")
     ap.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
     ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    ap.add_argument("--profile", default="a40-qwen2.5-3b", help="hardware profile name or path to a .json")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE, help="hardware profile name or path to a .json")
     ap.add_argument("--time-scale", type=float, default=1.0,
                     help="run the physics K times faster than the wall clock "
                          "(everything reported stays in physics time)")

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from repro.errors import ConfigError
+from repro.errors import ConfigError, check_ranges
 from repro.paths import HARDWARE_DIR
 from repro.vocab import DEFAULT_PROFILE
 
@@ -64,6 +64,9 @@ class Physics:
     transfer_latency_s: float
     transfer_bandwidth_bytes_per_s: float
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    stated_slo: tuple[float, float] | None = field(default=None, compare=False, repr=False)
+    """The testbed's stated SLO targets (tight TTFT, tight TPOT; s), from the profile's optional ``slo``
+    section; None: derived from the constants (`repro.routing.cost_model.slo_from_constants`)."""
 
     # ---- timing -----------------------------------------------------------------------------
     def prefill_time_s(self, batch_tokens: int) -> float:
@@ -115,6 +118,20 @@ class Physics:
                 raise ConfigError(f"physics: unknown parameter {key!r}; allowed: {sorted(_NUMERIC_FIELDS)}")
         return replace(self, **changes)
 
+    def with_estimates(self, overrides: dict[str, float]) -> Physics:
+        """A copy with the estimated constants ``overrides`` (`OVERRIDABLE` names, checked) in place. A new
+        ``decode_per_seq_s`` moves ``decode_base_s`` by the opposite amount, so that the decode step of a
+        lone sequence (the paper's measured 0.013237 s/token) stays as stated."""
+        checked = check_overrides(overrides, "physics overrides")
+        if "decode_per_seq_s" in checked:
+            base = self.decode_base_s + self.decode_per_seq_s - checked["decode_per_seq_s"]
+            if base < 0:
+                raise ConfigError(f"physics overrides: parameter 'decode_per_seq_s' = {checked['decode_per_seq_s']!r} "
+                                  f"exceeds the lone-sequence decode step it is part of "
+                                  f"({self.decode_base_s + self.decode_per_seq_s:g} s)")
+            checked = {**checked, "decode_base_s": base}
+        return replace(self, **checked)
+
     # ---- persistence ------------------------------------------------------------------------
     @classmethod
     def load(cls, name_or_path: str | Path = DEFAULT_PROFILE) -> Physics:
@@ -123,11 +140,7 @@ class Physics:
         Raises ConfigError naming the missing or bad field.
         """
         path = resolve_profile_path(name_or_path)
-        try:
-            raw = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"profile {path}: not valid JSON ({exc})") from None
-        return cls.from_dict(raw, origin=str(path))
+        return cls.from_dict(profile_json(path), origin=str(path))
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], origin: str = "profile") -> Physics:
@@ -162,7 +175,17 @@ class Physics:
         for name in ("name", "model"):
             if not isinstance(raw.get(name), str) or not raw[name]:
                 raise ConfigError(f"{origin}: field '{name}' is missing (a non-empty string)")
-        return cls(name=raw["name"], model=raw["model"], sources=sources, **values)
+        slo = raw.get("slo")
+        stated = None
+        if slo is not None:
+            try:
+                stated = (float(slo["ttft_tight_s"]["value"]), float(slo["tpot_tight_s"]["value"]))
+            except (KeyError, TypeError, ValueError):
+                raise ConfigError(f"{origin}: field 'slo' must hold ttft_tight_s and tpot_tight_s as "
+                                  f"{{\"value\": seconds, \"source\": \"...\"}}") from None
+            if not all(math.isfinite(v) and v > 0 for v in stated):
+                raise ConfigError(f"{origin}: field 'slo': targets must be > 0 s, got {stated}")
+        return cls(name=raw["name"], model=raw["model"], sources=sources, stated_slo=stated, **values)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -177,7 +200,7 @@ class Physics:
 _NUMERIC_FIELDS: dict[str, type] = {
     f.name: (int if f.type in ("int", int) else float)
     for f in fields(Physics)
-    if f.name not in ("name", "model", "sources")
+    if f.name not in ("name", "model", "sources", "stated_slo")
 }
 _MINIMA: dict[str, float] = {name: 0.0 for name in _NUMERIC_FIELDS}
 _MINIMA.update(
@@ -193,13 +216,15 @@ _MINIMA.update(
 
 OVERRIDABLE: dict[str, tuple[float, float]] = {
     "prefill_per_token_s": (1e-7, 1e-2),
+    "decode_per_seq_s": (0.0, 1e-2),
     "transfer_bandwidth_bytes_per_s": (1e8, 1e13),
     "transfer_latency_s": (0.0, 1.0),
 }
 """The profile parameters a run may override (`check_overrides`; a spec's ``physics`` field) and the
-allowed range of each (s/token, bytes/s, s): the estimates the paper does not state (the A40 profile's
-sources say "estimate (paper silent)"), for sensitivity sweeps. The ranges only exclude nonsense (a
-prefill of 0.1 us to 10 ms per token; a link of 100 MB/s to 10 TB/s; up to 1 s of transfer setup);
+allowed range of each (s/token, s per sequence per decode step, bytes/s, s): the estimates the paper
+does not state (the A40 profile's sources say "estimate (paper silent)"), for sensitivity sweeps and
+`repro identify`. The ranges only exclude nonsense (a prefill of 0.1 us to 10 ms per token; up to 10 ms
+per sequence-step; a link of 100 MB/s to 10 TB/s; up to 1 s of transfer setup);
 a sweep's plausible range is its own (`repro.paper.sections.sensitivity`). Constants the paper states
 (prefill base, decode, KV bytes per token, KV budget) are not overridable."""
 
@@ -209,17 +234,21 @@ def check_overrides(raw: Any, where: str = "spec: field 'physics'") -> dict[str,
     floats. An unknown name or a value out of its range is a `ConfigError` naming it and the allowed."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a mapping of {sorted(OVERRIDABLE)} to numbers, got {raw!r}")
-    out: dict[str, float] = {}
-    for key in sorted(raw):
-        if key not in OVERRIDABLE:
-            raise ConfigError(f"{where}: unknown parameter {key!r}; allowed: {sorted(OVERRIDABLE)}")
-        value = raw[key]
-        lo, hi = OVERRIDABLE[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or not lo <= value <= hi:
-            raise ConfigError(f"{where}: parameter {key!r} = {value!r} must be a number in [{lo:g}, {hi:g}]")
-        out[key] = float(value)
-    return out
+    return check_ranges(raw, OVERRIDABLE, where)
+
+
+def profile_json(name_or_path: str | Path) -> dict[str, Any]:
+    """A profile file's JSON object (by name or path). Besides ``params`` (`Physics.from_dict`) a
+    testbed's profile may carry ``workloads`` (the workload generator's parameters it was measured
+    with, `repro.workload.params.from_section`) and ``identified`` (how `repro identify` made it)."""
+    path = resolve_profile_path(name_or_path)
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"profile {path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"profile {path}: expected a JSON object")
+    return raw
 
 
 def available_profiles() -> list[str]:

@@ -8,24 +8,26 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from repro.cluster.topology import pools
+from repro.engine.physics import Physics
 from repro.experiment.spec import RunSpec
-from repro.routing.cost_model import CostModel
+from repro.routing.cost_model import CostModel, sim_derived
 from repro.routing.policies import make_policy
 from repro.routing.router import Router
 
 if TYPE_CHECKING:
-    from repro.engine.physics import Physics
     from repro.workload.traces import Trace
 
 
 # ---- inputs ---------------------------------------------------------------------------------
 def build_trace(spec: RunSpec) -> Trace:
-    """The spec's arrival trace (deterministic in workload, seed, rate, n_requests, arrival), with
+    """The spec's arrival trace (deterministic in workload, seed, rate, n_requests, arrival and the
+    workload parameters, `repro.experiment.spec.RunSpec.workload_params`), with
     request lengths capped to the engines' context where the cluster sets one (`length_cap`; the
     cap and how many requests it touched are in ``trace.meta["length_cap"]``)."""
     from repro.workload.traces import make_trace
 
-    trace = make_trace(spec.workload, spec.seed, spec.rate, spec.n_requests, arrival=spec.arrival_spec())
+    trace = make_trace(spec.workload, spec.seed, spec.rate, spec.n_requests, arrival=spec.arrival_spec(),
+                       params=spec.workload_params())
     cap = length_cap(spec)
     return trace if cap is None else cap_lengths(trace, cap)
 
@@ -119,16 +121,22 @@ def truth_cost_model(spec: RunSpec) -> CostModel:
 
 def router_cost_model(spec: RunSpec) -> CostModel:
     """What the router believes: ``spec.cost_model``, where ``calibrated`` means the cluster file's
-    own ``calibration`` when it names one (the shipped A40 constants otherwise). A ``calibrated``
+    own ``calibration`` when it names one, otherwise a perfect calibration of the spec's hardware profile
+    (`repro.routing.cost_model.CostModel.from_physics`; ``sim_derived``: the paper's simulator constants
+    over it; for the default profile exactly the shipped ``data/calibration`` files). A ``calibrated``
     router knows the hardware: the spec's ``physics`` overrides apply to its constants too
     (`repro.routing.cost_model.CostModel.with_physics`); any other cost model is left as it is
     (``sim_derived`` is what a simulator believed, whatever the hardware)."""
     name = spec.cost_model
     if name == "calibrated":
         name = cluster_calibration(spec) or name
-    cm = CostModel.load(name)
+    if name in ("calibrated", "sim_derived"):  # of the spec's hardware profile (the shipped files: the default's)
+        cm = CostModel.from_physics(Physics.load(spec.topology_parsed().decode[0].profile))
+        cm = cm if name == "calibrated" else sim_derived(cm)
+    else:
+        cm = CostModel.load(name)
     if spec.physics and spec.cost_model == "calibrated":
-        cm = cm.with_physics(spec.physics)
+        cm = cm.with_physics(spec.physics, base=pools(spec.topology_parsed())[3][0])
     if spec.kv_budget_tokens is not None:
         cm = cm.with_overrides(kv_capacity_tokens=spec.kv_budget_tokens)
     return cm

@@ -31,6 +31,7 @@ from repro.vocab import BACKENDS, DEFAULT_PROFILE, PREDICTORS, WORKLOADS, Backen
 
 if TYPE_CHECKING:
     from repro.workload.arrivals import ArrivalSpec
+    from repro.workload.params import WorkloadParams
 
 @dataclass(frozen=True)
 class LiveConfig:
@@ -107,6 +108,11 @@ class RunSpec:
     engine_pools`), and so does a ``calibrated`` router's belief (a calibrated router knows the
     hardware: `repro.experiment.inputs.router_cost_model`); the SLO targets do not (the paper states
     them: `repro.experiment.inputs.truth_cost_model`). In the run id when set."""
+    workloads: dict[str, float] | None = None
+    """Overrides of the workload generator's estimated parameters (`repro.workload.params.FITTABLE`
+    names: ``documents_median_tokens`` in tokens, ``reasoning_mult_median``, ``mixed_burstiness``, ...),
+    on top of the testbed's (the profile file's ``workloads`` section, else our estimates). Any backend
+    (they shape the trace). None (or empty): the testbed's. In the run id when set."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator switches (``sim`` backend)."""
     live: LiveConfig = field(default_factory=LiveConfig)
@@ -139,6 +145,10 @@ class RunSpec:
                 raise ConfigError(f"spec: field 'physics' is for backend 'sim' only (live engines run their own "
                                   f"hardware), got backend {self.backend!r}")
             object.__setattr__(self, "physics", physics or None)
+        if self.workloads is not None:
+            from repro.workload.params import check_overrides as check_workloads
+
+            object.__setattr__(self, "workloads", check_workloads(self.workloads) or None)
         self.topology_parsed()  # validate
         make_policy(self.policy, None, **self.policy_options)  # validate name and options
 
@@ -162,17 +172,27 @@ class RunSpec:
                 d.update(dataclasses.asdict(value))
             else:
                 d[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
-        for name in ("arrival", "physics"):  # unset: left out, so run ids made before the field stay valid
+        for name in ("arrival", "physics", "workloads"):  # unset: left out, so run ids made before the field stay valid
             if d[name] is None:
                 del d[name]
         return d
 
     def arrival_spec(self) -> ArrivalSpec:
-        """The `ArrivalSpec` of this run: ``arrival`` if given, else the workload's default process."""
+        """The `ArrivalSpec` of this run: ``arrival`` if given, else the workload's default process (with
+        the testbed's burstiness, `workload_params`)."""
         from repro.workload.arrivals import ArrivalSpec
         from repro.workload.traces import default_arrival
 
-        return default_arrival(self.workload) if self.arrival is None else ArrivalSpec.from_dict(self.arrival)
+        if self.arrival is None:
+            return default_arrival(self.workload, self.workload_params())
+        return ArrivalSpec.from_dict(self.arrival)
+
+    def workload_params(self) -> WorkloadParams:
+        """The workload generator's parameters of this run: the profile's ``workloads`` section (a testbed
+        identified with them, `repro identify`), else our estimates, with ``workloads`` on top."""
+        from repro.workload.params import testbed_params
+
+        return testbed_params(self.profile).with_overrides(self.workloads)
 
     @property
     def run_id(self) -> str:

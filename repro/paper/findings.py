@@ -18,7 +18,8 @@ VERDICT_MARK = {"reproduced": "✅ reproduced", "not reproduced": "❌ not repro
 
 
 def verdict_lines(head: pd.DataFrame) -> list[str]:
-    """The Markdown table of judged rows: claim, ours [95 % CI], paper, verdict, why."""
+    """The Markdown table of judged rows: claim, ours [95 % CI], paper, verdict, why (with, where the row was
+    predicted across the identified testbed's ensemble, its robustness)."""
     lines = ["| claim | ours [95% CI] | paper | verdict | why |", "|---|---:|---:|---|---|"]
     for r in head.itertuples():
         est = Estimate(float(r.ours), float(r.ours_lo), float(r.ours_hi))
@@ -26,6 +27,10 @@ def verdict_lines(head: pd.DataFrame) -> list[str]:
         meaning = "" if pd.isna(r.meaning) else str(r.meaning)
         claim = f"`{r.key}`" + (f": {meaning}" if meaning else "")
         reason = "" if pd.isna(getattr(r, "reason", "")) else str(getattr(r, "reason", ""))
+        robust = getattr(r, "robustness", "")
+        if isinstance(robust, str) and robust:
+            note = f"across plausible testbeds: {robust}"
+            reason = f"{reason}; {note}" if reason else note
         lines.append(f"| {claim} | {est.text(3)}{unit} | {num(float(r.paper), '.4g')} | "
                      f"{VERDICT_MARK.get(str(r.verdict), str(r.verdict))} | {reason} |")
     return lines
@@ -45,9 +50,9 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
         out.append(f"{traces} traces: t intervals with {traces - 1} degrees of freedom are wide (they keep their 95 % "
                    "coverage; more traces narrow them).")
     if backend == "sim":
-        out.append("sim: the deterministic simulator with the A40 physics profile; the same seed gives the same "
-                   "numbers on every machine. It speaks to the policies' logic under the paper's timing, not to "
-                   "real engines.")
+        out.append("sim: the deterministic simulator on the A40 testbed identified from the paper's baseline numbers "
+                   "(`repro identify`, docs/IDENTIFY.md); the same seed gives the same numbers on every machine. It "
+                   "speaks to the policies' logic under that testbed's timing, not to real engines.")
     elif backend == "emulated":
         out.append("emulated: the real proxy and load generator over HTTP against emulated engines on this machine; "
                    "numbers depend on the machine keeping up (each run's validity is in `measured`).")
@@ -62,8 +67,13 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
                    "(their `kv_budget`); the paper says its 60k-token budget never saturates (§V-G): where it "
                    "does, our decode engines work in a regime the paper's did not (docs/ROUTER_READING.md).")
     if (head.kind == "input").any():
-        out.append("rows marked input are numbers the model was given (or tuned to hit): never counted as "
-                   "reproduced.")
+        out.append("rows marked input are numbers the model was given (or tuned to hit; on the identified testbed, "
+                   "the baseline numbers it was fitted to): never counted as reproduced.")
+    robust = head.get("robustness", pd.Series("", index=head.index)).fillna("").astype(str)
+    if (robust != "").any():
+        out.append("across plausible testbeds: the paper's claim of a row checked on each testbed that fits the "
+                   "paper's baseline numbers within their noise (`repro identify`, data/identify/): a verdict that "
+                   "depends on the testbed rests on constants the paper does not state.")
     if ((head.kind == "ordering") & (head.verdict == "within noise")).any():
         out.append("within noise: the paired 95% interval holds both zero and the paper's gap, so the data cannot "
                    "decide, whichever point estimate is larger (the row says about how many traces would).")

@@ -29,6 +29,12 @@ knows (`data/paper_reference.csv`: the paper's value, unit, meaning by key), jud
     whether the runs behind the row filled a decode engine's KV budget (requests preempted), which
     the paper says never happened on its testbed (§V-G: "the 60k-token KV budget never saturates");
     empty when none did or the backend cannot tell (`kv_budget_note`).
+``robustness``
+    on the simulated and emulated backends, whether the paper's claim of the row holds across the ensemble
+    of plausible testbeds the identified profile keeps (`repro.identify.testbed.robustness_of`: "holds on
+    every plausible testbed", "depends on the testbed (the deciding parameter)", "holds on none"); empty
+    for a row not predicted there. A number the testbed was identified from (`repro.identify.testbed.
+    fitted_keys`) is an ``input`` there, never a result.
 """
 
 from __future__ import annotations
@@ -45,12 +51,16 @@ from repro.paper.verdicts import Estimate
 from repro.paper.verdicts import judge as judge_verdict
 
 HEADLINE_COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "verdict", "reason", "group", "kind",
-                    "unit", "meaning", "interval", "traces", "requests", "measured", "kv_budget", "runs")
+                    "unit", "meaning", "interval", "traces", "requests", "measured", "kv_budget", "robustness", "runs")
 """The columns of a headline file and of ``summary.csv`` (before the run context columns)."""
 
 
-def judge(row: dict[str, Any], ref: pd.DataFrame | None = None, measured: str = "") -> dict[str, Any]:
-    """One headline row, completed from the reference (indexed by key) and judged."""
+def judge(row: dict[str, Any], ref: pd.DataFrame | None = None, measured: str = "",
+          testbed: str = "") -> dict[str, Any]:
+    """One headline row, completed from the reference (indexed by key) and judged; ``testbed``: the
+    identified hardware profile the row was simulated on ("" for none: measured on real engines), whose
+    training numbers are inputs and whose ensemble gives the row's ``robustness``."""
+    from repro.identify.testbed import fitted_keys, robustness_of
     from repro.paper import reference as paper_reference
 
     ref = paper_reference.load().set_index("key") if ref is None else ref
@@ -64,14 +74,21 @@ def judge(row: dict[str, Any], ref: pd.DataFrame | None = None, measured: str = 
     meaning = row.get("meaning") or (str(ref.loc[key, "quantity"]) if key in ref.index else "")
     kind = row.get("kind", "value")
     runs: Sequence[str] = row.get("runs") or ()
+    fitted = bool(testbed) and kind != "input" and key.partition("@")[0] in fitted_keys(testbed)
+    if fitted:
+        kind = "input"
     j = judge_verdict(kind, est, float(paper), unit=unit, tolerance=row.get("tolerance"), claim=row.get("claim"))
+    reason = (f"the testbed {testbed} was identified from this number (repro identify): an input, not a result"
+              if fitted else j.reason)
     return {"key": key, "ours": est.value, "ours_lo": est.lo, "ours_hi": est.hi, "paper": float(paper),
-            "verdict": j.verdict, "reason": j.reason, "group": row.get("group") or group_of(key, kind, float(paper)),
+            "verdict": j.verdict, "reason": reason, "group": row.get("group") or group_of(key, kind, float(paper)),
             "kind": kind, "unit": unit, "meaning": meaning,
             "interval": "none: an input (given, not measured)" if kind == "input" and est.method == "none"
             else est.method,
             "traces": est.traces, "requests": est.requests, "measured": row.get("measured", measured),
-            "kv_budget": row.get("kv_budget", ""), "runs": " ".join(dict.fromkeys(runs))}
+            "kv_budget": row.get("kv_budget", ""),
+            "robustness": row.get("robustness", robustness_of(testbed, key) if testbed else ""),
+            "runs": " ".join(dict.fromkeys(runs))}
 
 
 def kv_budget_note(preempted: Sequence[float]) -> str:
@@ -85,8 +102,8 @@ def kv_budget_note(preempted: Sequence[float]) -> str:
             f"preempted; the paper: never saturates, §V-G)")
 
 
-def headline_frame(rows: list[dict[str, Any]], notebook: str, measured: str = "") -> pd.DataFrame:
-    """The judged rows of one notebook (`HEADLINE_COLUMNS`); a key given twice is an error."""
+def headline_frame(rows: list[dict[str, Any]], notebook: str, measured: str = "", testbed: str = "") -> pd.DataFrame:
+    """The judged rows of one notebook (`HEADLINE_COLUMNS`; ``testbed`` as `judge`); a key given twice is an error."""
     from repro.paper import reference as paper_reference
 
     keys = [str(r["key"]) for r in rows]
@@ -94,14 +111,14 @@ def headline_frame(rows: list[dict[str, Any]], notebook: str, measured: str = ""
     if dup:
         raise ValueError(f"{notebook}: headline keys given twice: {dup} (one key per quantity)")
     ref = paper_reference.load().set_index("key")
-    out = [{"notebook": notebook, **judge(r, ref, measured)} for r in rows]
+    out = [{"notebook": notebook, **judge(r, ref, measured, testbed)} for r in rows]
     return pd.DataFrame(out, columns=list(HEADLINE_COLUMNS))
 
 
 def write_headline(rows: list[dict[str, Any]], notebook: str, out_dir: str | Path = "results",
-                   measured: str = "") -> Path:
-    """``<out_dir>/<NN>_headline.csv``: the judged rows of one notebook."""
+                   measured: str = "", testbed: str = "") -> Path:
+    """``<out_dir>/<NN>_headline.csv``: the judged rows of one notebook (``testbed`` as `judge`)."""
     from repro.paper.figures import write_results
 
     nn = notebook.split("_", 1)[0]
-    return write_results(headline_frame(rows, notebook, measured), f"{nn}_headline", out_dir)
+    return write_results(headline_frame(rows, notebook, measured, testbed), f"{nn}_headline", out_dir)

@@ -75,6 +75,8 @@ def verdict_table(summary: pd.DataFrame) -> str:
             + (f"<br><small class=reason>{_text(getattr(r, 'reason', ''))}</small>" if _text(getattr(r, "reason", ""))
                else "")
             + (f"<br><span class=same>same measurement as <code>{same}</code></span>" if same else "")
+            + (f"<br><small>across plausible testbeds: {_text(getattr(r, 'robustness', ''))}</small>"
+               if _text(getattr(r, "robustness", "")) else "")
             + f"</td><td>{_text(getattr(r, 'measured', ''))}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 

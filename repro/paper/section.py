@@ -65,7 +65,7 @@ from repro.paper.verdicts import (
     t_interval,
 )
 from repro.paths import resolve_dir
-from repro.vocab import WORKLOADS
+from repro.vocab import DEFAULT_PROFILE, WORKLOADS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -530,7 +530,13 @@ class Section:
         for row in rows:
             if "kv_budget" not in row:
                 row["kv_budget"] = kv_budget_note([self.preempted.get(r, float("nan")) for r in row.get("runs") or ()])
-        write_headline(rows, self.notebook, self.results_dir, measured=self.measured())
+        write_headline(rows, self.notebook, self.results_dir, measured=self.measured(), testbed=self.testbed)
+
+    @property
+    def testbed(self) -> str:
+        """The hardware profile this section's numbers were simulated on ("" on real engines, ``vllm``): the
+        default profile (the identified A40 testbed, `repro.vocab.DEFAULT_PROFILE`)."""
+        return "" if self.backend == "vllm" else DEFAULT_PROFILE
 
     def findings(self, title: str = "") -> Any:
         """The notebook's **Findings** (`repro.paper.findings`): the verdict table of the rows `write_headline`

@@ -59,7 +59,8 @@ PHYSICS_TO_COST_MODEL = {"prefill_per_token_s": "tau_pre_per_token_s",
                          "transfer_bandwidth_bytes_per_s": "xfer_bandwidth_bytes_per_s",
                          "transfer_latency_s": "xfer_latency_s"}
 """Each overridable physics parameter (`repro.engine.physics.OVERRIDABLE`) -> the cost-model constant
-`CostModel.from_physics` calibrates from it (the same value, the same unit)."""
+`CostModel.from_physics` calibrates from it (the same value, the same unit); ``decode_per_seq_s``
+moves the concurrency slope instead (`CostModel.with_physics`)."""
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,15 @@ class CostModel:
     # ---- construction -----------------------------------------------------------------------
     @classmethod
     def from_physics(cls, physics: Physics, name: str = "calibrated") -> CostModel:
-        """The cost model a perfect calibration of ``physics`` yields."""
+        """The cost model a perfect calibration of ``physics`` yields (SLO targets: the profile's stated ones
+        when it has them, else `slo_from_constants`)."""
         typical_ctx = 800  # the context at which the profile's per-token decode time is quoted
         tau_dec = physics.decode_step_s(1, typical_ctx)
         per_extra = physics.decode_per_seq_s + typical_ctx * physics.context_s_per_token
         slope = per_extra / tau_dec
-        ttft, tpot = slo_from_constants(physics.prefill_base_s, physics.prefill_per_token_s, tau_dec,
-                                        physics.transfer_latency_s,
-                                        physics.kv_bytes_per_token / physics.transfer_bandwidth_bytes_per_s)
+        ttft, tpot = physics.stated_slo or slo_from_constants(
+            physics.prefill_base_s, physics.prefill_per_token_s, tau_dec, physics.transfer_latency_s,
+            physics.kv_bytes_per_token / physics.transfer_bandwidth_bytes_per_s)
         return cls(
             name=name,
             tau_pre_base_s=physics.prefill_base_s,
@@ -143,12 +145,22 @@ class CostModel:
     def with_overrides(self, **changes: Any) -> CostModel:
         return replace(self, **changes)
 
-    def with_physics(self, overrides: dict[str, float]) -> CostModel:
+    def with_physics(self, overrides: dict[str, float], base: Physics | None = None) -> CostModel:
         """This model with a hardware profile's overridden estimates (`repro.engine.physics.check_overrides`
-        names; s/token, bytes/s, s) carried into the constants they calibrate (`PHYSICS_TO_COST_MODEL`),
-        as a perfect calibration of that hardware would (`from_physics`). The SLO targets stay."""
+        names; s/token, s, bytes/s, s) carried into the constants they calibrate (`PHYSICS_TO_COST_MODEL`),
+        as a perfect calibration of that hardware would (`from_physics`). A new ``decode_per_seq_s`` moves
+        the concurrency slope by its change over ``base`` (the profile this model calibrated; required
+        then): the lone-sequence decode time stays (`repro.engine.physics.Physics.with_estimates`). The
+        SLO targets stay."""
         checked = check_overrides(overrides, "cost model: physics overrides")
-        return replace(self, **{PHYSICS_TO_COST_MODEL[k]: v for k, v in checked.items()})
+        changes: dict[str, Any] = {PHYSICS_TO_COST_MODEL[k]: v for k, v in checked.items()
+                                   if k in PHYSICS_TO_COST_MODEL}
+        if "decode_per_seq_s" in checked:
+            if base is None:
+                raise ConfigError("cost model: a 'decode_per_seq_s' override needs the profile it changes (base=)")
+            moved = (checked["decode_per_seq_s"] - base.decode_per_seq_s) / self.tau_dec_s
+            changes["dec_concurrency_slope"] = self.dec_concurrency_slope + moved
+        return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -71,6 +71,7 @@ import pyarrow.parquet as pq
 from repro.errors import ConfigError, check_choice
 from repro.vocab import FAMILIES, SLO_CLASSES, WORKLOADS
 from repro.workload.arrivals import ArrivalSpec
+from repro.workload.params import ESTIMATED, WorkloadParams
 from repro.workload.sharegpt import HEAD_CHARS, heldout_mask, load_table
 from repro.workload.tokenizer import DEFAULT_TOKENIZER, ApproxTokenizer, Tokenizer
 
@@ -84,18 +85,18 @@ METADATA_KEY = b"repro.trace"
 CHAT_MAX_PROMPT = 1024
 CHAT_MAX_OUTPUT = 512
 REASONING_MAX_PROMPT = 512
-REASONING_MULT_MEDIAN = 4.0
-REASONING_MULT_SIGMA = 0.3
+REASONING_MULT_MEDIAN = ESTIMATED.reasoning_mult_median  # the estimates; a testbed may carry its own
+REASONING_MULT_SIGMA = ESTIMATED.reasoning_mult_sigma  # (`repro.workload.params.WorkloadParams`)
 REASONING_MIN_OUTPUT = 512
 REASONING_MAX_OUTPUT = 8192
 DOCUMENTS_MAX_SHAREGPT_PROMPT = 1024
-DOCUMENTS_MEDIAN = 1500.0
-DOCUMENTS_SIGMA = 0.5
+DOCUMENTS_MEDIAN = ESTIMATED.documents_median_tokens
+DOCUMENTS_SIGMA = ESTIMATED.documents_sigma
 DOCUMENTS_MIN = 512
 DOCUMENTS_MAX = 8192
 DOCUMENTS_MAX_OUTPUT = 512
 MIXED_PROBS = (0.5, 0.25, 0.25)
-MIXED_BURSTINESS = 0.5
+MIXED_BURSTINESS = ESTIMATED.mixed_burstiness
 SLO_TIGHT_SHARE = 0.5
 
 # Templates end in two whitespace characters (or are empty) so that the token count of
@@ -118,11 +119,12 @@ STRESSES = {
 _STREAMS = ("family", "source", "reasoning_mult", "document_len", "slo", "arrivals")
 
 
-def default_arrival(workload: str) -> ArrivalSpec:
-    """The arrival process a workload uses unless told otherwise."""
+def default_arrival(workload: str, params: WorkloadParams = ESTIMATED) -> ArrivalSpec:
+    """The arrival process a workload uses unless told otherwise (mixed: gamma with ``params``'
+    burstiness)."""
     _check_workload(workload)
     if workload == "mixed":
-        return ArrivalSpec("gamma", burstiness=MIXED_BURSTINESS)
+        return ArrivalSpec("gamma", burstiness=params.mixed_burstiness)
     return ArrivalSpec("poisson")
 
 
@@ -296,7 +298,7 @@ def family_lengths(family_code: np.ndarray, source_index: np.ndarray, reasoning_
     return prompt, output
 
 
-def _draw(workload: str, seed: int, n: int) -> dict[str, Any]:
+def _draw(workload: str, seed: int, n: int, params: WorkloadParams = ESTIMATED) -> dict[str, Any]:
     """Everything but arrivals and ids, from the per-quantity streams."""
     streams = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS)), strict=True))
     if workload == "mixed":
@@ -312,9 +314,9 @@ def _draw(workload: str, seed: int, n: int) -> dict[str, Any]:
         if m.any():
             pool = pools[fam]
             source[m] = pool[np.minimum((u_src[m] * len(pool)).astype(np.int64), len(pool) - 1)]
-    mult = streams["reasoning_mult"].lognormal(math.log(REASONING_MULT_MEDIAN),
-                                               REASONING_MULT_SIGMA, n)
-    doc = streams["document_len"].lognormal(math.log(DOCUMENTS_MEDIAN), DOCUMENTS_SIGMA, n)
+    mult = streams["reasoning_mult"].lognormal(math.log(params.reasoning_mult_median),
+                                               params.reasoning_mult_sigma, n)
+    doc = streams["document_len"].lognormal(math.log(params.documents_median_tokens), params.documents_sigma, n)
     prompt, output = family_lengths(code, source, mult, doc)
     tight = streams["slo"].random(n) < SLO_TIGHT_SHARE
     return {"code": code, "source": source, "prompt": prompt, "output": output,
@@ -327,16 +329,24 @@ def _str_column(labels: Sequence[str], codes: np.ndarray) -> pd.Series:
 
 
 def make_trace(workload: str, seed: int, rate: float, n_requests: int,
-               arrival: ArrivalSpec | None = None) -> Trace:
-    """The trace of a workload family (see the module docstring); deterministic in its args."""
+               arrival: ArrivalSpec | None = None, params: WorkloadParams | None = None) -> Trace:
+    """The trace of a workload family (see the module docstring); deterministic in its args.
+
+    ``params``: the length distributions and burstiness (default: our estimates,
+    `repro.workload.params.ESTIMATED`); those that differ from the estimates are in
+    ``meta["workload_params"]``.
+    """
     _check_args(workload, seed, rate, n_requests)
+    params = ESTIMATED if params is None else params
+    if not isinstance(params, WorkloadParams):
+        raise ConfigError(f"params must be a WorkloadParams, got {params!r}")
     if arrival is None:
-        arrival = default_arrival(workload)
+        arrival = default_arrival(workload, params)
     elif not isinstance(arrival, ArrivalSpec):
         raise ConfigError(f"arrival must be an ArrivalSpec (process one of poisson, gamma, "
                           f"burst), got {arrival!r}")
     seed, n, rate = int(seed), int(n_requests), float(rate)
-    d = _draw(workload, seed, n)
+    d = _draw(workload, seed, n, params)
     arrivals = arrival.sample(rate, n, d["arrival_rng"])
     width = max(6, len(str(n - 1)))
     prefix = f"{workload}-s{seed}-"
@@ -358,6 +368,8 @@ def make_trace(workload: str, seed: int, rate: float, n_requests: int,
         "n_requests": n,
         "arrival": arrival.to_dict(),
     }
+    if params.changes():
+        meta["workload_params"] = params.changes()
     return Trace(df, meta)
 
 

@@ -1,0 +1,249 @@
+"""The fit: simulate the measured numbers' runs for a parameter vector, score them, search, keep an ensemble.
+
+`evaluate` simulates every run a table of targets needs under one parameter vector (on a worker; no
+cache: a fit visits thousands of vectors) and returns each target's simulated number. `identify`
+searches the prior box with SciPy's differential evolution (Sobol initial population, deferred updates
+so that each generation runs in parallel on the project's executor: loky workers on this machine, a Ray
+cluster when given an address) and records every vector it visits. The objective is chi-square: the
+sum over targets of ((simulated - measured) / sd)^2 (times on a log scale). The ensemble
+(`Identification.ensemble`) is every visited vector whose chi-square is within
+``chi2.ppf(level, k)`` of the best (k parameters), that threshold scaled by the best fit's
+chi-square per degree of freedom when it exceeds 1 (the measured numbers then disagree with each
+other or with the model by more than their stated noise, and the ensemble widens accordingly).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+
+from repro.errors import ConfigError
+from repro.identify import bounds as physical
+from repro.identify.space import Parameter, settings
+from repro.identify.targets import Target
+
+if TYPE_CHECKING:
+    from repro.experiment.executor import Executor
+    from repro.experiment.spec import RunSpec
+
+BAD_CHI2 = 1e6
+"""The objective of a vector whose runs give no number (a run that serves nothing)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What to identify: a base hardware profile (its stated constants stay), the measured numbers, the
+    unknowns, and whether the A40's physical bounds apply (`repro.identify.bounds`)."""
+
+    profile: str
+    targets: tuple[Target, ...]
+    space: tuple[Parameter, ...]
+    physical_bounds: bool = True
+
+    def __post_init__(self) -> None:
+        names = {p.name for p in self.space}
+        if len(names) != len(self.space):
+            raise ConfigError("identify: a parameter is listed twice")
+        needed = {n for t in self.targets for n in t.rate_names()}
+        missing = sorted(needed - {p.name for p in self.space if p.kind == "rate"})
+        if missing:
+            raise ConfigError(f"identify: the targets refer to rate(s) {missing} that no parameter of kind 'rate' fits")
+        if self.physical_bounds:
+            for p in self.space:
+                b = physical.BOUNDS.get(p.name)
+                if b is not None and (p.lo < b.lo or p.hi > b.hi):
+                    raise ConfigError(f"identify: parameter {p.name!r}'s prior [{p.lo:g}, {p.hi:g}] leaves its "
+                                      f"physical bound [{b.lo:g}, {b.hi:g}] ({b.reason})")
+
+    @property
+    def bounds(self) -> list[tuple[float, float]]:
+        return [p.internal_bounds for p in self.space]
+
+
+def target_specs(problem: Problem, s: Mapping[str, Mapping[str, float]], targets: Sequence[Target] | None = None,
+                 rates: Mapping[str, float] | None = None) -> dict[tuple[str, str, int], RunSpec]:
+    """(target key, policy, seed) -> the simulated run that measures it under settings ``s``
+    (`repro.identify.space.settings`); ``rates`` adds rates not in ``s`` (e.g. searched ones)."""
+    from repro.experiment.spec import RunSpec
+
+    all_rates = {**(rates or {}), **s.get("rate", {})}
+    out: dict[tuple[str, str, int], RunSpec] = {}
+    for t in targets if targets is not None else problem.targets:
+        rate = t.rate_of(all_rates)
+        for pol in t.policies:
+            for seed in t.seeds:
+                out[(t.key, pol, seed)] = RunSpec(
+                    backend="sim", workload=t.workload, topology=t.topology, profile=problem.profile, seed=seed,
+                    rate=rate, n_requests=t.n_requests, policy=pol, physics=dict(s.get("physics", {})) or None,
+                    workloads=dict(s.get("workloads", {})) or None)
+    return out
+
+
+def simulate_values(targets: Sequence[Target], specs: Mapping[tuple[str, str, int], RunSpec]) -> dict[str, float]:
+    """Each target's number from its runs (simulated here, once per distinct spec; nothing cached)."""
+    from repro.experiment.runner import SimTask, simulate_output
+
+    done: dict[str, dict[str, Any]] = {}
+    out: dict[str, float] = {}
+    for t in targets:
+        per_policy = []
+        for pol in t.policies:
+            vals = []
+            for seed in t.seeds:
+                spec = specs[(t.key, pol, seed)]
+                rid = spec.run_id
+                if rid not in done:
+                    done[rid] = simulate_output(SimTask(spec, journal=False)).summary
+                v = done[rid].get(t.metric)
+                vals.append(float(v) if v is not None else math.nan)
+            per_policy.append(vals)
+        out[t.key] = t.combine(per_policy)
+    return out
+
+
+def evaluate(problem: Problem, x: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """Target key -> its simulated number under the internal vector ``x`` (a top-level function: the
+    executor's workers run it)."""
+    s = settings(problem.space, x)
+    return simulate_values(problem.targets, target_specs(problem, s))
+
+
+def chi_square(targets: Sequence[Target], values: Mapping[str, float]) -> float:
+    """Sum of squared residuals (`repro.identify.targets.Target.residual`), capped at `BAD_CHI2`."""
+    total = sum(t.residual(values.get(t.key, math.nan)) ** 2 for t in targets)
+    return float(min(total, BAD_CHI2)) if math.isfinite(total) else BAD_CHI2
+
+
+@dataclass
+class Identification:
+    """A finished fit: every visited vector (``history``: internal coordinates, natural values, each
+    target's simulated number, chi-square), the best, and the ensemble rule's threshold."""
+
+    problem: Problem
+    history: pd.DataFrame
+    level: float = 0.9
+    optimizer: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return len(self.problem.space)
+
+    @property
+    def dof(self) -> int:
+        return max(len(self.problem.targets) - self.k, 1)
+
+    @property
+    def best(self) -> pd.Series:
+        return self.history.loc[self.history["chi2"].idxmin()]
+
+    @property
+    def birge(self) -> float:
+        """The best chi-square per degree of freedom, at least 1: how far the numbers disagree beyond their sd."""
+        return max(1.0, float(self.best["chi2"]) / self.dof)
+
+    @property
+    def threshold(self) -> float:
+        """The ensemble's chi-square ceiling: best + chi2.ppf(level, k) x `birge`."""
+        return float(self.best["chi2"]) + float(stats.chi2.ppf(self.level, self.k)) * self.birge
+
+    def ensemble(self, size: int = 24) -> pd.DataFrame:
+        """The visited vectors within `threshold` (distinct), at most ``size`` of them spread evenly over
+        their chi-square ranking (the best first); every one a plausible testbed."""
+        h = self.history.drop_duplicates(subset=[p.name for p in self.problem.space])
+        within = h[h["chi2"] <= self.threshold].sort_values("chi2", kind="stable")
+        if len(within) > size:
+            idx = np.unique(np.round(np.linspace(0, len(within) - 1, size)).astype(int))
+            within = within.iloc[idx]
+        return within.reset_index(drop=True)
+
+    def parameters(self, size: int = 24) -> pd.DataFrame:
+        """Per parameter: prior range, best value, the ensemble's range, the share of the prior it spans
+        (on the parameter's scale) and what the numbers say of it: ``identified`` (the ensemble spans at
+        most a third of the prior), ``loose``, and ``at a bound`` when the best lies in the outer 2 %."""
+        ens = self.ensemble(size)
+        rows = []
+        for p in self.problem.space:
+            best = float(self.best[p.name])
+            lo, hi = float(ens[p.name].min()), float(ens[p.name].max())
+            span = p.position(hi) - p.position(lo)
+            pos = p.position(best)
+            status = "identified" if span <= 1 / 3 else "loose"
+            if pos < 0.02 or pos > 0.98:
+                status += ", at a bound"
+            b = physical.BOUNDS.get(p.name) if self.problem.physical_bounds else None
+            rows.append({"parameter": p.name, "kind": p.kind, "unit": p.unit, "prior_lo": p.lo, "prior_hi": p.hi,
+                         "best": best, "ensemble_lo": lo, "ensemble_hi": hi, "prior_share": span,
+                         "status": status, "bound_lo": b.lo if b else math.nan, "bound_hi": b.hi if b else math.nan,
+                         "bound": b.reason if b else "", "prior_reason": p.reason})
+        return pd.DataFrame(rows)
+
+    def residuals(self, size: int = 24) -> pd.DataFrame:
+        """Per target: measured, simulated at the best fit, the residual (simulated - measured; a ratio's
+        log for times), in sd, and the ensemble's range of the simulated number."""
+        ens = self.ensemble(size)
+        rows = []
+        for t in self.problem.targets:
+            sim = float(self.best[f"sim:{t.key}"])
+            rows.append({"key": t.key, "metric": t.metric, "measured": t.value, "simulated": sim,
+                         "residual": (math.log(sim / t.value) if t.log_scale and sim > 0 else sim - t.value),
+                         "residual_sd": t.residual(sim), "sd": t.sd,
+                         "ensemble_lo": float(ens[f"sim:{t.key}"].min()),
+                         "ensemble_hi": float(ens[f"sim:{t.key}"].max()), "source": t.source})
+        return pd.DataFrame(rows)
+
+
+def history_row(problem: Problem, x: Sequence[float], values: Mapping[str, float]) -> dict[str, Any]:
+    row: dict[str, Any] = {f"u:{p.name}": float(u) for p, u in zip(problem.space, x, strict=True)}
+    row.update({p.name: p.to_value(float(u)) for p, u in zip(problem.space, x, strict=True)})
+    row.update({f"sim:{k}": float(v) for k, v in values.items()})
+    row["chi2"] = chi_square(problem.targets, values)
+    return row
+
+
+Progress = Callable[[int, float], None]
+"""Called after each batch of evaluations with (vectors evaluated so far, best chi-square so far)."""
+
+
+def identify(problem: Problem, *, executor: Executor | None = None, popsize: int = 6, generations: int = 10,
+             seed: int = 0, level: float = 0.9, progress: Progress | None = None) -> Identification:
+    """Search ``problem``'s prior box (differential evolution: ``popsize`` x k vectors per generation,
+    ``generations`` after the initial Sobol population; deterministic in ``seed``) and return every
+    visited vector with its numbers (`Identification`)."""
+    from repro.experiment.executor import shared_executor
+
+    ex = executor or shared_executor()
+    history: list[dict[str, Any]] = []
+    fn = functools.partial(evaluate, problem)
+
+    def mapper(_func: Any, xs: Any) -> list[float]:
+        xs = [np.asarray(x, dtype=float) for x in xs]
+        results: list[dict[str, float] | None] = [None] * len(xs)
+        for i, vals in ex.imap_unordered(fn, xs):
+            results[i] = vals
+        out = []
+        for x, vals in zip(xs, results, strict=True):
+            row = history_row(problem, x, vals or {})
+            history.append(row)
+            out.append(row["chi2"])
+        if progress is not None:
+            progress(len(history), min(r["chi2"] for r in history))
+        return out
+
+    res = optimize.differential_evolution(
+        _unused_objective, problem.bounds, workers=mapper, updating="deferred", popsize=popsize,
+        maxiter=generations, seed=seed, polish=False, init="sobol", tol=0.0, atol=0.0)
+    return Identification(problem, pd.DataFrame(history), level=level,
+                          optimizer={"method": "scipy.optimize.differential_evolution", "popsize": popsize,
+                                     "generations": generations, "seed": seed, "evaluations": len(history),
+                                     "message": str(res.message)})
+
+
+def _unused_objective(x: np.ndarray) -> float:  # the mapper evaluates; SciPy needs a callable
+    raise AssertionError("evaluated through the workers mapper")
