@@ -53,6 +53,8 @@ BACKLOG_SOURCES: tuple[str, ...] = get_args(BacklogSource)
 LEDGER_ANCHORS: tuple[str, ...] = get_args(LedgerAnchor)
 TPOT_READINGS: tuple[str, ...] = get_args(TpotReading)
 
-DEFAULT_PROFILE = "a40-qwen2.5-3b"
-"""The hardware profile of the paper's testbed (A40 GPUs serving Qwen2.5-3B), in ``data/hardware/``."""
+DEFAULT_PROFILE = "a40-identified"
+"""The hardware profile of the paper's testbed (A40 GPUs serving Qwen2.5-3B), in ``data/hardware/``: identified from
+the paper's baseline numbers (`repro identify`, docs/IDENTIFY.md); our estimates before it stay as
+``a40-qwen2.5-3b``."""
 

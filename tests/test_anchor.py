@@ -149,7 +149,8 @@ def test_the_default_probe_simulates_only_sim_specs():
 
 # ---- on the simulator ----------------------------------------------------------------------------
 
-SIM = RunSpec(workload="mixed", topology="2p4d", n_requests=600, seed=1, rate=16.0)
+SIM = RunSpec(workload="mixed", topology="2p4d", n_requests=600, seed=1, rate=16.0,
+              profile="a40-qwen2.5-3b")  # the estimated profile: round-robin falls steadily with the rate there
 
 
 @pytest.mark.parametrize("metric", ["goodput", "ttft_p99_s"])
@@ -204,7 +205,7 @@ def test_goodput_probes_are_the_same_as_before_the_move(start, rate):
 
 # ---- the command ---------------------------------------------------------------------------------
 
-CLI = ["anchor", "--workload", "mixed", "-n", "600"]
+CLI = ["anchor", "--workload", "mixed", "-n", "600", "--profile", "a40-qwen2.5-3b"]
 
 
 def test_cli_anchors_and_predicts_every_policy():

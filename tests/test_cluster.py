@@ -20,6 +20,7 @@ from repro.cli.cluster import cluster_app
 from repro.cluster.launchers import KV_TRANSFER_CONFIG, VllmLauncher, launch
 from repro.cluster.topology import parse_topology
 from repro.errors import ConfigError
+from repro.vocab import DEFAULT_PROFILE
 from tests.conftest import default_sigint
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,7 +50,7 @@ def test_shorthand():
     t = parse_topology("2p4d")
     assert [i.role for i in t.instances] == ["prefill"] * 2 + ["decode"] * 4
     assert [i.name for i in t.instances] == ["prefill-0", "prefill-1", "decode-0", "decode-1", "decode-2", "decode-3"]
-    assert t.shorthand == "2p4d" and all(i.profile == "a40-qwen2.5-3b" for i in t.instances)
+    assert t.shorthand == "2p4d" and all(i.profile == DEFAULT_PROFILE for i in t.instances)
 
 
 def test_yaml_files_shipped(tmp_path):

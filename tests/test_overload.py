@@ -14,7 +14,8 @@ from repro.experiment.spec import RunSpec
 
 def test_twice_saturation_with_round_robin_queues_and_fails_nothing(tmp_path):
     spec = RunSpec.from_flat(backend="emulated", topology="1p2d", workload="mixed", policy="round_robin",
-                             rate=16.0, n_requests=160, seed=1, time_scale=4.0)
+                             rate=16.0, n_requests=160, seed=1, time_scale=4.0,
+                             profile="a40-qwen2.5-3b")  # twice this profile's capacity
     assert spec.rate >= 1.5 * estimated_capacity(spec)  # overloaded by construction
     res = run(spec, tmp_path, on_invalid="keep")  # the mechanics are tested here, not the machine
     j = read_journal(res.journal_path)

@@ -1,5 +1,6 @@
 import pytest
 
+from repro.engine.physics import Physics
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
 from repro.routing.policies import make_policy
@@ -13,7 +14,7 @@ from repro.routing.policies.base import (
 )
 from repro.routing.policies.paper import MarginalCost, MarginalCostBatching
 
-CM = CostModel.load("calibrated")
+CM = CostModel.from_physics(Physics.load("a40-qwen2.5-3b"))  # the hand-computed numbers below are this profile's
 
 
 def sig(i, backlog=0.0, n=0, tokens=0.0, kv=0.0, healthy=True, role="d"):

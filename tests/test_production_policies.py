@@ -156,7 +156,7 @@ class FirstInstances(Policy):
 
 def _sim(policy, rate):
     """A 500-request mixed run on the simulator's 2p4d at ``rate`` req/s: (journal, summary)."""
-    spec = RunSpec(policy=policy, n_requests=500, rate=rate)
+    spec = RunSpec(policy=policy, n_requests=500, rate=rate, profile="a40-qwen2.5-3b")  # saturated at 16 req/s
     journal = simulate_spec(spec)
     return journal, summarize(journal, truth_cost_model(spec).slo, sent=500)
 
@@ -175,7 +175,7 @@ def test_short_sim_runs_serve_every_request_and_spread_the_load(name, first_inst
     journal, s = _sim(name, 16.0)
     assert (s["completed"], s["failed"], s["rejected"]) == (500, 0, 0)
     assert journal.prefill_instance.nunique() == 2 and journal.decode_instance.nunique() == 4
-    assert journal.equals(simulate_spec(RunSpec(policy=name, n_requests=500, rate=16.0)))  # random_state seeded
+    assert journal.equals(simulate_spec(RunSpec(policy=name, n_requests=500, rate=16.0, profile="a40-qwen2.5-3b")))
     # all on one instance gets ~0.15 here, each production router 0.77-0.81
     assert s["goodput"] > first_instances_goodput + 0.5
     light, overload = _sim(name, 0.25)[1]["goodput"], _sim(name, 64.0)[1]["goodput"]

@@ -19,6 +19,7 @@ def herding(policy: str) -> tuple[float, int, int]:
     """Mixed, 2p4d, 16 req/s, trace 1, 125 % predictor noise, 3,000 requests: the busiest decode
     instance's share of the requests, its preemptions, and the requests preempted in all."""
     spec = RunSpec(backend="sim", workload="mixed", topology="2p4d", rate=16.0, n_requests=3000, seed=1,
+                   profile="a40-qwen2.5-3b",  # the estimated profile, whose KV budget fills at 16 req/s
                    policy=policy, predictor_noise=1.25)
     _, pre, _, dec = engine_pools(spec)
     trace = build_trace(spec)
@@ -91,6 +92,7 @@ def ledger_events(n_requests: int = 400) -> dict:
     (kind, request id, time), and the journal. Needs the simulator from its sources (a `Recorder` is not
     a compiled `Router`): `test_the_simulator_books_...` runs it under ``$REPRO_PURE_PYTHON``."""
     spec = RunSpec(backend="sim", workload="mixed", topology="1p2d", rate=16.0, n_requests=n_requests, seed=2,
+                   profile="a40-qwen2.5-3b",
                    policy="marginal_cost")
     _, pre, _, dec = engine_pools(spec)
     trace = build_trace(spec)

@@ -241,6 +241,7 @@ def anchor(
                                    help="calibrated | sim_derived | path to calibration JSON"),
     service: str | None = typer.Option(None, help="sim: " + _one_of(SERVICES)),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object instead of the tables"),
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile", help="the simulated testbed's hardware profile"),
 ) -> None:
     """§VI's anchoring: from one number measured on your hardware, the simulator's predictions for the rest.
 
@@ -266,7 +267,7 @@ def anchor(
     if not trace_seeds or not wanted:
         raise ConfigError("anchor: fields 'seeds' and 'policies' need at least one entry each")
     flat: dict[str, Any] = {"backend": "sim", "workload": workload, "topology": topology, "seed": trace_seeds[0],
-                            "n_requests": n_requests, "cost_model": cost_model, "policy": policy}
+                            "n_requests": n_requests, "cost_model": cost_model, "policy": policy, "profile": profile}
     if service is not None:
         flat["service"] = service
     base = RunSpec.from_flat(**flat, **({"rate": rate} if rate is not None else {}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -121,6 +122,7 @@ def identify_cli(
     console = Console()
     out_dir = resolve_dir(out_dir_opt) if out_dir_opt else testbed.report_dir(name)
     started = time.monotonic()
+    before: dict[str, object] = {}
     try:
         if measure_on and not report_only:
             from repro.identify.targets import measure, to_frame
@@ -140,15 +142,19 @@ def identify_cli(
             if not hist.exists():
                 raise ConfigError(f"identify: --report-only needs {hist} (run repro identify without it first)")
             ident = testbed.load_history(problem, hist)
-            wall = math.nan
+            fit_json = out_dir / "fit.json"  # the search's own wall time and executor, as measured when it ran
+            before = json.loads(fit_json.read_text()) if fit_json.exists() else {}
+            wall = float(before.get("fit_wall_s", math.nan))
         else:
             console.print(f"identify: {len(space)} parameters, {len(rows)} measured numbers, on {ex.describe()}")
             ident = identify(problem, executor=ex, popsize=popsize, generations=generations, seed=seed,
                              progress=lambda n, best: console.print(f"  {n} testbeds simulated, best chi2 {best:.1f}"))
             wall = time.monotonic() - started
         inputs = tuple(f"saturation_rate_{n.removeprefix('rate_')}" for n in _stated(stated_rate))
+        searched_on = before.get("executor", ex.describe()) if report_only else ex.describe()
         paths = testbed.write(ident, name, size=ensemble_size, profile_dir=resolve_dir(profile_dir), out_dir=out_dir,
-                              extra={"fit_wall_s": wall, "executor": ex.describe()}, inputs=inputs)
+                              extra={"fit_wall_s": wall, "executor": searched_on}, inputs=inputs,
+                              stated_rates=_stated(stated_rate))
         _show_fit(console, ident, ensemble_size)
         if predictions:
             pred_rows = load_targets(resolve_dir(predictions))

@@ -8,10 +8,10 @@ saturation search (`repro.experiment.saturation.saturation_search`).
 
 A row *holds* on a testbed when (`holds`): a value is within 2 sd of the paper's (a time: its log
 ratio within 2 sd); an ordering (two policies) has the paper's sign and at least half its size (the
-verdicts' rule: a gap that cannot be told from half the paper's is not the paper's), or for a tie
-(|paper| < sd) is within 2 sd of zero. Across the ensemble a row "holds on every plausible testbed", "depends on the
-testbed" (the parameter that decides it: the largest |Spearman rho| between a parameter and the
-predicted number) or "holds on none" (`robustness`).
+verdicts' rule: a gap that cannot be told from half the paper's is not the paper's); a tie (the paper
+says the two are level: the row's ``claim``) is within 2 sd of zero. Across the ensemble a row "holds on
+every plausible testbed", "depends on the testbed" (the parameter that decides it: the largest
+|Spearman rho| between a parameter and the predicted number) or "holds on none" (`robustness`).
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def holds(t: Target, value: float) -> bool:
     """Whether the paper's claim of row ``t`` holds at the predicted ``value`` (module docstring)."""
     if not math.isfinite(value):
         return False
-    if len(t.policies) == 2:
-        if abs(t.value) < t.sd:
-            return abs(value) <= 2 * t.sd
+    if t.claim_kind == "tie":
+        return abs(value) <= 2 * t.sd
+    if t.claim_kind == "ordering":
         return math.copysign(1.0, value) == math.copysign(1.0, t.value) and abs(value) >= abs(t.value) / 2
     return abs(t.residual(value)) <= 2.0
 

@@ -18,6 +18,8 @@ value        the measured number (the metric's unit: a fraction, seconds)
 sd           its noise (same unit; for a time, relative: 0.15 = 15 %); with the simulator's own trace noise
              this is the yardstick of the fit (`repro.identify.fit`)
 source       where the number comes from (the paper's section and figure, or the user's run)
+claim        optional, for a prediction: ``value`` (default for one policy), ``ordering`` (default for two:
+             the paper's gap, its sign the claim) or ``tie`` (the paper says the two are level)
 ============ ==========================================================================================
 
 A time metric (``*_s``) is compared on a log scale (its ``sd`` relative); every other metric on its own
@@ -41,6 +43,7 @@ from repro.vocab import WORKLOADS
 COLUMNS = ("key", "workload", "topology", "policy", "rate", "seeds", "n_requests", "metric", "statistic",
            "value", "sd", "source")
 STATISTICS = ("mean", "min", "max")
+CLAIMS = ("value", "ordering", "tie")
 _RATE = re.compile(r"^\s*(?:(?P<factor>[0-9.eE+-]+)\s*\*\s*)?(?P<ref>@[A-Za-z_][A-Za-z0-9_]*|[0-9.eE+-]+)\s*$")
 
 
@@ -60,6 +63,12 @@ class Target:
     value: float
     sd: float
     source: str = ""
+    claim: str = ""
+    """``value`` | ``ordering`` | ``tie`` (`CLAIMS`); empty: ``value`` for one policy, ``ordering`` for two."""
+
+    @property
+    def claim_kind(self) -> str:
+        return self.claim or ("ordering" if len(self.policies) == 2 else "value")
 
     @property
     def log_scale(self) -> bool:
@@ -142,9 +151,14 @@ def targets_from_frame(df: pd.DataFrame, origin: str = "targets") -> list[Target
             raise ConfigError(f"{where}: column 'statistic' = {row['statistic']!r}; allowed: {list(STATISTICS)}")
         if not (math.isfinite(value) and math.isfinite(sd) and sd > 0):
             raise ConfigError(f"{where}: columns 'value' and 'sd' must be finite, sd > 0")
+        claim = str(row.get("claim", "") or "").strip()
+        if claim and claim not in CLAIMS:
+            raise ConfigError(f"{where}: column 'claim' = {claim!r}; allowed: {list(CLAIMS)} (or empty)")
+        if claim in ("ordering", "tie") and len(policies) != 2:
+            raise ConfigError(f"{where}: column 'claim' = {claim!r} needs two policies ('a-b')")
         t = Target(key=key, workload=row["workload"], topology=str(row["topology"]).strip(), policies=policies,
                    rate=str(row["rate"]).strip(), seeds=seeds, n_requests=n, metric=str(row["metric"]).strip(),
-                   statistic=row["statistic"], value=value, sd=sd, source=str(row.get("source", "")))
+                   statistic=row["statistic"], value=value, sd=sd, source=str(row.get("source", "")), claim=claim)
         if t.log_scale and value <= 0:
             raise ConfigError(f"{where}: a time ({t.metric}) must be > 0")
         out.append(t)
@@ -201,4 +215,4 @@ def to_frame(targets: Sequence[Target]) -> pd.DataFrame:
     return pd.DataFrame([{"key": t.key, "workload": t.workload, "topology": t.topology, "policy": "-".join(t.policies),
                           "rate": t.rate, "seeds": " ".join(map(str, t.seeds)), "n_requests": t.n_requests,
                           "metric": t.metric, "statistic": t.statistic, "value": t.value, "sd": t.sd,
-                          "source": t.source} for t in targets], columns=list(COLUMNS))
+                          "source": t.source, "claim": t.claim} for t in targets], columns=[*COLUMNS, "claim"])

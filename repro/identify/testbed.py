@@ -57,9 +57,10 @@ def identified_source(ident: Identification, report: str, par: pd.Series) -> str
 
 
 def profile_dict(ident: Identification, name: str, size: int = ENSEMBLE_SIZE, report: str = "",
-                 inputs: tuple[str, ...] = ()) -> dict[str, Any]:
+                 inputs: tuple[str, ...] = (), stated_rates: dict[str, float] | None = None) -> dict[str, Any]:
     """The identified testbed's profile JSON (see the module docstring); ``report``: its report folder;
-    ``inputs``: headline keys of numbers the fit was given (a stated operating rate), inputs there too."""
+    ``inputs``: headline keys of numbers the fit was given (a stated operating rate), inputs there too;
+    ``stated_rates``: the operating rates the measurements state (req/s, by rate name)."""
     report = report or f"data/identify/{name}/"
     base_raw = profile_json(ident.problem.profile)
     base = Physics.load(ident.problem.profile)
@@ -101,6 +102,7 @@ def profile_dict(ident: Identification, name: str, size: int = ENSEMBLE_SIZE, re
         "base_profile": ident.problem.profile,
         "training_keys": [t.key for t in ident.problem.targets],
         "inputs": list(inputs),
+        "stated_rates": dict(stated_rates or {}),
         "rates": {p.name: {"value": float(best[p.name]), "ensemble_lo": float(pars.loc[p.name, "ensemble_lo"]),
                            "ensemble_hi": float(pars.loc[p.name, "ensemble_hi"]), "unit": "req/s"}
                   for p in ident.problem.space if p.kind == "rate"},
@@ -112,14 +114,14 @@ def profile_dict(ident: Identification, name: str, size: int = ENSEMBLE_SIZE, re
 
 def write(ident: Identification, name: str, *, size: int = ENSEMBLE_SIZE, profile_dir: Path = HARDWARE_DIR,
           out_dir: Path | None = None, extra: dict[str, Any] | None = None,
-          inputs: tuple[str, ...] = ()) -> dict[str, Path]:
+          inputs: tuple[str, ...] = (), stated_rates: dict[str, float] | None = None) -> dict[str, Path]:
     """Write the profile and the report folder; returns the paths written by what they hold."""
     out = out_dir or report_dir(name)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"profile": Path(profile_dir) / f"{name}.json", "history": out / "history.csv",
              "ensemble": out / "ensemble.csv", "parameters": out / "parameters.csv",
              "residuals": out / "residuals.csv", "fit": out / "fit.json"}
-    raw = profile_dict(ident, name, size, report=_shown(out), inputs=inputs)
+    raw = profile_dict(ident, name, size, report=_shown(out), inputs=inputs, stated_rates=stated_rates)
     Physics.from_dict(raw, origin=str(paths["profile"]))  # what we write must load
     paths["profile"].write_text(json.dumps(raw, indent=2) + "\n")
     ident.history.to_csv(paths["history"], index=False)
@@ -182,3 +184,14 @@ def robustness_of(profile: str, key: str) -> str:
         return ""
     r = hit.iloc[0]
     return f"{r['robustness']} ({int(r['holds'])} of {int(r['testbeds'])})"
+
+
+def operating_rates(profile: str) -> dict[str, float]:
+    """Workload -> the operating rate (req/s) of an identified testbed: the rates its measurements state
+    (the paper: mixed 2p4d at 24.0 req/s) and those the fit identified (chat's, documents'); empty for a
+    profile not identified. A workload absent here has no identified rate (the paper's saturation search
+    finds it)."""
+    ident = profile_json(profile).get("identified") or {}
+    out = {name.removeprefix("rate_"): float(entry["value"]) for name, entry in (ident.get("rates") or {}).items()}
+    out.update({name.removeprefix("rate_"): float(v) for name, v in (ident.get("stated_rates") or {}).items()})
+    return out

@@ -69,7 +69,7 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
     if (head.kind == "input").any():
         out.append("rows marked input are numbers the model was given (or tuned to hit; on the identified testbed, "
                    "the baseline numbers it was fitted to): never counted as reproduced.")
-    robust = head.get("robustness", pd.Series("", index=head.index)).fillna("").astype(str)
+    robust = head.get("robustness", pd.Series("", index=head.index)).astype(object).fillna("").astype(str)
     if (robust != "").any():
         out.append("across plausible testbeds: the paper's claim of a row checked on each testbed that fits the "
                    "paper's baseline numbers within their noise (`repro identify`, data/identify/): a verdict that "

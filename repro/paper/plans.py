@@ -41,10 +41,12 @@ if TYPE_CHECKING:
     from repro.experiment.spec import RunSpec
 
 # The saturation rate (req/s) of each workload on 2p4d (round-robin mid-collapse, §IV-B), from the
-# simulator's search (`repro saturate`); notebooks 12 and 13 use them as reference rates, and live
-# quick as its operating points. The emulated engines run the same physics, so the rates carry over
-# (notebook 03 checks the mixed one with a round-robin probe on the live cluster).
-SIM_SATURATION_RATES = {"chat": 64.0, "reasoning": 7.3, "documents": 8.0, "mixed": 16.0}
+# simulator's search on the identified testbed (`repro saturate`); notebooks 12 and 13 use them as
+# reference rates, and live quick as its operating points where the testbed has none of its own (its
+# stated and identified rates come first: `repro.paper.section.Section.operating_rates`). The emulated
+# engines run the same physics, so the rates carry over (notebook 03 checks the mixed one with a
+# round-robin probe on the live cluster).
+SIM_SATURATION_RATES = {"chat": 90.5, "reasoning": 35.5, "documents": 13.4, "mixed": 22.6}
 
 SIM_REQUESTS = (2000, 10000)  # requests per run at (quick, full)
 LIVE_REQUESTS = (200, 1000)

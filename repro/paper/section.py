@@ -484,16 +484,29 @@ class Section:
         return pd.DataFrame(rates), pd.DataFrame(probes)
 
     def operating_rates(self, workloads: Sequence[str], rate: float = 0.0) -> dict[str, float]:
-        """Workload -> its operating rate (req/s): ``rate`` for every workload when > 0, else its
+        """Workload -> its operating rate (req/s): ``rate`` for every workload when > 0; else the testbed's
+        (`testbed_rates`: the paper's stated mixed rate, the identified chat and documents rates); else its
         saturation rate (round-robin mid-collapse on 2p4d): searched with probes of at most
         `probe_requests` requests, except at live quick scale on ``emulated``, which takes the
         simulator's rates (`repro.paper.plans.SIM_SATURATION_RATES`)."""
         if rate > 0:
             return {wl: float(rate) for wl in workloads}
-        if not self.searches_rates:
-            return fixed_rates(workloads)
-        rates, _ = self.saturation(list(workloads), n_requests=self.probe_requests)
-        return {r.workload: float(r.saturation_rate) for r in rates.itertuples()}
+        known = self.testbed_rates()
+        out = {wl: known[wl] for wl in workloads if wl in known}
+        rest = [wl for wl in workloads if wl not in out]
+        if rest and not self.searches_rates:
+            out.update(fixed_rates(rest))
+        elif rest:
+            rates, _ = self.saturation(rest, n_requests=self.probe_requests)
+            out.update({r.workload: float(r.saturation_rate) for r in rates.itertuples()})
+        return {wl: out[wl] for wl in workloads}
+
+    def testbed_rates(self) -> dict[str, float]:
+        """The identified testbed's operating rates (req/s; `repro.identify.testbed.operating_rates`), on the
+        backends that run its physics (``sim``, ``emulated``); none on real engines."""
+        from repro.identify.testbed import operating_rates
+
+        return operating_rates(self.testbed) if self.testbed else {}
 
     def operating_rate(self, rate: float, workload: str = "mixed") -> float:
         """``rate`` (req/s) when > 0, else ``workload``'s saturation rate (`operating_rates`)."""
@@ -501,10 +514,10 @@ class Section:
 
     def workload_rates(self, rates: Mapping[str, float]) -> dict[str, float]:
         """A rate (req/s) per workload of `repro.vocab.WORKLOADS`: ``rates`` checked
-        (`repro.paper.grids.check_rates`), or for ``{}`` a saturation search of each, at any scale."""
+        (`repro.paper.grids.check_rates`), or for ``{}`` each one's `operating_rates` (the testbed's, else
+        a saturation search, at any scale)."""
         if not rates:
-            sat, _ = self.saturation(WORKLOADS, n_requests=self.probe_requests)
-            rates = dict(zip(sat.workload, sat.saturation_rate.astype(float), strict=True))
+            rates = self.operating_rates(WORKLOADS)
         return check_rates(rates)
 
     # ---- outputs --------------------------------------------------------------------------------

@@ -140,7 +140,10 @@ def test_holds_reads_values_orderings_and_ties():
                  0.029, 0.015)
     assert predictions.holds(gap, 0.015) and not predictions.holds(gap, 0.01) and not predictions.holds(gap, -0.03)
     tie = Target("t", "mixed", "2p3d", ("marginal_cost", "least_loaded"), "24", (1,), 10, "goodput", "mean",
-                 -0.006, 0.015)
+                 -0.006, 0.015, claim="tie")
+    small = Target("s", "mixed", "2p4d", ("round_robin", "marginal_cost"), "24", (1,), 10, "ttft_p99_s", "mean",
+                   0.016, 0.03)  # an ordering smaller than its sd is still the paper's ordering
+    assert predictions.holds(small, 0.01) and not predictions.holds(small, 0.001)
     assert predictions.holds(tie, 0.02) and not predictions.holds(tie, 0.05)
     tail = Target("p", "mixed", "2p4d", ("marginal_cost",), "24", (1,), 10, "ttft_p99_s", "mean", 0.321, 0.2)
     assert predictions.holds(tail, 0.45) and not predictions.holds(tail, 0.55)

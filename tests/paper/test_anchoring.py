@@ -11,7 +11,8 @@ from repro.experiment.runner import simulated_summary
 from repro.experiment.spec import RunSpec
 from repro.paper.anchoring import PREDICTION_COLUMNS, predict, ttft_p99_estimate
 
-BASE = RunSpec(workload="mixed", topology="2p4d", n_requests=300, seed=1, rate=16.0)
+BASE = RunSpec(workload="mixed", topology="2p4d", n_requests=300, seed=1, rate=16.0,
+               profile="a40-qwen2.5-3b")  # the estimated profile: traces 1 and 2 differ at 12 req/s there
 # round-robin anchored at 12 req/s, its goodput falling 0.1 per doubling of the rate around it
 ANCHOR = Anchor(target=0.8, metric="goodput", band=0.01, found=True, rate=12.0, value=0.8,
                 probes=((6.0, 0.9), (24.0, 0.7), (12.0, 0.8)))

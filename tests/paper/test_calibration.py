@@ -1,6 +1,7 @@
 """Notebook 01 (§III-B): repro.paper.sections.calibration."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -18,7 +19,9 @@ def test_synthetic_calibration_recovers_the_profile_it_benchmarks(tmp_path):
     fitted, samples = nb.calibrate_sim(seed=1, noise=0.0)
     assert set(samples.phase) == {"prefill", "decode"}
     default = Physics.load()
-    truth = CostModel.from_physics(default)
+    # the benchmark derives its targets by the rule (slo_from_constants); the identified testbed states the
+    # paper's (175 ms, 39.7 ms), which the rule, set on our earlier estimates, puts at 152 ms there
+    truth = replace(CostModel.from_physics(replace(default, stated_slo=None)))
     for field in FITTED:
         assert getattr(fitted, field) == pytest.approx(getattr(truth, field), rel=1e-6), field
     raw = default.to_dict()

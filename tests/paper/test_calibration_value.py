@@ -7,7 +7,8 @@ from repro.paper.sections import calibration_value as nb
 
 def test_calibration_small_grid(section):
     ctx = section(seeds=(1, 2), n_requests=200)
-    runs = ctx.run(nb.calibration_specs(ctx, 16.0))
+    # on the estimated profile at 16 req/s the three conditions' tails differ (the tail share is a ratio of them)
+    runs = ctx.run([s.replace(profile="a40-qwen2.5-3b") for s in nb.calibration_specs(ctx, 16.0)])
     assert len(runs) == 8 and set(runs.cost_model) == {"calibrated", "sim_derived"}
     tab = nb.calibration_table(runs)
     assert list(tab.condition) == [c for _, _, c in nb.CALIBRATION_CONDITIONS]

@@ -23,7 +23,7 @@ def test_check_rates():
         grids.check_rates({"chat": 1.0})
     with pytest.raises(ConfigError, match="mixed"):
         grids.check_rates({**SIM_SATURATION_RATES, "mixed": 0})
-    assert grids.check_rates({**SIM_SATURATION_RATES, "chat": 64}) == SIM_SATURATION_RATES
+    assert grids.check_rates({**SIM_SATURATION_RATES, "chat": 64}) == {**SIM_SATURATION_RATES, "chat": 64.0}
 
 
 def test_specs_grid_crosses_its_axes(section):

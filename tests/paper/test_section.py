@@ -74,12 +74,13 @@ def test_live_quick_takes_the_simulator_rates_without_searching(monkeypatch):
 
     monkeypatch.setattr(Section, "saturation", no_search)
     ctx = setup(backend="emulated", seeds=[1])
-    got = ctx.operating_rates(["mixed", "chat"])
-    assert got == {"mixed": scale.SIM_SATURATION_RATES["mixed"], "chat": scale.SIM_SATURATION_RATES["chat"]}
-    assert setup(backend="emulated", seeds=[1], rate=0.0).rate == scale.SIM_SATURATION_RATES["mixed"]
+    got = ctx.operating_rates(["mixed", "reasoning"])
+    # the testbed's own rates first (the paper's stated mixed rate), the simulator's for the rest
+    assert got == {"mixed": 24.0, "reasoning": scale.SIM_SATURATION_RATES["reasoning"]}
+    assert setup(backend="emulated", seeds=[1], rate=0.0).rate == 24.0
     assert ctx.operating_rates(["mixed", "chat"], 5.0) == {"mixed": 5.0, "chat": 5.0}
-    with pytest.raises(AssertionError, match="must not"):
-        setup(backend="emulated", scale="full", seeds=[1]).operating_rates(["mixed"])
+    with pytest.raises(AssertionError, match="must not"):  # (mixed's rate is the testbed's: reasoning is searched)
+        setup(backend="emulated", scale="full", seeds=[1]).operating_rates(["reasoning"])
     with pytest.raises(ConfigError, match="no operating point"):
         scale.fixed_rates(["poetry"])
     with pytest.raises(ConfigError, match="operating rate"):
@@ -158,7 +159,7 @@ def test_a_row_whose_runs_filled_the_kv_budget_says_so(section, tmp_path):
     from repro.paper.headline import kv_budget_note
 
     ctx = section(results_dir=tmp_path)
-    full = RunSpec(topology="1p2d", rate=16.0, n_requests=400, seed=2)
+    full = RunSpec(topology="1p2d", rate=16.0, n_requests=400, seed=2, profile="a40-qwen2.5-3b")  # fills there
     light = RunSpec(topology="2p4d", rate=2.0, n_requests=100, seed=1)
     runs = ctx.run([full, light])
     assert runs.preempted_fraction.iloc[0] > 0 and runs.preempted_fraction.iloc[1] == 0

@@ -1,8 +1,11 @@
 """Sensitivity to our estimated constants (issue 14, item 6), in notebook 10: do the paper's orderings
 survive when the constants the paper does not state take other plausible values?
 
-The A40 profile (``data/hardware/a40-qwen2.5-3b.json``) has two estimates that matter for TTFT: the
-prefill cost per prompt token (6.0e-5 s/token) and the KV transfer bandwidth (20 GB/s). With them
+The A40 testbed (``data/hardware/a40-identified.json``, identified from the paper's baselines by `repro
+identify`; our earlier estimates 6.0e-5 s/token and 20 GB/s are ``a40-qwen2.5-3b``) has two constants the
+paper does not state that matter for TTFT: the prefill cost per prompt token (identified, 4.04e-5
+s/token) and the KV transfer bandwidth (loose: the paper's baselines cannot see it; 2.37 GB/s at the
+best fit). With the estimates
 about a quarter of ``documents`` requests (half of its tight ones) cannot meet their TTFT target even
 on an idle cluster (`idle_miss_share`), so they shape every TTFT-bound result. Each is swept alone
 (the other at its default), in the hardware truth and in the calibrated router's constants together
@@ -12,16 +15,17 @@ targets) never move, nor do the simulator-derived constants (what a simulator be
 
 The ranges (`SWEEP`), why plausible:
 
-- ``prefill_per_token_s``, 4e-5 .. 1.2e-4 s/token: prefill of Qwen2.5-3B costs 2 x 2.77e9
-  non-embedding parameters = 5.5 GFLOP per token; at the A40's 149.7 TFLOP/s dense BF16 peak that
-  is 3.7e-5 s/token, so 4e-5 is ~92 % of peak (a floor no engine reaches), the default 6e-5 is 61 %,
+- ``prefill_per_token_s``, 3.8e-5 .. 1.2e-4 s/token (and the testbed's own value): prefill of Qwen2.5-3B
+  costs 2 x 2.77e9 non-embedding parameters = 5.5 GFLOP per token; at the A40's 149.7 TFLOP/s dense BF16
+  peak that is 3.7e-5 s/token, so 3.8e-5 is ~97 % of peak and the identified 4.04e-5 ~92 % (floors no
+  engine reaches), our earlier estimate 6e-5 is 61 %,
   9e-5 41 % and 1.2e-4 31 % (a poorly batched prefill, or attention's quadratic term on long prompts,
   which the profile's linear model leaves out).
-- ``transfer_bandwidth_bytes_per_s``, 2.5 .. 50 GB/s: 36,864 KV bytes per token move from the prefill
-  to the decode GPU. 50 GB/s ~ an NVLink bridge between an A40 pair (112.5 GB/s both ways); 20 GB/s
-  (default) UCX cuda_ipc over PCIe Gen4 x16 (32 GB/s raw); 10 GB/s PCIe staged through host memory
-  or 100 Gb/s RDMA between nodes; 5 GB/s a congested or Gen3 path; 2.5 GB/s TCP over ~25 GbE (NIXL
-  without RDMA).
+- ``transfer_bandwidth_bytes_per_s``, 2 .. 32 GB/s (and the testbed's own value): 36,864 KV bytes per
+  token move from the prefill to the decode GPU. 32 GB/s is PCIe Gen4 x16 raw (the physical bound,
+  `repro.identify.bounds`); 20 GB/s UCX cuda_ipc over it (our earlier estimate); 10 GB/s PCIe staged
+  through host memory or 100 Gb/s RDMA between nodes; 5 GB/s a congested or Gen3 path; 2 GB/s TCP over
+  ~20 GbE (NIXL without RDMA).
 
 At each point the operating rate is searched again (`point_rates`: the paper's saturation search,
 round-robin mid-collapse on 2p4d, `repro.experiment.saturation.saturation_search`), since the
@@ -58,18 +62,19 @@ DEFAULTS: dict[str, float] = {"prefill_per_token_s": _PROFILE.prefill_per_token_
 """The profile's estimates (s/token, bytes/s): each sweep's default point."""
 
 SWEEP: dict[str, tuple[float, ...]] = {
-    "prefill_per_token_s": (4.0e-5, 6.0e-5, 9.0e-5, 1.2e-4),
-    "transfer_bandwidth_bytes_per_s": (2.5e9, 5.0e9, 1.0e10, 2.0e10, 5.0e10),
+    "prefill_per_token_s": tuple(sorted({3.8e-5, DEFAULTS["prefill_per_token_s"], 6.0e-5, 9.0e-5, 1.2e-4})),
+    "transfer_bandwidth_bytes_per_s": tuple(sorted({2.0e9, DEFAULTS["transfer_bandwidth_bytes_per_s"], 5.0e9, 1.0e10,
+                                                    2.0e10, 3.2e10})),
 }
 """Each constant's values at full scale (the module docstring says why these); the other constant stays
-at its default. 8 distinct points (the default is shared)."""
+at its default. 10 distinct points (the default is shared)."""
 QUICK_SWEEP: dict[str, tuple[float, ...]] = {
-    "prefill_per_token_s": (6.0e-5, 1.2e-4),
-    "transfer_bandwidth_bytes_per_s": (2.5e9, 2.0e10),
+    "prefill_per_token_s": (DEFAULTS["prefill_per_token_s"], 1.2e-4),
+    "transfer_bandwidth_bytes_per_s": (DEFAULTS["transfer_bandwidth_bytes_per_s"], 3.2e10),
 }
-"""Quick scale: the default and the end of each range that costs TTFT most (3 distinct points)."""
+"""Quick scale: the default and the far end of each range (3 distinct points)."""
 SENSITIVITY_REQUESTS = (200, 2000)
-"""Requests per run at (quick, full) scale. Full: 8 points x 3 traces x 8 runs of 2,000 requests and a
+"""Requests per run at (quick, full) scale. Full: 10 points x 3 traces x 8 runs of 2,000 requests and a
 saturation search per point (probes of 1,000) cost about 55 s of one core (10,000 requests would be
 five times that); quick: 3 points x 1 trace x 8 runs of 200, about 5 s."""
 QUICK_TRACES = 1
