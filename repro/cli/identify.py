@@ -71,7 +71,8 @@ def identify_cli(
                                   help="a profile to predict the same rows on, for comparison ('' for none)"),
     popsize: int = typer.Option(6, "--popsize", min=2, max=50, help="differential evolution: vectors per parameter "
                                                                     "per generation"),
-    generations: int = typer.Option(10, "--generations", min=0, max=500, help="generations after the initial one"),
+    generations: int = typer.Option(20, "--generations", min=0, max=500,
+                                    help="generations after the initial one (20: the shipped fit)"),
     seed: int = typer.Option(0, "--seed", min=0, help="the search's seed (the same seed, the same fit)"),
     ensemble_size: int = typer.Option(24, "--ensemble-size", min=2, max=500, help="plausible testbeds kept"),
     measure_on: str = typer.Option("", "--measure-on",
