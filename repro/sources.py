@@ -128,3 +128,54 @@ def closure_hash(modules: Iterable[str]) -> str:
         for v in versions:
             h.update(v.encode())
     return h.hexdigest()[:16]
+
+
+_LOADED: dict[str, tuple[str, float]] = {}
+"""A user's module -> (the closure hash of the code this process imported, when it was last checked)."""
+RECHECK_S = 1.0
+"""How often (seconds) `fresh_module` looks at a loaded module's files again."""
+
+
+def _own_files(module: str) -> list[tuple[str, Path]]:
+    """The modules of ``module``'s closure that are a user's own code (not repro's, not installed, not the
+    standard library) and loaded in this process, with their files, deepest dependency last."""
+    files, _ = import_closure(module)
+    paths = {str(p) for p in files}
+    out = []
+    for name, mod in list(sys.modules.items()):
+        origin = getattr(mod, "__file__", None)
+        if not origin or name.split(".")[0] == "repro":
+            continue
+        src = _source_of(str(Path(origin).resolve()))
+        if src is not None and str(src) in paths and not str(src).startswith(_SITE):
+            out.append((name, src))
+    return out
+
+
+def fresh_module(module: str) -> bool:
+    """Make sure this process runs the code of a user's ``module`` (a policy given by import path) as it is
+    on disk now: import it, and when its files or those of the user's modules it imports (`import_closure`)
+    changed since this process imported them, reload those modules (its helpers first), so that an edited
+    policy runs its new code in a long-lived process (a notebook's kernel, a sweep's worker processes).
+    Looked at again at most every `RECHECK_S` seconds. Returns True when something was reloaded. Raises
+    what the import raises."""
+    import importlib
+    import time
+
+    now = time.monotonic()
+    if module not in sys.modules:
+        importlib.import_module(module)
+        _LOADED[module] = (closure_hash([module]), now)
+        return False
+    seen = _LOADED.get(module)
+    if seen is not None and now - seen[1] < RECHECK_S:
+        return False
+    current = closure_hash([module])
+    if seen is None or seen[0] == current:  # first check in this process: what is loaded is taken as is
+        _LOADED[module] = (current if seen is None else seen[0], now)
+        return False
+    own = _own_files(module)
+    for name, _ in sorted(own, key=lambda x: (x[0] == module, -x[0].count("."))):
+        importlib.reload(sys.modules[name])
+    _LOADED[module] = (current, now)
+    return True

@@ -77,6 +77,21 @@ def summary_table(summary: pd.DataFrame) -> Table:
     return t
 
 
+def scorecard_table(table: pd.DataFrame) -> Table:
+    """The scorecard's summary (`repro.paper.sections.scorecard.summarize`) as a Rich table: per policy and
+    claim group, the paper's claims asked of the policy and its comparisons with the paper's router and
+    the best baseline."""
+    from repro.paper.sections.scorecard import summarize
+
+    t = Table(title="your policies: the scorecard (positive differences: yours better)")
+    s = summarize(table)
+    for c in s.columns:
+        t.add_column(c, overflow="fold")
+    for r in s.itertuples(index=False, name=None):
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
 def paper_cli(
     backend: str = typer.Option("sim", "--backend",
                                 help="sim (default: the deterministic simulator) | emulated (local emulated vLLM "
@@ -92,6 +107,11 @@ def paper_cli(
                                             help="PNG + PDF figures (relative: to the repo root; default "
                                                  "figures/<backend>-<scale>)"),
     param: list[str] = typer.Option([], "--param", "-p", help="extra notebook parameter NAME=VALUE (repeatable)"),
+    policy: list[str] = typer.Option([], "--policy",
+                                     help="a policy of yours to score against the paper's router on every claim "
+                                          "that compares policies: an import path pkg.module:Class or a registered "
+                                          "name (repeatable); adds the scorecard (notebook 15) to the run and to "
+                                          "report.html"),
     jobs: int = typer.Option(0, "--jobs", "-j", min=0, max=1024,
                              help="cores to use: notebooks at once, and their simulations on worker "
                                   "processes (0: every core on sim, 1 on live backends); any value "
@@ -133,7 +153,8 @@ def paper_cli(
             live.update(_status_table(status, backend, scale))
 
         run = run_paper(backend=backend, scale=scale, only=only, cluster=cluster, out=out, results_dir=results_dir,
-                        figures_dir=figures_dir, extra=parse_assignments(list(param), "paper: -p"), jobs=jobs,
+                        figures_dir=figures_dir, extra=parse_assignments(list(param), "paper: -p"),
+                        policies=list(policy), jobs=jobs,
                         executor=executor, address=address, on_status=on_status, on_message=console.print)
     _print_end(console, run, backend=backend, scale=scale, only=only, table=table)
     if not run.ok:
@@ -162,6 +183,10 @@ def _print_end(console: Console, run: PaperRun, *, backend: str, scale: str, onl
                 console.print(f"[yellow]the verdicts quoted in {', '.join(stale)} differ from this run's[/yellow] "
                               "(`repro conclusion --docs` writes them from it)")
     if run.report is not None:
+        card = run.report.parent / "scorecard.csv"
+        if any(r.name == "15_scorecard" and r.ok for r in run.results) and card.exists():
+            console.print(scorecard_table(pd.read_csv(card, keep_default_na=True)))
+            console.print(f"every scorecard row: {card}")
         console.print(f"report (one page, opens offline): {run.report}")
     for r in run.results:
         if not r.ok:

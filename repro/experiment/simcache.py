@@ -8,8 +8,10 @@ The notebooks of one `repro paper` run share many runs (Table II's appear in eig
 saturation-search probes; the cache makes each cost once, also across notebooks run in parallel
 (entries are written atomically; two processes computing the same entry write the same bytes).
 
-Only specs whose policy is registered are cached (a policy given by import path, ``pkg.mod:Cls``,
-is code outside the fingerprint). ``$REPRO_SIM_CACHE`` names the folder (default
+A policy given by import path (``pkg.mod:Cls``, a user's) is code outside the package's fingerprint:
+its entries are keyed by its own fingerprint too (`repro.routing.policies.policy_fingerprint`: its
+source and that of every module it imports outside the standard library), so an edited policy, or an
+edited helper of it, is simulated again. ``$REPRO_SIM_CACHE`` names the folder (default
 ``runs/sim-cache`` under the repository root); ``off`` disables the cache.
 """
 
@@ -58,15 +60,22 @@ def cache_dir() -> Path | None:
 
 
 def cacheable(spec: RunSpec) -> bool:
-    """A ``sim`` spec whose policy is registered (its code is inside the fingerprint)."""
-    from repro.routing.policies import POLICIES
+    """A ``sim`` spec (a registered policy's code is inside the fingerprint; a user's is keyed by its own)."""
+    return spec.backend == "sim"
 
-    return spec.backend == "sim" and spec.policy in POLICIES
+
+def entry_name(spec: RunSpec) -> str:
+    """The file name of ``spec``'s entry: its run id, and for a policy by import path its code's fingerprint."""
+    from repro.routing.policies import POLICIES, policy_fingerprint
+
+    if spec.policy in POLICIES:
+        return f"{spec.run_id}.npz"
+    return f"{spec.run_id}-{policy_fingerprint(spec.policy)}.npz"
 
 
 def _path(spec: RunSpec) -> Path | None:
     d = cache_dir()
-    return None if d is None or not cacheable(spec) else d / f"{spec.run_id}.npz"
+    return None if d is None or not cacheable(spec) else d / entry_name(spec)
 
 
 def load(spec: RunSpec) -> tuple[dict[str, Any], RequestOutcomes] | None:

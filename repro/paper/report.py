@@ -36,7 +36,8 @@ white-space:nowrap}.v-reproduced{color:#176a2c}.v-not-reproduced,.v-contradicted
 figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.8rem;color:#555}
 .tally span{margin-right:1rem}.ctx{color:#555;font-size:.9rem}code{font-size:.85em}
 #conclusion{background:#fafaf5;border:1px solid #e6e2cc;padding:.2rem 1rem 1rem;margin:1rem 0}
-.reason{color:#555}
+.reason{color:#555}.v-better{color:#176a2c;font-weight:600}.v-worse{color:#a61b1b;font-weight:600}.v-tie{color:#555}
+.v-not-run{color:#999}
 """
 
 SCRIPT = """
@@ -108,10 +109,45 @@ def figure_html(path: Path) -> str:
             f"<figcaption>{html.escape(path.name)}</figcaption></figure>")
 
 
+def scorecard_html(table: pd.DataFrame, figure: Path | None = None) -> str:
+    """The scorecard of a run with ``--policy`` (``scorecard.csv``, `repro.paper.sections.scorecard`): per
+    policy the summary by claim group, then every row (ours with its 95 % interval, the paper's number where
+    the row is one of its claims, the verdict and its reason), then the forest plot."""
+    from repro.paper.sections.scorecard import summarize
+
+    parts = ["<p>Your policies against the paper's router and the best of its baselines, on the same traces, "
+             "each claim group made by its own section's code. Positive differences: yours is better. "
+             "<i>as the router</i>: the paper's claims about its router asked of yours (the same rule table).</p>"]
+    summary = summarize(table)
+    for p in dict.fromkeys(table.policy.astype(str)):
+        s = summary[summary.policy == p]
+        head = ("<tr><th>claim</th><th>as the router</th><th>vs the paper's router</th>"
+                "<th>vs the best baseline</th></tr>")
+        body = "".join(f"<tr><td>{_text(r[1])}</td><td>{_text(r[2])}</td><td>{_text(r[3])}</td><td>{_text(r[4])}</td>"
+                       "</tr>" for r in s.itertuples(index=False, name=None))
+        rows = []
+        for r in table[(table.policy.astype(str) == p) & (table.comparison != "not run")].itertuples():
+            est = Estimate(float(r.ours), float(r.ours_lo), float(r.ours_hi))
+            rows.append(f"<tr><td>{_text(r.claim)}</td><td>{_text(r.comparison)}<br><code>{_text(r.key)}</code> "
+                        f"{_text(r.setting)}</td><td class=num>{html.escape(est.text(3))} {_text(r.unit)}<br>"
+                        f"<small>{_text(r.interval)}</small></td><td class=num>{num(float(r.paper), '.4g')}</td>"
+                        f"<td class='{_cls(str(r.verdict))}'>{_text(r.verdict)}<br><small class=reason>"
+                        f"{_text(r.reason)}</small></td></tr>")
+        parts.append(f"<h3>{html.escape(p)}</h3><table class=scorecard>{head}{body}</table>"
+                     "<table><tr><th>claim</th><th>row</th><th>ours [95% CI]</th><th>paper</th><th>verdict</th></tr>"
+                     f"{''.join(rows)}</table>")
+    if figure is not None and figure.exists():
+        parts.append(figure_html(figure))
+    return "<h2 id=scorecard>Your policies: the scorecard</h2>" + "".join(parts)
+
+
 def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str = "") -> str:
     """The report's HTML from a `repro paper` run's ``summary.csv`` and figures."""
     results_dir, figures_dir = Path(results_dir), Path(figures_dir)
     path = results_dir / "summary.csv"
+    card = results_dir / "scorecard.csv"
+    if not path.exists() and card.exists():  # the scorecard alone (repro paper --only 15 --policy ...)
+        return _scorecard_page(results_dir, figures_dir, title)
     if not path.exists():
         raise ConfigError(f"report: {path} not found: run `repro paper` first (or pass --results-dir)")
     summary = pd.read_csv(path, keep_default_na=True)
@@ -131,6 +167,10 @@ def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str
         by_nb.setdefault(f.name.split("_", 1)[0], []).append(f)
     names = dict(zip(summary.notebook.astype(str).str.split("_", n=1).str[0], summary.notebook.astype(str),
                      strict=False))
+    scorecard = ""
+    if card.exists():  # a run with --policy: the scorecard notebook's rows and figure, in their own section
+        scorecard = scorecard_html(pd.read_csv(card, keep_default_na=True), figures_dir / "15_scorecard.png")
+        by_nb.pop("15", None)
     sections = []
     for nn in sorted(set(by_nb) | set(names)):
         rows = summary[summary.notebook.astype(str).str.startswith(nn + "_")]
@@ -143,9 +183,19 @@ def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str
             f"<p class=ctx>backend <b>{backend}</b>, scale <b>{scale}</b>, commit <code>{commit}</code>, "
             f"{len(summary)} headline rows, {len(figs)} figures. Each measurement counted once "
             f"in the tally (rows that repeat another say so). Intervals: 95%, see each row.</p>"
-            f"{conclusion_html(summary)}<h2 id=tally>The tally</h2>{tally_table(summary)}"
+            f"{conclusion_html(summary)}<h2 id=tally>The tally</h2>{tally_table(summary)}{scorecard}"
             f"<p id=figures-status>figures not checked (no script)</p>"
             f"{''.join(sections)}<script>{SCRIPT}</script></body></html>")
+
+
+def _scorecard_page(results_dir: Path, figures_dir: Path, title: str) -> str:
+    """The report of a run that made the scorecard and no headline rows."""
+    table = pd.read_csv(results_dir / "scorecard.csv", keep_default_na=True)
+    title = title or "Calibrate, Then Route: the scorecard of your policies"
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<p id=figures-status>figures not checked (no script)</p>"
+            f"{scorecard_html(table, figures_dir / '15_scorecard.png')}<script>{SCRIPT}</script></body></html>")
 
 
 def write_report(results_dir: str | Path, figures_dir: str | Path, out: str | Path | None = None) -> Path:

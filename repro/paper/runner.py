@@ -93,6 +93,11 @@ NOTEBOOK_WALL_S: dict[str, float] = {
 last and runs alone. Only the order depends on these; a notebook not listed starts after them."""
 
 
+ON_REQUEST = ("15_scorecard",)
+"""Notebooks `run_paper` runs only when asked: the scorecard, with ``policies`` (`repro paper --policy`)
+or named by ``--only``."""
+
+
 def discover(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
     """The section notebooks, ``NN_name.ipynb``, in order."""
     return sorted(p for p in Path(notebook_dir).glob("[0-9][0-9]_*.ipynb"))
@@ -208,7 +213,8 @@ def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = 
 def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = None,
               cluster: str | None = None, out: str | Path = "build/notebooks",
               results_dir: str | Path | None = None, figures_dir: str | Path | None = None,
-              extra: dict[str, Any] | None = None, jobs: int = 0, executor: str = "local",
+              extra: dict[str, Any] | None = None, policies: Sequence[str] = (), jobs: int = 0,
+              executor: str = "local",
               address: str | None = None, on_status: StatusHook | None = None,
               on_message: Callable[[str], None] | None = None) -> PaperRun:
     """Run the selected notebooks; returns their results and the summary table (also written).
@@ -223,7 +229,12 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
     Every result is the same for any ``jobs`` and executor. ``on_status`` hears every notebook's
     status (name -> (pending | running | done | FAILED | skipped..., wall s)) whenever one changes,
     ``on_message`` a line worth printing (the command line, `repro.cli.paper`, shows both); nothing
-    here prints. Ends by writing summary.csv and report.html."""
+    here prints. Ends by writing summary.csv and report.html.
+
+    ``policies`` (registered names or import paths ``pkg.module:Class``, checked before anything runs):
+    scored against the paper's router by the scorecard notebook (`ON_REQUEST`, added to the selection),
+    whose ``scorecard.csv`` the report shows; every notebook that declares a ``policies`` parameter
+    gets them."""
     from repro.paper.figures import write_results
 
     if backend not in BACKENDS:
@@ -234,7 +245,13 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
         raise ConfigError("paper: --backend vllm needs --cluster FILE (a cluster YAML; see data/clusters/)")
     if cluster and not Path(cluster).exists() and not (CLUSTERS_DIR / f"{cluster}.yaml").exists():
         raise ConfigError(f"paper: --cluster {cluster!r}: no such file")
-    nbs = select(only)
+    if policies:
+        from repro.paper.sections.scorecard import check_policies
+
+        policies = check_policies(policies)
+    nbs = [nb for nb in select(only) if nb.stem not in ON_REQUEST or only or policies]
+    if policies:
+        nbs = sorted({*nbs, *[nb for nb in discover() if nb.stem in ON_REQUEST]})
     res_default, fig_default = default_dirs(backend, scale)
     out_dir = resolve_dir(out)
     res_dir = resolve_dir(results_dir) if results_dir is not None else res_default
@@ -244,8 +261,13 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
     cluster_param = str(Path(cluster).resolve()) if cluster and Path(cluster).exists() else (cluster or "")
     params = {"backend": backend, "scale": scale, "cluster": cluster_param,
               "results_dir": str(res_dir), "figures_dir": str(fig_dir), **(extra or {})}
+    wants = {nb.stem for nb in nbs if policies and "policies" in notebook_parameters(nb)}
+
+    def own(nb: Path) -> dict[str, Any]:  # a notebook's parameters (the cluster may change below)
+        return {**params, "policies": list(policies)} if nb.stem in wants else params
+
     for nb in nbs:  # check every notebook's parameters before running any
-        check_parameters(nb, params)
+        check_parameters(nb, own(nb))
     ensure_kernel()
 
     status: dict[str, tuple[str, float | None]] = {nb.stem: ("pending", None) for nb in nbs}
@@ -293,7 +315,7 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
                 # the longest first, so no long one starts last and runs alone
                 order = sorted(sections, key=lambda nb: -NOTEBOOK_WALL_S.get(nb.stem, 0.0))
-                futures = [pool.submit(run_notebook, nb, out_dir, params) for nb in order]
+                futures = [pool.submit(run_notebook, nb, out_dir, own(nb)) for nb in order]
                 for nb in sections:
                     started(nb)
                 for fut in as_completed(futures):
@@ -302,7 +324,7 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
         else:
             for nb in sections:
                 started(nb)
-                finished(run_notebook(nb, out_dir, params))
+                finished(run_notebook(nb, out_dir, own(nb)))
         summary = collect_headlines([r.name for r in results if r.ok], res_dir, backend=backend, scale=scale,
                                     commit=commit_id())
         path = write_results(summary, "summary", res_dir) if len(summary) else None
@@ -314,7 +336,8 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             started(nb)
             finished(run_notebook(nb, out_dir, params))
     report = None
-    if path is not None:
+    if path is not None or (res_dir / "scorecard.csv").exists() and any(r.ok and r.name in ON_REQUEST
+                                                                         for r in results):
         from repro.paper.report import write_report
 
         report = write_report(res_dir, fig_dir)

@@ -25,6 +25,12 @@ input              a number the model was given or aimed at (a constant of the p
 context            the paper states no number and no ordering: shown, not judged
 =================  ==========================================  ==========================================
 
+A comparison of two policies where the paper states nothing (the scorecard, `repro.paper.sections.scorecard`:
+a policy of yours against the paper's router or the best baseline) is judged by `compare`, one of
+`COMPARISON_VERDICTS`: ``better`` / ``worse`` when the interval excludes zero, ``tie`` when the whole
+interval lies within `tie_margin` of zero, ``within noise`` otherwise (with about how many traces would
+decide it).
+
 A claimed tie (``claim=0``) is reproduced when the whole interval lies within `tie_margin` of zero,
 not reproduced when it excludes zero, within noise otherwise.
 
@@ -542,3 +548,28 @@ def verdict(kind: str, ours: Estimate, paper: float, *, unit: str = "", toleranc
             claim: int | None = None) -> str:
     """The verdict of one row (`VERDICTS`); `judge` gives it with its reason."""
     return judge(kind, ours, paper, unit=unit, tolerance=tolerance, claim=claim).verdict
+
+
+COMPARISON_VERDICTS = ("better", "worse", "tie", "within noise")
+"""The verdicts of `compare` (a comparison the paper states nothing about)."""
+
+
+def compare(est: Estimate, unit: str = "") -> Judgement:
+    """The verdict of a paired difference A - B the paper states nothing about (positive: A better), one of
+    `COMPARISON_VERDICTS`: ``better`` / ``worse`` when the interval excludes zero, ``tie`` when it lies
+    within `tie_margin` of zero, else ``within noise`` (about how many traces would decide it, from
+    `traces_to_decide`). Without an interval nothing is decided."""
+    if math.isnan(est.value):
+        return Judgement("within noise", f"no value ({est.method})")
+    if not est.has_interval:
+        return Judgement("within noise", f"no interval ({est.method}): no difference can be shown")
+    side = est.excludes_zero()
+    span = f"[{_num(est.lo)}, {_num(est.hi)}]"
+    if side:
+        return Judgement("better" if side > 0 else "worse", f"the interval {span} excludes zero")
+    margin = tie_margin(unit)
+    if -margin <= est.lo and est.hi <= margin:
+        return Judgement("tie", f"the interval {span} lies within +-{_num(margin)} of zero")
+    n = traces_to_decide(est, math.nan)
+    more = f"; about {n} traces would decide it" if n else "; more traces would decide it"
+    return Judgement("within noise", f"the interval {span} holds zero and is wider than +-{_num(margin)}{more}")

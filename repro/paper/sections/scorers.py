@@ -28,19 +28,10 @@ from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
 from repro.paper import figures
 from repro.paper import reference as paper_reference
-from repro.paper.grids import specs_grid
 from repro.paper.headline import headline_frame
-from repro.paper.sections import (
-    calibration_value,
-    feature_ablation,
-    frontier,
-    heterogeneity,
-    mixed_goodput,
-    pool_width,
-    predictor_noise,
-)
+from repro.paper.sections.scorecard import GROUPS, LEARNED, ClaimGroup
 from repro.paper.verdicts import Estimate
-from repro.routing.policies import PAPER_POLICIES, POLICIES
+from repro.routing.policies import POLICIES
 from repro.vocab import WORKLOADS
 
 if TYPE_CHECKING:
@@ -48,28 +39,17 @@ if TYPE_CHECKING:
 
     from repro.paper.section import Section
 
-LEARNED = "marginal_cost"
-"""The learned router's policy name in every section (the paper's scorer)."""
 FORMULAS = ("marginal_cost", "marginal_cost_prior", "marginal_cost_prefill_anchor", "marginal_cost_backlog_tpot",
             "marginal_cost_batching")
 """The formulas compared: the paper's scorer, its prior readings (both, then each alone) and our batching
 variant."""
-NOISE_LEVELS = (0.0, 1.5)
-"""Fig. 9's ends: the predictor as shipped and 150 % injected error."""
-
-CLAIMS: dict[str, tuple[str, ...]] = {
-    "Table II": ("table2_mc_minus_best_baseline", "table2_mc_mean"),
-    "§V-B calibration": ("calib_goodput_gain", "calib_simderived_token_skew_minus_jsq"),
-    "Fig. 3 workloads": ("fig3_mc_minus_best_other_reasoning", "fig3_lt_minus_mc_chat",
-                         "fig3_worst_loadaware_minus_rr_documents"),
-    "§V-D pool width": ("width3_mc_margin", "width6_mc_margin"),
-    "Fig. 4 scarcity (1p2d)": ("fig4_rr_minus_mc_1p2d",),
-    "Fig. 8 length": ("fig8_no_length_steady", "fig8_no_length_sat"),
-    "Fig. 9 noise": ("fig9_mc_minus_lt_worst_noise",),
-}
+CLAIMS: dict[str, tuple[str, ...]] = {name: GROUPS[name].keys for name in (
+    "Table II", "§V-B calibration", "Fig. 3 workloads", "§V-D pool width", "Fig. 4 scarcity (1p2d)", "Fig. 8 length",
+    "Fig. 9 noise")}
 """Claim group -> the section headline keys measured per formula (the paper's mechanisms: the learned
 router's lead, calibration's worth and its mechanism, the per-workload orderings, the width claims,
-greedy concentration at 1p2d, length as the load-bearing feature, robustness to predictor noise)."""
+greedy concentration at 1p2d, length as the load-bearing feature, robustness to predictor noise); the
+groups as the scorecard makes them (`repro.paper.sections.scorecard.GROUPS`)."""
 
 
 def _check_formulas(formulas: Sequence[str]) -> list[str]:
@@ -95,47 +75,17 @@ def _relabel(runs: pd.DataFrame, formula: str) -> pd.DataFrame:
 
 
 def claim_plans(ctx: Section) -> dict[str, tuple[Callable[[], list[Any]], Callable[[pd.DataFrame], list[dict]]]]:
-    """Claim group -> (the section's specs with the learned router, its headline rows from the runs).
-    ``ctx`` set up with every workload's operating rate (``ctx.rates``; mixed's is ``ctx.rate``)."""
+    """Claim group -> (the section's specs with the learned router, its headline rows from the runs)
+    (`repro.paper.sections.scorecard.GROUPS`). ``ctx`` set up with every workload's operating rate
+    (``ctx.rates``; mixed's is ``ctx.rate``)."""
     missing = [w for w in WORKLOADS if w not in ctx.rates]
     if missing:
         raise ConfigError(f"{ctx.notebook}: no operating rate for {missing} (set the section up with every workload)")
-    rate, rates = ctx.rate, dict(ctx.rates)
-    ablation_points = feature_ablation.ablation_rates(rate)
 
-    def table2(runs: pd.DataFrame) -> list[dict]:
-        return mixed_goodput.table_two_headline(mixed_goodput.table_two(runs), runs, ctx)
+    def plan(group: ClaimGroup) -> tuple[Callable[[], list[Any]], Callable[[pd.DataFrame], list[dict]]]:
+        return (lambda: group.specs(ctx)), (lambda runs: group.headline(ctx, runs))
 
-    def hetero(runs: pd.DataFrame) -> list[dict]:
-        return heterogeneity.heterogeneity_headline(heterogeneity.heterogeneity_table(runs), runs, ctx)
-
-    def width(runs: pd.DataFrame) -> list[dict]:
-        return pool_width.width_headline(pool_width.width_table(runs), runs, ctx)
-
-    def scarcity(runs: pd.DataFrame) -> list[dict]:
-        shapes, front = frontier.frontier_table(runs)
-        return frontier.frontier_headline(shapes, front, runs, ctx)
-
-    def length(runs: pd.DataFrame) -> list[dict]:
-        return feature_ablation.ablation_headline(feature_ablation.ablation_table(runs), runs, ctx)
-
-    def noise(runs: pd.DataFrame) -> list[dict]:
-        return predictor_noise.noise_headline(predictor_noise.noise_table(runs), runs, ctx)
-
-    return {
-        "Table II": (lambda: mixed_goodput.table_two_specs(ctx, rate), table2),
-        "§V-B calibration": (lambda: calibration_value.calibration_specs(ctx, rate),
-                             lambda runs: calibration_value.calibration_headline(runs, ctx)),
-        "Fig. 3 workloads": (lambda: specs_grid(ctx, workloads=WORKLOADS, rates=rates, policies=PAPER_POLICIES),
-                             hetero),
-        "§V-D pool width": (lambda: specs_grid(ctx, rates=rate, topologies=pool_width.width_topologies(),
-                                               policies=PAPER_POLICIES), width),
-        "Fig. 4 scarcity (1p2d)": (lambda: specs_grid(ctx, rates=rate, topologies=("1p2d",),
-                                                      policies=PAPER_POLICIES), scarcity),
-        "Fig. 8 length": (lambda: feature_ablation.ablation_specs(ctx, ablation_points, uncalibrated_features=(),
-                                                                  features=["length"]), length),
-        "Fig. 9 noise": (lambda: predictor_noise.noise_specs(ctx, rate, noise_levels=NOISE_LEVELS), noise),
-    }
+    return {name: plan(GROUPS[name]) for name in CLAIMS}
 
 
 def scorer_rows(ctx: Section, formulas: Sequence[str] = FORMULAS,

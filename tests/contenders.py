@@ -1,0 +1,15 @@
+"""Policies of "a user", by import path (``tests.contenders:Name``), for the scorecard's tests."""
+
+from repro.routing.policies.paper import MarginalCost, RoundRobin
+
+
+class RouterClone(MarginalCost):
+    """The paper's router under another name: every decision the same."""
+
+    name = "router_clone"
+
+
+class RoundRobinClone(RoundRobin):
+    """Round-robin under another name: reads neither the predictor nor the cost model."""
+
+    name = "rr_clone"
