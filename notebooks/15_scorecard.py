@@ -66,7 +66,9 @@ summary = ctx.write_results(card.summary(), "15_scorecard_summary")  # printed (
 with ctx.expected_output(1):
     print(summary.to_string(index=False))
     shown = card.table[card.table.comparison != nb.NOT_RUN]
-    print(shown[["claim", "comparison", "setting", "metric", "ours", "ours_lo", "ours_hi", "verdict"]]
+    shown = shown.assign(row=[k.split("@")[0] if c == nb.AS_ROUTER else s for k, c, s in
+                              zip(shown.key, shown.comparison, shown.setting, strict=True)])
+    print(shown[["claim", "comparison", "row", "metric", "ours", "ours_lo", "ours_hi", "verdict"]]
           .round(4).to_string(index=False))
 
 # %%

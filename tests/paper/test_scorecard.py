@@ -87,7 +87,9 @@ def test_every_group_runs_for_a_policy_that_reads_everything(tmp_path):
     assert set(t[t.comparison == sc.AS_ROUTER].key) >= {f"calib_goodput_gain@{CLONE}",
                                                          f"fig9_mc_minus_lt_worst_noise@{CLONE}"}
     fig = card.figure()
-    assert len(fig.axes[0].get_yticklabels()) == len(t[t.comparison.isin([sc.VS_ROUTER, sc.VS_BASELINE])])
+    compared = t[t.comparison.isin([sc.VS_ROUTER, sc.VS_BASELINE])]
+    assert len(fig.axes[0].get_yticklabels()) == len(set(zip(compared.claim, compared.setting, strict=True)))
+    assert len(fig.axes) == 1  # goodput only: one panel
 
 
 def test_bad_policies_are_refused_before_anything_runs():

@@ -419,30 +419,38 @@ class Scorecard:
         return "\n\n".join(parts)
 
     def figure(self, title: str = "") -> Figure:
-        """A forest plot: per comparison row (claim group and setting), each policy's paired difference with
-        its 95 % interval, goodput in points and P99 TTFT in ms; zero marked."""
+        """A forest plot, one panel per metric (goodput in points, P99 TTFT in ms): per claim group and
+        setting, each policy's paired difference with the paper's router (filled) and with the best
+        baseline (open), with its 95 % interval; zero marked, right of it yours is better."""
         import matplotlib.pyplot as plt
 
-        rows = self.table[self.table.comparison.isin([VS_ROUTER, VS_BASELINE])].copy()
-        scale = np.where(rows.unit == "fraction", 100.0, 1000.0)
-        rows = rows.assign(v=rows.ours * scale, lo=rows.ours_lo * scale, hi=rows.ours_hi * scale,
-                           label=[f"{r.claim}: {r.setting}\n{r.comparison} "
-                                  f"({'goodput' if r.unit == 'fraction' else 'P99 TTFT'})" for r in rows.itertuples()])
+        rows = self.table[self.table.comparison.isin([VS_ROUTER, VS_BASELINE])]
+        rows = rows.assign(label=[f"{r.claim}: {r.setting}" for r in rows.itertuples()])
         labels = list(dict.fromkeys(rows.label))
-        fig, ax = plt.subplots(figsize=(8.5, 0.32 * len(labels) + 1.6))
-        step = 0.8 / max(len(self.policies), 1)
-        for j, p in enumerate(self.policies):
-            g = rows[rows.policy == p]
-            y = [labels.index(x) + (j - (len(self.policies) - 1) / 2) * step for x in g.label]
-            err = np.vstack([g.v - g.lo, g.hi - g.v])
-            ax.errorbar(g.v, y, xerr=np.where(np.isnan(err), 0.0, err), fmt="o", ms=3.5, capsize=2,
-                        color=figures.policy_color(p), label=p)
-        ax.axvline(0.0, color="black", lw=0.8)
-        ax.set_yticks(range(len(labels)), labels, fontsize=6)
-        ax.invert_yaxis()
-        ax.set_xlabel("yours minus the rival, 95% interval (goodput in points, P99 TTFT in ms; right: yours better)")
-        ax.set_title(title or f"Scorecard ({self.conditions})", fontsize=9)
-        figures.legend_outside(ax)
+        metrics = [m for m in METRIC_UNITS if (rows.metric == m).any()] or ["goodput"]
+        fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 3.2, 0.3 * len(labels) + 1.6),
+                                 sharey=True, squeeze=False)
+        series = [(p, c) for p in self.policies for c in (VS_ROUTER, VS_BASELINE)]
+        step = 0.8 / max(len(series), 1)
+        for ax, metric in zip(axes[0], metrics, strict=True):
+            k = 100.0 if metric == "goodput" else 1000.0
+            for j, (p, c) in enumerate(series):
+                g = rows[(rows.policy == p) & (rows.comparison == c) & (rows.metric == metric)]
+                if g.empty:
+                    continue
+                y = [labels.index(x) + (j - (len(series) - 1) / 2) * step for x in g.label]
+                v, lo, hi = g.ours.to_numpy(float) * k, g.ours_lo.to_numpy(float) * k, g.ours_hi.to_numpy(float) * k
+                err = np.vstack([v - lo, hi - v])
+                color = figures.policy_color(p)
+                ax.errorbar(v, y, xerr=np.where(np.isnan(err), 0.0, err), fmt="o" if c == VS_ROUTER else "s", ms=3.5,
+                            capsize=2, color=color, mfc=color if c == VS_ROUTER else "white", label=f"{p} {c}")
+            ax.axvline(0.0, color="black", lw=0.8)
+            ax.set_xlabel("goodput difference (points)" if metric == "goodput" else "P99 TTFT difference (ms)")
+        axes[0][0].set_yticks(range(len(labels)), labels, fontsize=7)
+        axes[0][0].invert_yaxis()
+        fig.suptitle(title or f"Scorecard: yours minus the rival, 95% intervals; right of zero: yours better\n"
+                              f"({self.conditions})", fontsize=9)
+        figures.legend_outside(axes[0][-1])
         fig.tight_layout()
         return fig
 
