@@ -56,11 +56,44 @@ def test_other_code_misses_and_off_writes_nothing(cache, monkeypatch):
     assert len(calls) == 2 and not list(cache.glob(f"*/{SPEC.replace(seed=3).run_id}.npz"))
 
 
-def test_a_policy_from_outside_the_package_is_never_cached(cache):
-    outside = SPEC.replace(policy="tests.test_policies:AlwaysLast")
-    assert simcache.cacheable(SPEC) and not simcache.cacheable(outside)
+def test_a_policy_from_outside_the_package_is_cached_by_its_own_code(cache, tmp_path, monkeypatch):
+    pkg = tmp_path / "userpol"
+    pkg.mkdir()
+    mod = pkg / "mine.py"
+    mod.write_text("from repro.routing.policies.paper import RoundRobin\n\n\nclass Mine(RoundRobin):\n"
+                   "    name = 'mine'\n")
+    monkeypatch.syspath_prepend(str(pkg))
+    outside = SPEC.replace(policy="mine:Mine")
+    assert simcache.cacheable(SPEC) and simcache.cacheable(outside)
+    first = simcache.entry_name(outside)
+    assert first.startswith(outside.run_id + "-") and simcache.entry_name(SPEC) == f"{SPEC.run_id}.npz"
     runner.simulated_summary(outside)
-    assert not list(cache.glob("*/*.npz"))
+    assert (cache / simcache.fingerprint() / first).exists()
+    # an edit of the policy (or of a module it imports) is another entry: simulated again
+    mod.write_text(mod.read_text() + "\n\n# edited\n")
+    assert simcache.entry_name(outside) != first and simcache.load(outside) is None
+
+
+def test_an_edited_policy_runs_its_new_code_in_a_long_lived_process(tmp_path, monkeypatch):
+    import sys
+    import time
+
+    from repro import sources
+    from repro.routing.policies import make_policy
+
+    pkg = tmp_path / "userpol2"
+    pkg.mkdir()
+    (pkg / "helper.py").write_text("SKIP = 0\n")
+    mod = pkg / "edited.py"
+    mod.write_text("from helper import SKIP\nfrom repro.routing.policies.paper import RoundRobin\n\n\n"
+                   "class Edited(RoundRobin):\n    name = 'edited'\n    version = SKIP\n")
+    monkeypatch.syspath_prepend(str(pkg))
+    monkeypatch.setattr(sources, "RECHECK_S", 0.0)
+    assert make_policy("edited:Edited").version == 0
+    time.sleep(0.01)
+    (pkg / "helper.py").write_text("SKIP = 1\n")  # the helper changes: both are reloaded, helper first
+    assert sources.fresh_module("edited") and sys.modules["edited"].Edited.version == 1
+    assert not sources.fresh_module("edited")  # nothing changed since
 
 
 def test_a_torn_entry_is_simulated_again(cache):

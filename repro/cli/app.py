@@ -436,6 +436,7 @@ _mount_harness_commands()
 
 
 def _mount_paper() -> None:
+    from repro.cli.compare import compare_cli
     from repro.cli.conclusion import conclusion_cmd
     from repro.cli.paper import paper_cli
     from repro.cli.report import report_cli
@@ -443,6 +444,7 @@ def _mount_paper() -> None:
     app.command("paper")(_boundary(paper_cli))
     app.command("report")(_boundary(report_cli))
     app.command("conclusion")(_boundary(conclusion_cmd))
+    app.command("compare")(_boundary(compare_cli))
     from repro.cli.identify import identify_cli
 
     app.command("identify")(_boundary(identify_cli))

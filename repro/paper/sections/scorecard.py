@@ -550,19 +550,3 @@ def score_section(ctx: Section, policies: Sequence[str], claims: Sequence[str] =
     return Scorecard(table, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), policies, read,
                      skipped, conditions)
 
-
-def score(policies: Sequence[str], *, backend: str = "sim", scale: str = "quick", seeds: Sequence[int] = (),
-          n_requests: int = 0, claims: Sequence[str] = (), cluster: str = "", rate: float = 0.0,
-          time_scale: float = 1.0, runs_dir: str = "runs/paper", results_dir: str = "", figures_dir: str = "",
-          notebook: str = "15_scorecard") -> Scorecard:
-    """`score_section` from the shared parameters of a section notebook (`repro.paper.section.Section.setup`:
-    ``seeds=()`` and ``n_requests=0`` mean the scale's defaults, two traces at quick scale in sim, the ten
-    of the main job at full scale)."""
-    from repro.paper.section import Section
-
-    policies = check_policies(policies)  # before any simulation
-    ctx = Section.setup(notebook=notebook, workloads=WORKLOADS, shape_sweep=True, quick_seeds=(1, 2),
-                        backend=backend, scale=scale, seeds=list(seeds), cluster=cluster, rate=rate,
-                        n_requests=n_requests, time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir,
-                        figures_dir=figures_dir)
-    return score_section(ctx, policies, claims)
