@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import matplotlib
@@ -17,8 +16,7 @@ from repro.paper.headline import write_headline  # noqa: E402
 from repro.paper.report import build_report, write_report  # noqa: E402
 from repro.paper.summary import collect_headlines  # noqa: E402
 from repro.paper.verdicts import Estimate  # noqa: E402
-
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+from tests.browser import HEADLESS, chromium  # noqa: E402
 
 
 def _run_dirs(tmp_path, n_figures=2):
@@ -72,19 +70,16 @@ def test_report_refuses_a_missing_or_old_summary(tmp_path):
 
 @pytest.mark.browser
 def test_every_figure_loads_in_a_real_headless_browser(tmp_path):
-    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
-    if browser is None:
-        pytest.skip("no Chromium here (Debian: apt-get install chromium; .ci/run's browser tier installs it)")
+    browser = chromium()
     res, fig = _run_dirs(tmp_path, n_figures=3)
     (fig / "07_broken.png").write_bytes(b"not a png")  # a figure that cannot load must be counted as such
     path = write_report(res, fig)
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-                          "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    dom = subprocess.run([browser, *HEADLESS, "--virtual-time-budget=5000", "--dump-dom", path.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
     assert re.search(r"id=\"figures-status\">figures loaded 3 of 4<", dom), dom[-500:]
     (fig / "07_broken.png").unlink()
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-                          "--dump-dom", write_report(res, fig).as_uri()], capture_output=True, text=True,
-                         timeout=120).stdout
+    dom = subprocess.run([browser, *HEADLESS, "--virtual-time-budget=5000", "--dump-dom",
+                          write_report(res, fig).as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert "figures loaded 3 of 3" in dom
 
 

@@ -518,7 +518,8 @@ def score_section(ctx: Section, policies: Sequence[str], claims: Sequence[str] =
     groups = check_claims(claims)
     missing = [w for w in WORKLOADS if w not in ctx.rates]
     if missing:
-        raise ConfigError(f"{ctx.notebook}: no operating rate for {missing} (set the section up with every workload)")
+        raise ConfigError(f"{ctx.notebook}: no operating rate for {missing} (Section.setup(..., "
+                          "workloads=WORKLOADS, rate=0.0) finds them)")
     read = {p: reads(p, rate=ctx.rate) for p in policies}
     skipped: dict[str, dict[str, str]] = {p: {} for p in policies}
     rows: list[dict[str, Any]] = []
