@@ -25,6 +25,42 @@ class RunFailed(RuntimeError):
     """
 
 
+class PolicyError(RunFailed):
+    """A routing policy broke its contract during a run (`repro.routing.policies.base`, "When a
+    policy misbehaves"): its ``place`` raised (the original error is the ``__cause__``), it returned
+    something other than a `Placement` or `Rejection`, its placement named no usable instance (an
+    index out of range, negative, not an int, or an unhealthy instance), or the run's decisions were
+    slower than the spec's ``decision_budget_us``. The message names the policy, the request and the
+    candidates (or the measured decision times and the budget), on one line. The run is not marked
+    finished (no complete manifest): a rerun redoes it.
+
+    The CLI prints the message and exits with code 1 (a run failure, as `RunFailed`).
+    """
+
+
+def one_line(text: object, limit: int = 2000) -> str:
+    """``text`` as one line (its lines joined with ``" | "``, cut to ``limit`` characters): an error
+    message the command line prints on one line."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    out = " | ".join(lines)
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+def check_decision_budget(policy: str, decision_time: "dict | None", budget_us: "float | None") -> None:
+    """Raise `PolicyError` when a run's p99 decision time (``decision_time``: ``p50_us``, ``p99_us``,
+    ``max_us``, ``n``, `repro.routing.router.DecisionTimes.summary`) exceeds ``budget_us``
+    (microseconds; None: no budget)."""
+    if budget_us is None or not decision_time or decision_time.get("p99_us") is None:
+        return
+    p99 = decision_time["p99_us"]
+    if p99 > budget_us:
+        raise PolicyError(
+            f"policy {policy!r}: decisions too slow: p99 {p99:.1f} us over the budget of {budget_us:g} us "
+            f"(decision_budget_us); measured over {decision_time.get('n')} decisions (wall time of place() on "
+            f"this machine): p50 {decision_time['p50_us']:.1f} us, p99 {p99:.1f} us, "
+            f"max {decision_time['max_us']:.1f} us")
+
+
 def parse_assignments(pairs: "list[str] | tuple[str, ...]", what: str) -> dict:
     """``["k=v", ...]`` from the command line to a dict, each value read as YAML (numbers, bools,
     lists); a pair without ``=`` is a ConfigError naming ``what`` (the field or flag)."""

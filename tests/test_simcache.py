@@ -23,7 +23,7 @@ def _no_simulation(monkeypatch):
     def refuse(spec):
         raise AssertionError(f"simulated {spec.run_id} again")
 
-    monkeypatch.setattr(runner, "simulate_spec", refuse)
+    monkeypatch.setattr(runner, "simulate_timed", refuse)
 
 
 def test_a_hit_returns_exactly_what_simulating_gives(cache, monkeypatch):
@@ -47,8 +47,8 @@ def test_other_code_misses_and_off_writes_nothing(cache, monkeypatch):
     runner.simulated_summary(SPEC)
     monkeypatch.setattr(simcache, "fingerprint", lambda: "other-code")
     calls = []
-    real = runner.simulate_spec
-    monkeypatch.setattr(runner, "simulate_spec", lambda spec: calls.append(spec) or real(spec))
+    real = runner.simulate_timed
+    monkeypatch.setattr(runner, "simulate_timed", lambda spec: calls.append(spec) or real(spec))
     runner.simulated_summary(SPEC)
     assert len(calls) == 1 and (cache / "other-code" / f"{SPEC.run_id}.npz").exists()
     monkeypatch.setenv(simcache.CACHE_ENV, "off")

@@ -49,11 +49,18 @@ C sources mypyc generated (build/; the compiled modules themselves travel with t
 
 
 class TaskFailed(RuntimeError):
-    """A task raised on a worker: ``index`` is its position among the items, ``cause`` the error text."""
+    """A task raised on a worker: ``index`` is its position among the items, ``cause`` the error text
+    (``Type: message``), ``error`` the task's own exception where it came back (a worker's, unpickled;
+    None if not), so that its kind survives the trip (`repro.errors.PolicyError`)."""
 
-    def __init__(self, index: int, cause: str) -> None:
+    def __init__(self, index: int, cause: str, error: BaseException | None = None) -> None:
         super().__init__(cause)
-        self.index, self.cause = index, cause
+        self.index, self.cause, self.error = index, cause, error
+
+    @classmethod
+    def of(cls, index: int, error: BaseException) -> TaskFailed:
+        """The failure of task ``index`` that raised ``error``."""
+        return cls(index, f"{type(error).__name__}: {error}", error)
 
 
 class Executor(abc.ABC):
@@ -91,7 +98,7 @@ class SerialExecutor(Executor):
             try:
                 result = fn(item)
             except Exception as exc:  # the same contract as the parallel executors
-                raise TaskFailed(i, f"{type(exc).__name__}: {exc}") from exc
+                raise TaskFailed.of(i, exc) from exc
             yield i, result
 
 
@@ -136,7 +143,7 @@ class LocalExecutor(Executor):
                     i = running.pop(fut)
                     exc = fut.exception()
                     if exc is not None:
-                        raise TaskFailed(i, f"{type(exc).__name__}: {exc}") from exc
+                        raise TaskFailed.of(i, exc) from exc
                     yield i, fut.result()
                     submit_next()
         finally:
@@ -216,8 +223,7 @@ class RayExecutor(Executor):
                     try:
                         result = ray.get(ref)
                     except Exception as exc:  # ray.exceptions.RayTaskError wraps the task's own error
-                        cause = getattr(exc, "cause", None) or exc
-                        raise TaskFailed(i, f"{type(cause).__name__}: {cause}") from exc
+                        raise TaskFailed.of(i, getattr(exc, "cause", None) or exc) from exc
                     yield i, result
                     submit_next()
         finally:

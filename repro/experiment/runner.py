@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import pandas as pd
 
-from repro.errors import ConfigError, check_choice
+from repro.errors import ConfigError, PolicyError, check_choice, check_decision_budget
 from repro.experiment.inputs import (
     build_predictions,
     build_trace,
@@ -50,6 +50,10 @@ class RunResult:
     outcomes: RequestOutcomes | None = field(default=None, repr=False)
     """Per-request good flags and TTFTs in request-id order (`repro.experiment.metrics.RequestOutcomes`);
     None until `request_outcomes` reads them from the journal."""
+    decision_time: dict[str, Any] | None = None
+    """The policy's decision times (``p50_us``, ``p99_us``, ``max_us``, ``n``: wall time of ``place`` on
+    the machine that ran it, `repro.routing.router.DecisionTimes`) when this process ran it; None for a
+    run found finished or cached. A report, never an input to a result."""
 
     def request_outcomes(self) -> RequestOutcomes:
         """Per-request outcomes (request-id order), from memory or from the run's journal."""
@@ -73,11 +77,19 @@ class RunResult:
 
 def simulate_spec(spec: RunSpec) -> pd.DataFrame:
     """Run a spec on the simulator and return its journal (no files written)."""
+    return simulate_timed(spec)[0]
+
+
+def simulate_timed(spec: RunSpec) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """`simulate_spec`, and the policy's decision times (`repro.routing.router.Router.decision_time`:
+    this machine's wall times, apart from the journal). A policy that breaks its contract raises
+    `repro.errors.PolicyError`."""
     _, pre, _, dec = engine_pools(spec)
     trace = build_trace(spec)
     pred = build_predictions(spec, trace)
     router = make_router(spec)
-    return Simulator(trace.df, pred, router, pre, dec, spec.sim, spec.poll_interval_s()).run()
+    journal = Simulator(trace.df, pred, router, pre, dec, spec.sim, spec.poll_interval_s()).run()
+    return journal, router.decision_time()
 
 
 OnInvalid = Literal["retry", "keep"]
@@ -138,13 +150,18 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_inv
     check_choice("run", "on_invalid", on_invalid, ("retry", "keep"))
     run_dir = Path(out_dir) / spec.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
+    # a run under way has no manifest: one it stops part-way (a PolicyError, Ctrl-C) is not mistaken for
+    # an earlier finished one (with --fresh) and is redone
+    (run_dir / "manifest.json").unlink(missing_ok=True)
     started = time.time()
     journal, live = run_live_valid(spec, run_dir, on_invalid)
     summary = summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests)
     summary.update(valid=live["valid"], time_scale_used=live["time_scale_used"])  # validity beside every number
     length = build_trace(spec).meta["length_cap"] if length_cap(spec) is not None else None
-    return _write_manifest(spec, run_dir, summary, {"started_unix": started, "wall_s": time.time() - started,
-                                                    **live}, length)
+    res = _write_manifest(spec, run_dir, summary, {"started_unix": started, "wall_s": time.time() - started,
+                                                   **live}, length)
+    res.decision_time = live.get("decision_time")
+    return res
 
 
 def _write_manifest(spec: RunSpec, run_dir: Path, summary: dict[str, Any], extra: dict[str, Any],
@@ -188,35 +205,49 @@ class SimOutput:
     outcomes: RequestOutcomes | None = field(default=None, repr=False)
     journal: bytes | None = field(default=None, repr=False)
     length_cap: Any = None
+    decision_time: dict[str, Any] | None = None
+    """The worker's decision times (`simulate_timed`): kept out of the summary (cached, compared)."""
 
 
 def simulate_output(task: SimTask) -> SimOutput:
     """Simulate one spec where this runs (a top-level function: workers of `repro.experiment.executor`
-    call it). Writes nothing: the journal's bytes come back in the output."""
+    call it). Writes nothing: the journal's bytes come back in the output. A policy that breaks its
+    contract, or whose p99 decision time exceeds the spec's ``decision_budget_us``, raises
+    `repro.errors.PolicyError` (nothing of the run is kept: a rerun redoes it)."""
     spec = task.spec
-    journal = simulate_spec(spec)
+    journal, timing = simulate_timed(spec)
+    check_decision_budget(spec.policy, timing, spec.decision_budget_us)
     slo = truth_cost_model(spec).slo
     summary = summarize(journal, slo, sent=spec.n_requests)
     if not task.journal:
-        return SimOutput(summary, request_outcomes(journal, slo))
+        return SimOutput(summary, request_outcomes(journal, slo), decision_time=timing)
     data = frame_bytes(journal)
     length = build_trace(spec).meta["length_cap"] if length_cap(spec) is not None else None
-    return SimOutput(summary, journal=data, length_cap=length)
+    return SimOutput(summary, journal=data, length_cap=length, decision_time=timing)
 
 
 def commit_simulated(spec: RunSpec, out: SimOutput, out_dir: str | Path) -> RunResult:
     """Keep a worker's simulation here: with journal bytes, write the run's journal (atomically) and
     manifest under ``out_dir/<run_id>/``; without, store it in the simulation cache
-    (`repro.experiment.simcache`) and return it in memory."""
+    (`repro.experiment.simcache`) and return it in memory.
+
+    The decision times (`SimOutput.decision_time`) go into the manifest (``decision_time``) only when
+    the spec sets ``decision_budget_us``: a simulated run's manifest is otherwise the same bytes on
+    every machine and executor (a resumed or parallel sweep writes what one process writes); they
+    are on the `RunResult` either way."""
     if out.journal is None:
         from repro.experiment import simcache
 
         simcache.store(spec, out.summary, out.outcomes)
-        return RunResult(spec, None, out.summary, outcomes=out.outcomes)
+        return RunResult(spec, None, out.summary, outcomes=out.outcomes, decision_time=out.decision_time)
     run_dir = Path(out_dir) / spec.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(run_dir / "journal.jsonl", out.journal)
-    return _write_manifest(spec, run_dir, out.summary, {}, out.length_cap)
+    timed = spec.decision_budget_us is not None and out.decision_time is not None
+    res = _write_manifest(spec, run_dir, out.summary, {"decision_time": out.decision_time} if timed else {},
+                          out.length_cap)
+    res.decision_time = out.decision_time
+    return res
 
 
 def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry",
@@ -240,7 +271,9 @@ def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry"
     attempts = []
     for k, ts in enumerate(scales):
         journal = attempt(spec if ts == spec.live.time_scale else spec.replace(time_scale=ts), run_dir)
-        verdict = Verdict.from_dict(json.loads((run_dir / "validity.json").read_text()))
+        measured = json.loads((run_dir / "validity.json").read_text())
+        verdict = Verdict.from_dict(measured)
+        decision_time = (measured.get("proxy") or {}).get("decision_time")  # our proxy's (an external router: none)
         attempts.append({"attempt": k + 1, "time_scale": ts, "valid": verdict.valid, "reasons": verdict.reasons})
         with open(run_dir / "attempts.jsonl", "a") as f:
             f.write(json.dumps({**attempts[-1], "measured": verdict.measured}) + "\n")
@@ -250,8 +283,11 @@ def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry"
         tried = ", ".join(f"K={a['time_scale']:g}: {'; '.join(a['reasons'])}" for a in attempts)
         raise RunInvalid(f"run {spec.run_id}: no valid attempt in {len(attempts)} ({tried}). {ADVICE}. "
                          f"Each attempt's measurements: {run_dir / 'attempts.jsonl'}")
-    return journal, {"valid": verdict.valid, "validity": verdict.to_dict(), "attempts": attempts,
-                     "time_scale_used": attempts[-1]["time_scale"]}
+    live = {"valid": verdict.valid, "validity": verdict.to_dict(), "attempts": attempts,
+            "time_scale_used": attempts[-1]["time_scale"]}
+    if decision_time is not None:
+        live["decision_time"] = decision_time
+    return journal, live
 
 
 def run_or_simulate(spec: RunSpec, out_dir: str | Path, *, sim_in_memory: bool = False,
@@ -371,9 +407,12 @@ def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs",
                 bar.advance(len(positions))
         except TaskFailed as exc:
             spec = first[exc.index]
-            raise RunFailed(f"run {spec.run_id} ({describe_spec(spec)}) failed on {ex.describe()}: {exc.cause}. "
-                            f"The runs finished before it are kept under {out_dir or 'the simulation cache'}; "
-                            "run the sweep again to resume") from exc
+            # a policy that broke its contract stays a PolicyError (the CLI says so), with the run's id
+            kind, cause = ((PolicyError, str(exc.error)) if isinstance(exc.error, PolicyError) else
+                           (RunFailed, exc.cause))
+            raise kind(f"run {spec.run_id} ({describe_spec(spec)}) failed on {ex.describe()}: {cause}. "
+                       f"The runs finished before it are kept under {out_dir or 'the simulation cache'}; "
+                       "run the sweep again to resume") from exc
         for i in live:
             results[i] = run(specs[i], out_dir, resume=resume, on_invalid=on_invalid)
             bar.advance(1)

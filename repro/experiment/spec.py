@@ -113,6 +113,11 @@ class RunSpec:
     names: ``documents_median_tokens`` in tokens, ``reasoning_mult_median``, ``mixed_burstiness``, ...),
     on top of the testbed's (the profile file's ``workloads`` section, else our estimates). Any backend
     (they shape the trace). None (or empty): the testbed's. In the run id when set."""
+    decision_budget_us: float | None = None
+    """The most the policy's p99 decision time may be (microseconds of wall time per ``place`` call on
+    the machine that runs it; any backend): over it the run fails with `repro.errors.PolicyError` naming
+    the measured p50 / p99 / max, and is not marked finished. None: no budget. In the run id when set;
+    the decision times are a report of the machine, never an input to a result."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator switches (``sim`` backend)."""
     live: LiveConfig = field(default_factory=LiveConfig)
@@ -135,6 +140,8 @@ class RunSpec:
             raise ConfigError("spec: field 'time_scale' must be 1 for backend 'vllm' (real engines run in real time)")
         if self.kv_budget_tokens is not None:
             check_int("spec", "kv_budget_tokens", self.kv_budget_tokens, 1, 10**9)
+        if self.decision_budget_us is not None:
+            check_number("spec", "decision_budget_us", self.decision_budget_us, lo=0.0, lo_open=True, hi=1e9)
         if not isinstance(self.policy_options, dict):
             raise ConfigError("spec: field 'policy_options' must be a mapping")
         if self.arrival is not None:
@@ -172,7 +179,8 @@ class RunSpec:
                 d.update(dataclasses.asdict(value))
             else:
                 d[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
-        for name in ("arrival", "physics", "workloads"):  # unset: left out, so run ids made before the field stay valid
+        # unset: left out, so run ids made before the field stay valid
+        for name in ("arrival", "physics", "workloads", "decision_budget_us"):
             if d[name] is None:
                 del d[name]
         return d

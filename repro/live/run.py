@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from repro.cluster.processes import child_setup, live_nice, stop_process
-from repro.errors import ConfigError
+from repro.errors import ConfigError, PolicyError, check_decision_budget
 from repro.experiment.journal import FIELD_NAMES, frame, write_frame
 from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import AccountingError, check_accounting
@@ -225,7 +225,10 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
             watch = RunWatch(instances)
             report = replay_process(trace, url, journal_path=client_path, work_dir=run_dir,
                                     time_scale=spec.live.time_scale, progress=sys.stderr.isatty())
-            proxy_validity = httpx.get(url + "/health", timeout=10.0).json().get("validity")
+            health = httpx.get(url + "/health", timeout=10.0).json()
+            check_policy(spec, health)
+            # the policy's decision times travel with the proxy's measurements (validity.json -> the manifest)
+            proxy_validity = {**(health.get("validity") or {}), "decision_time": health.get("decision_time")}
         client = read_journal(client_path)
         watch.judge(spec.live.time_scale, report, client, run_dir, proxy_validity)
     proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])
@@ -234,6 +237,22 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     check_accounting(merged, report.sent)
     write_frame(merged, run_dir / "journal.jsonl")
     return merged
+
+
+def check_policy(spec: RunSpec, health: dict[str, Any]) -> None:
+    """Stop a live run (`PolicyError`, nothing marked finished) whose policy broke its contract on a
+    request of the replay (the proxy answered it 500 and counted it: ``health["policy_errors"]``), or
+    whose p99 decision time (``health["decision_time"]``) exceeds the spec's ``decision_budget_us``.
+    ``health``: the proxy's ``GET /health`` body after the replay."""
+    errors = health.get("policy_errors") or {}
+    if errors.get("count"):
+        raise PolicyError(f"run {spec.run_id}: the policy broke its contract on {errors['count']} request(s) of "
+                          f"the replay (answered 500, journaled failed in proxy.jsonl and client.jsonl); the "
+                          f"first: {errors.get('first')}")
+    try:
+        check_decision_budget(spec.policy, health.get("decision_time"), spec.decision_budget_us)
+    except PolicyError as exc:
+        raise PolicyError(f"run {spec.run_id}: {exc}") from None
 
 
 def check_proxy_constants(url: str, cost_model_path: Path, run_dir: Path) -> dict[str, Any]:

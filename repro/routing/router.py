@@ -14,21 +14,76 @@ instances). Both give the same numbers.
 The one deliberate exception is ``oracle_backlog``: a callable giving the *true* remaining work
 per instance. Only the simulator can supply it; it reproduces the paper's §VI observation that a
 simulator can hand a policy information no deployment has.
+
+`Router.route` also holds every policy to its contract (`repro.routing.policies.base`, "When a
+policy misbehaves"): an exception in ``place``, a decision that is neither a `Placement` nor a
+`Rejection`, or a placement naming no usable instance (an index out of range, negative, not an
+int, or an unhealthy instance) is a `repro.errors.PolicyError` naming the policy, the request and
+the candidates; and it times each ``place`` call (`DecisionTimes`: a report of this machine, kept
+apart from every journal and summary).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import perf_counter_ns
+from typing import Any
 
 import numpy as np
 
+from repro.errors import PolicyError, one_line
 from repro.routing.cost_model import CostModel
 from repro.routing.ledger import Ledger, ParallelBook, SerialBook
-from repro.routing.policies import base
+from repro.routing.policies import POLICIES, base
 from repro.routing.policies.base import ClusterView, Decision, InstanceSignals, Placement, Policy, RequestInfo
 from repro.vocab import Role
 
 OracleBacklog = Callable[[Role, int, float], float]  # (role, index, now) -> seconds
+
+TIMES_KEPT = 1 << 16
+"""Most decision times `DecisionTimes` keeps (then every other one, and so on: a systematic sample)."""
+NAMES_SHOWN = 16
+"""Instances of a pool an error message lists (then a count)."""
+
+
+class DecisionTimes:
+    """The wall time of each decision (`Policy.place`, nanoseconds; `time.perf_counter_ns`), for its
+    percentiles: every decision's while fewer than `TIMES_KEPT`, then a systematic sample (every
+    2nd, 4th, ... decision; a bounded memory however long the run), with the exact count and maximum.
+    Machine-dependent: a report (the manifest's ``decision_time``), never an input to a result.
+    ``keep``: the most times kept (default `TIMES_KEPT`; rounded up to even)."""
+
+    def __init__(self, keep: int = TIMES_KEPT) -> None:
+        self.keep = max(2, keep + keep % 2)
+        self.samples: list[int] = []
+        self.n = 0  # decisions timed
+        self.max_ns = 0
+        self.last_ns = 0  # the latest decision's (the proxy's histogram reads it)
+        self._stride = 1  # keep every stride-th decision
+        self._next = 0  # the index of the next decision kept
+
+    def record(self, ns: int) -> None:
+        """Count one decision of ``ns`` nanoseconds."""
+        self.last_ns = ns
+        if ns > self.max_ns:
+            self.max_ns = ns
+        i = self.n
+        self.n = i + 1
+        if i == self._next:
+            self._next = i + self._stride
+            samples = self.samples
+            samples.append(ns)
+            if len(samples) >= self.keep:  # keep every other one: decisions 0, 2s, 4s, ... at stride 2s
+                self.samples = samples[::2]
+                self._stride *= 2
+
+    def summary(self) -> dict[str, Any]:
+        """``{"p50_us", "p99_us", "max_us", "n"}`` (microseconds; None without a decision)."""
+        if not self.samples:
+            return {"p50_us": None, "p99_us": None, "max_us": None, "n": self.n}
+        p50, p99 = np.percentile(np.asarray(self.samples, dtype=np.float64), [50.0, 99.0]).tolist()
+        return {"p50_us": round(p50 / 1e3, 3), "p99_us": round(p99 / 1e3, 3),
+                "max_us": round(self.max_ns / 1e3, 3), "n": self.n}
 
 
 class Router:
@@ -36,6 +91,8 @@ class Router:
 
     ``ledger_arrays``: the ledger's array books and the vectorised view on (True) or off (False);
     None (default): on from `Ledger.ARRAYS_MIN_INSTANCES` instances. Decisions are the same.
+    ``label``: the policy as the user named it (a registered name or an import path), for error
+    messages; None: the policy's registered ``name``, else its ``module:Class``.
     """
 
     def __init__(
@@ -46,8 +103,10 @@ class Router:
         decode_names: list[str],
         oracle_backlog: OracleBacklog | None = None,
         ledger_arrays: bool | None = None,
+        label: str | None = None,
     ) -> None:
         self.policy = policy
+        self.label = label or policy_label(policy)
         self.cost_model = cost_model
         self.ledger = Ledger(len(prefill_names), len(decode_names), cost_model, arrays=ledger_arrays,
                              anchor=getattr(policy, "ledger_anchor", "decode_start"))
@@ -64,6 +123,13 @@ class Router:
             "decode": [InstanceSignals(i, n, 0.0, 0, 0.0, 0.0, 0.0) for i, n in enumerate(decode_names)],
         }
         self._kv_at = {"prefill": [0.0] * len(prefill_names), "decode": [0.0] * len(decode_names)}
+        # what route() checks each placement against (plain lists: the cheapest reads per decision)
+        self._n_pre = len(prefill_names)
+        self._n_dec = len(decode_names)
+        self._up_pre = [True] * len(prefill_names)
+        self._up_dec = [True] * len(decode_names)
+        self.times = DecisionTimes()
+        self._clock: Callable[[], int] = perf_counter_ns  # (an attribute: no module-global lookup per call)
 
     # ---- signals ----------------------------------------------------------------------------
     def observe_kv(self, role: Role, index: int, usage: float, at_s: float) -> None:
@@ -78,6 +144,7 @@ class Router:
         """Mark an instance (un)healthy; policies skip unhealthy instances."""
         self._signals[role][index].healthy = healthy
         self._healthy[role][index] = healthy
+        (self._up_pre if role == "prefill" else self._up_dec)[index] = healthy
 
     def is_healthy(self, role: Role, index: int) -> bool:
         return self._signals[role][index].healthy
@@ -126,18 +193,91 @@ class Router:
 
     # ---- decisions and bookkeeping ------------------------------------------------------------
     def route(self, request: RequestInfo, now: float) -> Decision:
-        """Ask the policy; on a placement, charge the ledger."""
-        decision = self.policy.place(request, self.view(now))
+        """Ask the policy (timed: `times`); on a placement, charge the ledger. A policy that raises,
+        returns neither a `Placement` nor a `Rejection`, or places on no usable instance is a
+        `PolicyError` (nothing is charged)."""
+        view = self.view(now)
+        clock = self._clock
+        t0 = clock()
+        try:
+            decision = self.policy.place(request, view)
+        except Exception as exc:
+            raise self._raised(request, exc, "") from exc
+        self.times.record(clock() - t0)
         if isinstance(decision, Placement):
-            self.ledger.dispatch(
-                request.request_id,
-                decision.prefill,
-                decision.decode,
-                request.prompt_tokens,
-                self.policy.output_estimate(request),
-                now,
-            )
+            # read untyped: a policy may have put anything there (a typed read would check it first)
+            p: object = getattr(decision, "prefill")  # noqa: B009
+            d: object = getattr(decision, "decode")  # noqa: B009
+            # the usual case in a few integer steps; anything else is checked (and normalised) apart
+            if type(p) is int and type(d) is int and 0 <= p < self._n_pre and 0 <= d < self._n_dec \
+                    and self._up_pre[p] and self._up_dec[d]:
+                pi, di = p, d
+            else:
+                decision = self._checked(request, decision)
+                pi, di = decision.prefill, decision.decode
+            try:
+                estimate = self.policy.output_estimate(request)
+            except Exception as exc:
+                raise self._raised(request, exc, " in output_estimate()") from exc
+            self.ledger.dispatch(request.request_id, pi, di, request.prompt_tokens, estimate, now)
+        elif not isinstance(decision, base.Rejection):
+            raise PolicyError(self._invalid(request, decision, f"a {type(decision).__name__} is neither a "
+                                                               "Placement nor a Rejection"))
         return decision
+
+    def decision_time(self) -> dict[str, Any]:
+        """The decisions' wall times so far: ``{"p50_us", "p99_us", "max_us", "n"}`` (`DecisionTimes`)."""
+        return self.times.summary()
+
+    # ---- a policy that broke its contract ------------------------------------------------------
+    def _checked(self, request: RequestInfo, decision: Placement) -> Placement:
+        """``decision`` if both indices name a healthy instance (numpy integers are taken, as plain
+        ints); else a `PolicyError` saying what is wrong with each."""
+        problems: list[str] = []
+        picked: list[int] = []
+        given: list[object] = [getattr(decision, "prefill"), getattr(decision, "decode")]  # noqa: B009
+        pools: tuple[tuple[Role, object, int, list[bool]], ...] = (
+            ("prefill", given[0], self._n_pre, self._up_pre), ("decode", given[1], self._n_dec, self._up_dec))
+        for role, index, n, up in pools:
+            value = _as_index(index)
+            if value is None:
+                problems.append(f"{role} index {_shown(index)} is not an int (a {type(index).__name__})")
+            elif not 0 <= value < n:
+                problems.append(f"{role} index {value} is out of range 0..{n - 1}" if n else
+                                f"{role} index {value}: the {role} pool is empty")
+            elif not up[value]:
+                problems.append(f"{role} index {value} names {self.names(role)[value]}, which is unhealthy")
+            picked.append(-1 if value is None else value)
+        if problems:
+            raise PolicyError(self._invalid(request, decision, "; ".join(problems)))
+        if type(given[0]) is int and type(given[1]) is int:
+            return decision
+        return Placement(picked[0], picked[1])  # numpy integers, as the plain ints the books index with
+
+    def _invalid(self, request: RequestInfo, decision: object, problem: str) -> str:
+        return (f"policy {self.label!r} returned an invalid decision for request {request.request_id!r}: "
+                f"{_shown(decision)}: {problem}; valid (healthy) indices: prefill [{_ranges(self._up_pre)}], "
+                f"decode [{_ranges(self._up_dec)}]")
+
+    def _raised(self, request: RequestInfo, exc: BaseException, where: str) -> PolicyError:
+        """The `PolicyError` of ``exc``, raised by the policy (``where``: in which method, if not place)."""
+        err = PolicyError(f"policy {self.label!r} raised{where} on request {request.request_id!r}: "
+                          f"{type(exc).__name__}: {one_line(exc, 500)}; candidates: {self.candidates()}")
+        err.__cause__ = exc  # (`raise ... from` loses it in the compiled module)
+        return err
+
+    def candidates(self) -> str:
+        """Both pools as ``prefill [0 name healthy, ...], decode [...]`` (error messages; long pools cut)."""
+        parts = []
+        pools: tuple[tuple[Role, list[bool]], ...] = (("prefill", self._up_pre), ("decode", self._up_dec))
+        for role, up in pools:
+            names = self.names(role)
+            shown = [f"{i} {names[i]} {'healthy' if up[i] else 'UNHEALTHY'}" for i in range(min(len(names),
+                                                                                               NAMES_SHOWN))]
+            if len(names) > NAMES_SHOWN:
+                shown.append(f"... {len(names) - NAMES_SHOWN} more ({sum(up)} of {len(up)} healthy)")
+            parts.append(f"{role} [{', '.join(shown)}]")
+        return ", ".join(parts)
 
     def prefill_done(self, request_id: str, now: float) -> None:
         """The request's prefill answered (the simulator: its prefill ended; the proxy: the prefill
@@ -156,3 +296,48 @@ class Router:
     def names(self, role: Role) -> list[str]:
         """The instance names of a pool, in index order."""
         return [s.name for s in self._signals[role]]
+
+
+def policy_label(policy: object) -> str:
+    """How error messages name a policy: its registered name, else ``module:Class``."""
+    name = getattr(policy, "name", None)
+    cls = type(policy)
+    if isinstance(name, str) and POLICIES.get(name) is cls:
+        return name
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _as_index(value: object) -> int | None:
+    """``value`` as a list index if it is an integer (a Python or numpy int; not a bool), else None."""
+    if isinstance(value, bool) or isinstance(value, np.bool_):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return None
+
+
+def _shown(value: object, limit: int = 200) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters."""
+    try:
+        text = repr(value)
+    except Exception as exc:  # a user's object whose repr raises
+        text = f"<{type(value).__name__} object: repr raised {type(exc).__name__}>"
+    return one_line(text, limit)
+
+
+def _ranges(up: list[bool]) -> str:
+    """The indices where ``up`` is True as ranges: ``0..3, 5, 7..9`` (cut after 20 ranges)."""
+    out: list[str] = []
+    i, n = 0, len(up)
+    while i < n:
+        if not up[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and up[j + 1]:
+            j += 1
+        out.append(str(i) if i == j else f"{i}..{j}")
+        i = j + 1
+    if len(out) > 20:
+        out = out[:20] + ["..."]
+    return ", ".join(out) if out else "none healthy"

@@ -59,8 +59,9 @@ def test_a_clone_of_the_router_ties_with_it_and_is_judged_like_it(tmp_path):
 
 
 def test_what_a_policy_does_not_read_is_not_run_for_it_and_says_why(tmp_path):
-    assert sc.reads("round_robin", n_requests=200) == {"predictions": False, "cost_model": False}
-    assert sc.reads("marginal_cost", n_requests=200) == {"predictions": True, "cost_model": True}
+    rr, mc = sc.reads("round_robin", n_requests=200), sc.reads("marginal_cost", n_requests=200)
+    assert (rr["predictions"], rr["cost_model"], mc["predictions"], mc["cost_model"]) == (False, False, True, True)
+    assert rr["decision_time"]["n"] == 200 and rr["decision_time"]["p99_us"] > 0
     ctx = _ctx(tmp_path)
     card = sc.score_section(ctx, [RR_CLONE], ["Table II", "Fig. 9 noise", "§V-B calibration", "Fig. 8 length"])
     not_run = card.table[card.table.comparison == sc.NOT_RUN].set_index("claim")
@@ -73,6 +74,7 @@ def test_what_a_policy_does_not_read_is_not_run_for_it_and_says_why(tmp_path):
     assert set(card.runs[card.runs.policy == RR_CLONE].claim) == {"Table II"}
     text = card.markdown()
     assert text.startswith(f"### Scorecard of `{RR_CLONE}`") and "vs the best baseline" in text
+    assert "Decision time" in text and "the paper's router: p50" in text
 
 
 def test_every_group_runs_for_a_policy_that_reads_everything(tmp_path):

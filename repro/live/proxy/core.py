@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from repro.errors import ConfigError
+from repro.errors import ConfigError, PolicyError
 from repro.experiment.journal import JournalWriter
 from repro.live.proxy.config import Endpoint, ProxyConfig
 from repro.live.proxy.engine_client import CannotConnect, EngineClient
@@ -100,7 +100,10 @@ class Proxy:
             cm = cm.with_overrides(kv_capacity_tokens=cfg.kv_capacity_tokens)
         self.cost_model = cm
         policy = make_policy(cfg.policy, cm, **cfg.policy_options)
-        self.router = Router(policy, cm, [e.name for e in self.prefill], [e.name for e in self.decode])
+        self.router = Router(policy, cm, [e.name for e in self.prefill], [e.name for e in self.decode],
+                             label=cfg.policy)
+        self.policy_errors = 0  # requests whose decision broke the policy contract (PolicyError)
+        self.first_policy_error: str | None = None  # the first one's message
         self.predict = _Predict(cfg)
         self.t0 = time.monotonic()
         self.journal = JournalWriter(cfg.journal) if cfg.journal else None
@@ -126,9 +129,11 @@ class Proxy:
         labels = ["role", "instance"]
         self.m_decisions = Counter("repro_proxy_decisions", "Placements per instance", labels, registry=r)
         self.m_decision_s = Histogram(
-            "repro_proxy_decision_seconds", "Policy decision latency (wall s)", registry=r,
+            "repro_proxy_decision_seconds", "Policy decision time: wall s of each Policy.place call", registry=r,
             buckets=(5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3, 1e-2),
         )
+        self.m_policy_errors = Counter("repro_proxy_policy_errors", "Decisions that broke the policy contract "
+                                       "(an exception in place, an invalid placement)", registry=r)
         self.m_requests = Counter("repro_proxy_requests", "Requests by final status", ["status"], registry=r)
         self.m_backlog = Gauge("repro_proxy_backlog_seconds", "Ledger seconds of backlog (physics s)", labels,
                                registry=r)
@@ -196,14 +201,33 @@ class Proxy:
     # ---- decisions ----------------------------------------------------------------------------
     def decide(self, request: RequestInfo) -> Decision:
         """Ask the policy (through the router, which charges the ledger on a placement) where
-        ``request`` goes; records the decision latency (wall seconds) and the placement counts."""
-        t = time.perf_counter()
-        decision = self.router.route(request, self.now())
-        self.m_decision_s.observe(time.perf_counter() - t)
+        ``request`` goes; records the decision time (the router's timing of ``place``, wall seconds)
+        and the placement counts. A policy that breaks its contract: `repro.errors.PolicyError`,
+        counted (`policy_failed`) and raised."""
+        try:
+            decision = self.router.route(request, self.now())
+        except PolicyError as exc:
+            self.policy_failed(str(exc))
+            raise
+        self.m_decision_s.observe(self.router.times.last_ns * 1e-9)
         if isinstance(decision, Placement):
             self._placed["prefill", decision.prefill].inc()
             self._placed["decode", decision.decode].inc()
         return decision
+
+    def policy_failed(self, message: str) -> None:
+        """Count a decision that broke the policy contract; the first one's message is kept (``GET
+        /health``'s ``policy_errors``: a live run stops on it, `repro.live.run`)."""
+        self.policy_errors += 1
+        self.m_policy_errors.inc()
+        if self.first_policy_error is None:
+            self.first_policy_error = message
+
+    def policy_report(self) -> dict[str, Any]:
+        """What ``GET /health`` says about the policy: its decision times so far (``p50_us``, ``p99_us``,
+        ``max_us``, ``n``) and the decisions that broke its contract (``count``, the ``first`` message)."""
+        return {"decision_time": self.router.decision_time(),
+                "policy_errors": {"count": self.policy_errors, "first": self.first_policy_error}}
 
     # ---- poller -----------------------------------------------------------------------------
     async def poll_forever(self) -> None:

@@ -10,11 +10,16 @@
 3. ask the policy (`Proxy.decide`); a rejection (the policy's explicit decision, e.g. the
    admission guard) is journaled and answered 429 with ``Retry-After`` in wall seconds (`reject`).
    When every engine of a pool is dead there is nothing to decide: the request fails with 503 and
-   the engines' reasons (`unservable`); overload never rejects a request by itself;
+   the engines' reasons (`unservable`); overload never rejects a request by itself. A decision that
+   breaks the policy contract (`repro.errors.PolicyError`: ``place`` raised, or named no usable
+   instance) fails the request with 500 and the error (type ``PolicyError``; journaled as failed,
+   reason ``policy error: ...``); the proxy goes on serving, and ``GET /health`` counts them
+   (``policy_errors``: a live run stops on the first, `repro.live.run`);
 4. a placement runs the P/D exchange (`repro.live.proxy.relay.Exchange`).
 
 ``GET /health`` (200 when at least one prefill and one decode engine are alive, else 503; the
-body names the dead engines' reasons and the proxy's validity measurements),
+body names the dead engines' reasons, the proxy's validity measurements, the policy's decision
+times and its contract errors, `Proxy.policy_report`),
 ``GET /metrics`` (Prometheus text) and ``GET /v1/models`` (forwarded to the first decode engine
 that answers). Errors are OpenAI-style (`error_response`). The proxy object is
 ``request.app.state.proxy``.
@@ -33,6 +38,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from repro.errors import PolicyError
 from repro.live.pd_protocol import headers_for, loads, prompt_of
 from repro.live.proxy.config import ProxyConfig
 from repro.live.proxy.core import Proxy
@@ -127,7 +133,7 @@ async def health(request: Request) -> Response:
     ok_d = any(healthy[e.name] for e in proxy.decode)
     body = {"status": "ok" if ok_p and ok_d else "degraded", "instances": healthy, "in_flight": proxy.in_flight,
             "dead": dict(proxy.dead_reason), "cost_model": proxy.cost_model.to_dict(),
-            "poll_interval_s": proxy.cfg.poll_interval_s, "validity": proxy.validity()}
+            "poll_interval_s": proxy.cfg.poll_interval_s, "validity": proxy.validity(), **proxy.policy_report()}
     return JSONResponse(body, status_code=200 if ok_p and ok_d else 503)
 
 
@@ -176,7 +182,10 @@ async def serve_completion(path: str, request: Request) -> Response:
     dead = unservable(proxy)
     if dead:
         return fail_unservable(proxy, row, dead)
-    decision = proxy.decide(info)
+    try:
+        decision = proxy.decide(info)
+    except PolicyError as exc:  # the policy broke its contract: this request fails, the proxy serves on
+        return fail(proxy, row, 500, f"policy error: {exc}", "PolicyError")
     if not isinstance(decision, Placement):
         if decision.reason == NO_HEALTHY:  # every engine of a pool died (a race with `unservable`)
             return fail_unservable(proxy, row, unservable(proxy) or decision.reason)
@@ -238,9 +247,14 @@ def unservable(proxy: Proxy) -> str | None:
 
 def fail_unservable(proxy: Proxy, row: dict[str, Any], reason: str) -> Response:
     """Journal a request that no live engine could take as failed; 503 with the reason."""
+    return fail(proxy, row, 503, reason, "ServiceUnavailableError")
+
+
+def fail(proxy: Proxy, row: dict[str, Any], status: int, reason: str, kind: str) -> Response:
+    """Journal a request that fails before any engine saw it (``reason``); answer ``status`` with it."""
     row.update(status="failed", reason=reason, generated_tokens=0, finish_s=row["arrival_s"])
     proxy.record(row)
-    return error_response(503, reason, "ServiceUnavailableError", {"X-Request-Id": row["request_id"]})
+    return error_response(status, reason, kind, {"X-Request-Id": row["request_id"]})
 
 
 def reject(proxy: Proxy, row: dict[str, Any], decision: Rejection) -> Response:

@@ -240,27 +240,30 @@ def check_policies(policies: Sequence[str]) -> list[str]:
     return out
 
 
-def reads(policy: str, *, rate: float = 24.0, n_requests: int = 400, seed: int = 1) -> dict[str, bool]:
+def reads(policy: str, *, rate: float = 24.0, n_requests: int = 400, seed: int = 1) -> dict[str, Any]:
     """Whether ``policy``'s decisions depend on the predictor and on the router's cost model: a simulated
     run of mixed on 2p4d at ``rate`` req/s (``n_requests``, trace ``seed``) against the same with 150 %
     predictor error (``predictions``) and with the uncalibrated cost model (``cost_model``). Identical
     placements mean it does not read them (through ``RequestInfo`` or the ledger, which prices
-    backlog with the cost model and charges the predicted length)."""
-    from repro.experiment.runner import simulate_spec
+    backlog with the cost model and charges the predicted length). Also ``decision_time``: the wall
+    time of its decisions in the first run (`repro.routing.router.DecisionTimes`: p50, p99, max in
+    microseconds, on this machine: a report, not a result)."""
+    from repro.experiment.runner import simulate_timed
 
     base = RunSpec(policy=policy, workload="mixed", topology="2p4d", rate=float(rate), n_requests=int(n_requests),
                    seed=int(seed))
     cols = ["request_id", "prefill_instance", "decode_instance"]
+    journal, timing = simulate_timed(base)
+    plain = journal[cols].reset_index(drop=True)
 
-    def placements(spec: RunSpec) -> pd.DataFrame:
-        return simulate_spec(spec)[cols].reset_index(drop=True)
+    def same(spec: RunSpec) -> bool:
+        return plain.equals(simulate_timed(spec)[0][cols].reset_index(drop=True))
 
-    plain = placements(base)
-    return {"predictions": not plain.equals(placements(base.replace(predictor_noise=1.5, predictor_seed=int(seed)))),
-            "cost_model": not plain.equals(placements(base.replace(cost_model="sim_derived")))}
+    return {"predictions": not same(base.replace(predictor_noise=1.5, predictor_seed=int(seed))),
+            "cost_model": not same(base.replace(cost_model="sim_derived")), "decision_time": timing}
 
 
-def applies(group: ClaimGroup, policy: str, read: dict[str, bool]) -> tuple[bool, str]:
+def applies(group: ClaimGroup, policy: str, read: dict[str, Any]) -> tuple[bool, str]:
     """Whether ``group`` is run for ``policy`` (``read``: `reads`), and if not, why."""
     if group.reads == "options":
         need = {"use_length"}
@@ -380,7 +383,7 @@ class Scorecard:
     table: pd.DataFrame
     runs: pd.DataFrame
     policies: list[str]
-    read: dict[str, dict[str, bool]]
+    read: dict[str, dict[str, Any]]
     skipped: dict[str, dict[str, str]]
     conditions: str = ""
     """Backend, scale, traces and requests of the runs (one line)."""
@@ -398,7 +401,8 @@ class Scorecard:
             s = s[s.policy == p].drop(columns="policy")
             parts.append(f"### Scorecard of `{p}`\n\n{self.conditions}. Reads the predicted length: "
                          f"{_yes(self.read.get(p, {}).get('predictions'))}; reads the cost model: "
-                         f"{_yes(self.read.get(p, {}).get('cost_model'))}.\n\n" + _md_table(s))
+                         f"{_yes(self.read.get(p, {}).get('cost_model'))}. {self.decision_text(p)}\n\n"
+                         + _md_table(s))
             rows = self.table[(self.table.policy == p) & self.table.comparison.isin([VS_ROUTER, VS_BASELINE])]
             if len(rows):
                 shown = pd.DataFrame({
@@ -453,6 +457,17 @@ class Scorecard:
         figures.legend_outside(axes[0][-1])
         fig.tight_layout()
         return fig
+
+    def decision_text(self, policy: str) -> str:
+        """One sentence on ``policy``'s decision times beside the paper's router's (`reads`' probe run)."""
+        def fmt(p: str) -> str:
+            t = self.read.get(p, {}).get("decision_time") or {}
+            if t.get("p50_us") is None:
+                return "unknown"
+            return f"p50 {t['p50_us']:.0f} us, p99 {t['p99_us']:.0f} us, max {t['max_us']:.0f} us"
+
+        return (f"Decision time (this machine, {self.read.get(policy, {}).get('decision_time', {}).get('n', 0)} "
+                f"decisions of the probe run): {fmt(policy)}; the paper's router: {fmt(LEARNED)}.")
 
     def group_table(self, name: str) -> pd.DataFrame:
         """The group's runs summarised per setting and policy (goodput and P99 TTFT over traces), the
@@ -520,7 +535,7 @@ def score_section(ctx: Section, policies: Sequence[str], claims: Sequence[str] =
     if missing:
         raise ConfigError(f"{ctx.notebook}: no operating rate for {missing} (Section.setup(..., "
                           "workloads=WORKLOADS, rate=0.0) finds them)")
-    read = {p: reads(p, rate=ctx.rate) for p in policies}
+    read = {p: reads(p, rate=ctx.rate) for p in (*policies, LEARNED)}
     skipped: dict[str, dict[str, str]] = {p: {} for p in policies}
     rows: list[dict[str, Any]] = []
     frames = []

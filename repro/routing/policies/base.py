@@ -31,7 +31,44 @@ default, stored unchanged-in-meaning on an attribute of the same name (as scikit
 do). `Policy.get_params` and `Policy.describe` read them from the signature, and
 `repro.routing.policies.make_policy` rejects any other name with a `ConfigError` listing these.
 A user's own policy is given as an import path ``package.module:ClassName`` (or
-``package.module.ClassName``) and must subclass `Policy` or provide ``place``.
+``package.module.ClassName``) and must subclass `Policy` or provide ``place``. What is checked when
+it is named (`repro.routing.policies.contract_problems`): it is a class; it has a ``place`` callable
+as ``place(request, view)`` (a `Policy` subclass must implement it, not inherit the base's); its
+``name``, if it has one, is a non-empty str (a `Policy` subclass sets it; a class without one is
+named by its import path); and its constructor can be called as ``Cls(cost_model=..., **options)``
+with the spec's options (``Cls(**options)`` if it takes no ``cost_model``), so every option without
+a value in the spec needs a default.
+
+When a policy misbehaves
+------------------------
+Nothing is lost and every error names what went wrong, on one line:
+
+- **The import path does not resolve** (no such module, the module or one of its imports raises --
+  a SyntaxError, a missing dependency, its own error -- or no such class in it): a
+  `repro.errors.ConfigError` naming the path, the module that failed and its error with file and
+  line, before anything runs (the command line: exit code 2).
+- **The class misses part of the contract** (above): one `ConfigError` listing everything missing
+  (``repro run``: exit code 2). An error its constructor raises is a `ConfigError` naming it.
+- **place raises**: the run stops with a `repro.errors.PolicyError` naming the policy, the request id,
+  the candidates (each pool's instance names and whether healthy) and the original exception's type
+  and message (kept as its ``__cause__``). A simulated run writes nothing: the sweep's other runs are
+  kept (a parallel sweep names the run id and its grid fields), and the run, which has no manifest,
+  is redone by the next sweep once the policy is fixed. In the proxy the request fails with 500 and a
+  JSON error of type ``PolicyError`` (journaled as failed, reason ``policy error: ...``) and the proxy
+  serves on; a live run stops after its replay with that `PolicyError` and no manifest (its
+  ``proxy.jsonl`` / ``client.jsonl`` keep every row).
+- **The decision names no usable instance**: a `Placement` whose index is out of range, negative
+  (a Python list would quietly take the last instance), not an int (numpy integers are fine), or
+  names an unhealthy instance; or a return value that is neither a `Placement` nor a `Rejection`:
+  a `PolicyError` naming the request id, what was returned and the valid (healthy) indices, handled
+  as above. `repro.routing.router.Router.route` checks every decision of every policy.
+- **Decisions are too slow**: the router times each ``place`` call (wall time on the machine that
+  runs it: a report, never an input to a result); a run records the p50, p99, max and count as
+  ``decision_time`` in its manifest (a live run always; a simulated run when its spec sets a budget,
+  since a simulated manifest is otherwise the same bytes on every machine), and the proxy exports
+  the ``repro_proxy_decision_seconds`` histogram. A spec's ``decision_budget_us`` (None: no budget)
+  fails a run whose p99 exceeds it with a `PolicyError` naming p50, p99, max and the budget; the run
+  is not marked finished.
 """
 
 from __future__ import annotations
