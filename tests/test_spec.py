@@ -34,7 +34,7 @@ def test_flat_names_route_into_their_groups_and_back():
     assert "sim" not in flat and "live" not in flat
     assert (flat["service"], flat["backlog"], flat["time_scale"]) == ("serial", "oracle", 2.0)
     assert spec_from_dict(flat) == spec
-    assert set(flat) | {"arrival", "physics", "workloads"} == set(flat_field_names())  # (omitted when unset)
+    assert set(flat) | {"arrival", "physics", "workloads", "decision_budget_us"} == set(flat_field_names())
 
 
 def test_replace_accepts_flat_group_fields():
