@@ -445,6 +445,9 @@ def _mount_paper() -> None:
     app.command("report")(_boundary(report_cli))
     app.command("conclusion")(_boundary(conclusion_cmd))
     app.command("compare")(_boundary(compare_cli))
+    from repro.cli.validate import validate_cli
+
+    app.command("validate")(_boundary(validate_cli))
     from repro.cli.identify import identify_cli
 
     app.command("identify")(_boundary(identify_cli))

@@ -177,6 +177,12 @@ def _print_end(console: Console, run: PaperRun, *, backend: str, scale: str, onl
             console.print(f"  {line}", markup=False, highlight=False)
         console.print(f"{len(summary)} rows written to {run.summary_path}"
                       + ("" if table else " (--table prints them all here)"))
+        if backend == "sim":  # which validation of the simulator against a real cluster the verdicts rest on
+            from repro.validation.report import rests_on
+            from repro.vocab import DEFAULT_PROFILE
+
+            console.print(rests_on(run.summary_path.parent, DEFAULT_PROFILE), markup=False, highlight=False,
+                          soft_wrap=True)
         if backend == "sim" and scale == "full" and not only:
             stale = docs_stale(summary, REPO_ROOT)
             if stale:

@@ -45,12 +45,15 @@ from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import AccountingError, check_accounting
 from repro.live.proxy.config import API_KEY_ENV, Endpoint, ProxyConfig
 from repro.live.validity import (
+    DEFAULT_THRESHOLDS,
     CpuSampler,
+    Thresholds,
     engine_lateness,
     engine_requests,
     harness_latency,
     judge,
     lateness_between,
+    thresholds_for,
 )
 
 if TYPE_CHECKING:
@@ -169,9 +172,10 @@ class RunWatch:
         self.t0 = time.monotonic()
 
     def judge(self, time_scale: float, report: ReplayReport, client: pd.DataFrame, run_dir: Path,
-              proxy_validity: dict[str, Any] | None) -> Verdict:
+              proxy_validity: dict[str, Any] | None, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Verdict:
         """The verdict of the replay that just ended (``proxy_validity``: the proxy's ``/health``
-        ``validity``, None without our proxy); written to ``run_dir/validity.json``."""
+        ``validity``, None without our proxy; ``thresholds``: `repro.live.validity.thresholds_for`);
+        written to ``run_dir/validity.json``."""
         wall = time.monotonic() - self.t0
         late_p99, lost = lateness_between(self.engines_before, engine_lateness(self.urls), wall)
         records = engine_requests(self.urls)  # {} on real engines
@@ -183,7 +187,7 @@ class RunWatch:
                         engine_late_p99_s=late_p99, engine_lost_fraction=lost,
                         cpu_steal_fraction=self.cpu.steal_fraction(),
                         harness_latency_p50_s=None if latency is None else latency["p50_s"],
-                        harness_latency_unjoinable=bool(records) and latency is None)
+                        harness_latency_unjoinable=bool(records) and latency is None, thresholds=thresholds)
         (run_dir / "validity.json").write_text(json.dumps(
             {**verdict.to_dict(), "proxy": proxy_validity, "harness_latency": latency, "wall_s": wall},
             indent=2, default=str))
@@ -230,7 +234,8 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
             # the policy's decision times travel with the proxy's measurements (validity.json -> the manifest)
             proxy_validity = {**(health.get("validity") or {}), "decision_time": health.get("decision_time")}
         client = read_journal(client_path)
-        watch.judge(spec.live.time_scale, report, client, run_dir, proxy_validity)
+        watch.judge(spec.live.time_scale, report, client, run_dir, proxy_validity,
+                    thresholds_for(spec.backend, spec.poll_interval_s()))
     proxy = read_journal(proxy_path) if proxy_path.exists() else frame([])
     check_live_accounting(report, client, proxy)
     merged = merge_journals(client, proxy, trace.df)

@@ -84,6 +84,23 @@ class Thresholds:
 DEFAULT_THRESHOLDS = Thresholds()
 
 
+def thresholds_for(backend: str, poll_interval_s: float) -> Thresholds:
+    """The limits a live run is judged by: `DEFAULT_THRESHOLDS`, except that on real engines (``vllm``) a
+    ``/metrics`` poll may come back up to one deployment poll period late (``poll_gap_excess_p99_s`` at
+    least ``poll_interval_s``: the router's view of KV usage at most two periods old). A real engine's
+    metrics are rendered by its API server, which shares the machine with the engine's compute: on the
+    tiny CPU engines polls came back 160-254 ms late (1p1d, 6 req/s) and 330 ms late (1p2d: three engines
+    on 2 cores, 2 req/s) (p99, 0.5 s period) while the harness kept up (client send lag p99 under 1 ms,
+    proxy loop lag 1 ms, no CPU steal). That lateness is the deployment's (its router sees older KV usage;
+    the validation measures what it costs), not the harness's; the emulated engines' limit stays."""
+    if backend != "vllm":
+        return DEFAULT_THRESHOLDS
+    from dataclasses import replace
+
+    return replace(DEFAULT_THRESHOLDS, poll_gap_excess_p99_s=max(DEFAULT_THRESHOLDS.poll_gap_excess_p99_s,
+                                                                   poll_interval_s))
+
+
 @dataclass
 class Verdict:
     """The validity of one live run: ``valid``, the ``reasons`` it is not (each names the measure,

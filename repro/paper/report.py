@@ -178,14 +178,19 @@ def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str
         body += "".join(figure_html(f) for f in by_nb.get(nn, []))
         sections.append(f"<h2 id='nb{html.escape(nn)}'>{html.escape(names.get(nn, nn))}</h2>{body}")
     title = title or f"Calibrate, Then Route: reproduction report ({backend}, {scale})"
+    from repro.validation.report import rests_on, validation_section
+    from repro.vocab import DEFAULT_PROFILE
+
+    basis = (f"<p class=ctx id=rests-on>{html.escape(rests_on(results_dir, DEFAULT_PROFILE))}</p>"
+             if backend == "sim" else "")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p class=ctx>backend <b>{backend}</b>, scale <b>{scale}</b>, commit <code>{commit}</code>, "
             f"{len(summary)} headline rows, {len(figs)} figures. Each measurement counted once "
-            f"in the tally (rows that repeat another say so). Intervals: 95%, see each row.</p>"
+            f"in the tally (rows that repeat another say so). Intervals: 95%, see each row.</p>{basis}"
             f"{conclusion_html(summary)}<h2 id=tally>The tally</h2>{tally_table(summary)}{scorecard}"
             f"<p id=figures-status>figures not checked (no script)</p>"
-            f"{''.join(sections)}<script>{SCRIPT}</script></body></html>")
+            f"{''.join(sections)}{validation_section(results_dir)}<script>{SCRIPT}</script></body></html>")
 
 
 def _scorecard_page(results_dir: Path, figures_dir: Path, title: str) -> str:

@@ -1,0 +1,449 @@
+"""A whole validation on one cluster (`repro validate`): the calibration (the cluster file's, or measured
+now), the simulator's physics from it, the saturation rate (found on the calibrated simulator), then per
+load level, policy, trace and replay one live run (`repro.experiment.runner.run`: the real proxy and load
+generator, validity-checked) and its simulated twin (`repro.validation.twin`), paired request by request.
+
+Everything lands in ``out_dir`` (resumable: a finished live run is found by its spec and skipped)::
+
+    validation.json     configuration, conditions (commit, cluster, backend), physics and where it came
+                        from, saturation, the budget and the load trusted up to, residual patterns
+    validation.csv      one row per (load level, policy): `repro.validation.accuracy.level_table`
+    ordering.csv        the policies' goodput differences, live vs simulated, per level
+    runs.csv            one row per live run: keys, goodputs, validity, wall time, run folder
+    requests.parquet    every paired request (`repro.validation.accuracy.pair`) with its run's keys
+    residuals.csv       error against prompt length, output length and load (`accuracy.error_by`)
+    physics.json        the simulator's engine profile (a hardware-profile file: ``repro run --profile``);
+                        with ``--in-situ`` also physics-in-situ.json (the fitted one)
+    validation.md       the tables as text; figures: predicted_vs_measured.png, error_vs_load.png
+    live/, sim/<variant>/, saturation/, training/
+                        the live runs (journal, manifest, validity), the twins' journals per physics
+                        variant, the live saturation probes, the in-situ training run
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from repro.errors import RunInvalid
+from repro.experiment.inputs import cluster_calibration, truth_cost_model
+from repro.experiment.journal import write_frame
+from repro.experiment.manifest import versions, write_json_atomic
+from repro.experiment.metrics import summarize
+from repro.experiment.spec import LiveConfig, RunSpec
+from repro.paper.summary import commit_id
+from repro.routing.cost_model import CostModel
+from repro.validation import accuracy
+from repro.validation.plan import ValidationConfig
+from repro.validation.twin import fit_in_situ, twin_goodput, twin_journal, validation_physics
+
+SATURATION_PROBE_REQUESTS = 400
+"""Requests of each simulated probe of the saturation search."""
+PROMPT_BINS = (0, 64, 256, 1024, 2048, 4096, 1 << 30)
+OUTPUT_BINS = (0, 64, 256, 512, 1024, 4096, 1 << 30)
+
+
+@dataclass
+class Validation:
+    """What `validate` found for its primary physics variant (``record["variant"]``: ``in-situ`` with
+    ``--in-situ``, else ``calibration``): the level table, the ordering, the live runs, the paired requests,
+    the load trusted up to, and the record written to ``validation.json`` (every variant's files hold all)."""
+
+    out_dir: Path
+    table: pd.DataFrame
+    ordering: pd.DataFrame
+    runs: pd.DataFrame
+    pairs: pd.DataFrame
+    trusted_up_to: float
+    record: dict[str, Any]
+
+    def markdown(self) -> str:
+        """The validation as a Markdown section (what ``validation.md`` holds)."""
+        return (self.out_dir / "validation.md").read_text()
+
+
+def _say(progress: bool, msg: str) -> None:
+    if progress:
+        print(msg, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _cluster(cfg: ValidationConfig, work: Path) -> Iterator[str]:
+    """The cluster file every live run of the validation reaches: real engines started once (a remote twin
+    of them) for ``vllm``; the cluster itself for ``emulated`` (each run starts its own emulated engines)."""
+    if cfg.backend_used == "emulated":
+        yield cfg.cluster
+        return
+    from repro.cluster.launchers import hold_cluster
+
+    with hold_cluster(cfg.cluster, work) as held:
+        yield held
+
+
+def _calibration(cfg: ValidationConfig, cluster: str, work: Path, progress: bool
+                 ) -> tuple[CostModel | None, str, pd.DataFrame | None]:
+    """The calibration the validation uses, where it came from, and its samples when they are kept beside it
+    (``<name>.samples.csv``): measured now (``cfg.calibrate``: the benchmark on the running engines, written
+    to ``calibration.json``; a resumed validation keeps the one it measured), else the cluster file's."""
+    from repro.live.calibration_bench import samples_path
+
+    if cfg.calibrate:
+        from repro.cluster.launchers import launch
+        from repro.live.calibration_bench import calibrate
+
+        opts: dict[str, Any] = {"launcher": "emulated"} if cfg.backend_used == "emulated" else {}
+        path = work / "calibration.json"
+        if path.exists() and samples_path(path).exists():
+            _say(progress, f"validate: the calibration of an earlier start: {path}")
+            return CostModel.load(path), str(path), pd.read_csv(samples_path(path))
+        _say(progress, f"validate: calibrating the cluster ({cfg.calibration_budget_s:g} s budget)")
+        with launch(cluster, **opts) as instances:
+            cm, samples = calibrate(instances, budget_s=cfg.calibration_budget_s, out=path)
+        return cm, str(path), samples
+    spec = RunSpec(backend="vllm" if cfg.backend_used == "vllm" else "emulated", cluster=cluster)
+    name = cluster_calibration(spec)
+    if not name or name in ("calibrated", "sim_derived"):
+        return None, "none", None
+    cm = CostModel.load(name)
+    found = samples_path(name) if Path(name).suffix == ".json" else None
+    return cm, str(name), pd.read_csv(found) if found is not None and found.exists() else None
+
+
+def _live_spec(cfg: ValidationConfig, cluster: str, calibration_path: str | None, **fields: Any) -> RunSpec:
+    extra: dict[str, Any] = {"cost_model": calibration_path} if calibration_path else {}
+    if cfg.time_scale != 1.0:
+        extra["live"] = LiveConfig(time_scale=cfg.time_scale)
+    return RunSpec(backend=cfg.backend_used, cluster=cluster, workload=cfg.workload, **extra, **fields)
+
+
+def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Any, out: Path, progress: bool
+                    ) -> tuple[float, dict[str, Any]]:
+    """The load levels' reference rate (req/s) and how it was found (`ValidationConfig.saturation`): where
+    round-robin is mid-collapse (`repro.experiment.saturation.saturation_search`) on the cluster (live
+    probes under ``out/saturation``; a probe the machine could not keep up with counts as collapsed) or on
+    the calibrated simulator (probes of `SATURATION_PROBE_REQUESTS` requests through `twin_goodput`), or
+    as stated. The simulator's rate is always searched and recorded (``simulator_rate``). An input to the
+    validation's levels, never one of its results."""
+    from repro.experiment.saturation import light_rate_for, saturation_search
+
+    probe_spec = base.replace(n_requests=SATURATION_PROBE_REQUESTS, seed=cfg.seed)
+    light = light_rate_for(probe_spec)
+    simulated = saturation_search(probe_spec, light_rate=light, probe=lambda s: twin_goodput(s, physics))
+    how: dict[str, Any] = {"simulator_rate": float(simulated.rate),
+                           "simulator_probes": [list(p) for p in simulated.probes]}
+    used = cfg.saturation_used
+    if used == "stated":
+        return float(cfg.saturation_rate or 0.0), {**how, "how": "stated (--saturation-rate)"}
+    if used == "simulator":
+        return float(simulated.rate), {**how, "how": "searched on the calibrated simulator (round-robin mid-collapse)",
+                                       "light_goodput": simulated.light_goodput,
+                                       "target_goodput": simulated.target_goodput}
+    invalid: list[float] = []
+    marks = out / "saturation" / "invalid.json"  # probes left out in an earlier start: a resumed search agrees
+
+    def live_probe(spec: RunSpec) -> float:
+        n = max(cfg.min_requests, math.ceil(spec.rate * cfg.probe_duration_s))
+        probe = spec.replace(n_requests=n)
+        known = set(json.loads(marks.read_text())) if marks.exists() else set()
+        res = None
+        if probe.run_id not in known:
+            res, _ = live_run(probe, out / "saturation", cfg.redo, progress)
+            if res is None:
+                marks.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(marks, sorted(known | {probe.run_id}))
+        goodput = 0.0 if res is None else float(res.summary["goodput"])
+        if res is None:
+            invalid.append(spec.rate)
+        _say(progress, f"validate: saturation probe {spec.rate:.3g} req/s ({n} requests): live goodput "
+                       f"{goodput:.3f}" + (" (the machine could not keep up: counted as collapsed)" if res is None
+                                           else ""))
+        return goodput
+
+    # from a sixteenth of the simulator's rate (a power of two, req/s): well below any collapse the simulator
+    # sees, and a few doublings from one a cluster slower than it predicts reaches
+    live_light = 2.0 ** math.floor(math.log2(simulated.rate / 16))
+    found = saturation_search(base.replace(seed=cfg.seed), light_rate=live_light, probe=live_probe, band=0.03,
+                              max_probes=cfg.max_probes)
+    return float(found.rate), {**how, "how": "searched on the cluster (live probes, round-robin mid-collapse)",
+                               "light_goodput": found.light_goodput, "target_goodput": found.target_goodput,
+                               "probes": [list(p) for p in found.probes], "probes_invalid": invalid}
+
+
+def live_run(spec: RunSpec, out_dir: Path, redo: int, progress: bool) -> tuple[Any, list[str]]:
+    """`repro.experiment.runner.run` of ``spec`` into ``out_dir``, run again up to ``redo`` times when the
+    machine could not keep up (`RunInvalid`); (the `RunResult` or None, the reasons of each invalid try)."""
+    from repro.experiment.runner import run
+
+    reasons: list[str] = []
+    for _ in range(redo + 1):
+        try:
+            return run(spec, out_dir), reasons
+        except RunInvalid as exc:
+            reasons.append(str(exc).splitlines()[0][:300])
+            _say(progress, f"validate: run {spec.run_id} invalid (the machine did not keep up: {reasons[-1]}); "
+                           + ("redoing" if len(reasons) <= redo else "leaving it out"))
+    return None, reasons
+
+
+def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = True,
+             on_run: Callable[[dict[str, Any]], None] | None = None) -> Validation:
+    """Run the whole validation (see the module docstring); ``on_run(row)`` is called after each live run.
+
+    Each live run is compared with the twin of every physics variant: ``calibration`` (the cluster's
+    calibration, `validation_physics`; ``profile`` with ``--physics profile``) and, with ``cfg.in_situ``,
+    ``in-situ`` (fitted on a training run of a trace no judged run replays, `fit_in_situ`), the validation's
+    verdict then."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    with _cluster(cfg, out) as cluster:
+        cal, cal_from, samples = _calibration(cfg, cluster, out, progress)
+        cal_path = cal_from if cfg.calibrate else None
+        base = _live_spec(cfg, cluster, cal_path, policy="round_robin")
+        topo = base.topology_parsed()
+        physics, physics_from = validation_physics(cfg, topo, cal, samples)
+        write_json_atomic(out / "physics.json", physics.to_dict(slo=True))
+        sat, sat_how = saturation_rate(cfg, base, physics, out, progress)
+        _say(progress, f"validate: saturation {sat:.3g} req/s ({sat_how['how']}); levels "
+                       f"{', '.join(f'{f:g}' for f in cfg.fractions)}")
+        slo = truth_cost_model(base).slo
+        variants = {physics_from["source"]: physics}  # "calibration" or "profile"
+        if cfg.in_situ:
+            rate = round(cfg.fractions[0] * sat, 6)
+            train = _live_spec(cfg, cluster, cal_path, seed=cfg.training_seed, rate=rate,
+                               n_requests=cfg.n_requests(rate), policy=cfg.policies[0])
+            assert train.seed not in cfg.seeds  # the fit never sees a judged trace
+            if not (out / "training" / train.run_id / "manifest.json").exists():
+                # a replay of the same trace first, not used: engines just started (or idle) run their first
+                # requests slower (a cold start measured 56 ms of serving path where warm ones showed 30)
+                live_run(train, out / "training-warmup", cfg.redo, progress)
+            res, _ = live_run(train, out / "training", cfg.redo, progress)
+            if res is None:
+                raise RunInvalid(f"validate: the in-situ training run {train.run_id} was invalid {cfg.redo + 1} "
+                                 f"times: the machine could not keep up at {rate:.3g} req/s")
+            variants["in-situ"], fit = fit_in_situ(res.journal(), train, physics)
+            physics_from["in_situ"] = fit
+            write_json_atomic(out / "physics-in-situ.json", variants["in-situ"].to_dict(slo=True))
+            _say(progress, f"validate: in-situ fit on trace {train.seed} at {rate:.3g} req/s: decode step x "
+                           f"{fit['decode_factor']:.3f}, serving path {1e3 * fit['ttft_offset_s']:+.1f} ms TTFT")
+        primary = "in-situ" if cfg.in_situ else physics_from["source"]
+        run_rows: list[dict[str, Any]] = []
+        pair_frames: list[pd.DataFrame] = []
+        gaps: list[dict[str, Any]] = []
+        for seed in cfg.seeds:
+            for fraction in cfg.fractions:
+                rate = round(fraction * sat, 6)
+                for policy in cfg.policies:
+                    spec = _live_spec(cfg, cluster, cal_path, seed=seed, rate=rate, n_requests=cfg.n_requests(rate),
+                                      policy=policy)
+                    sims = {name: twin_journal(spec, phys) for name, phys in variants.items()}
+                    for name, sim in sims.items():
+                        write_frame(sim, out / "sim" / name / f"{spec.run_id}.jsonl")
+                    sim_goodput = {name: float(summarize(sim, slo)["goodput"]) for name, sim in sims.items()}
+                    for replay in range(1, cfg.replays + 1):
+                        keys = {"fraction": fraction, "rate": rate, "policy": policy, "seed": seed, "replay": replay}
+                        t0 = time.monotonic()
+                        res, invalid = live_run(spec, out / "live" / f"replay-{replay}", cfg.redo, progress)
+                        row: dict[str, Any] = {**keys, "n_requests": spec.n_requests,
+                                               "valid": res is not None, "invalid_tries": len(invalid),
+                                               "invalid_reasons": " | ".join(invalid),
+                                               "wall_s": round(time.monotonic() - t0, 1),
+                                               "run_dir": str(res.run_dir.relative_to(out)) if res else "",
+                                               "live_goodput": float("nan")}
+                        live = res.journal() if res is not None else None
+                        if res is not None:
+                            row["live_goodput"] = float(res.summary["goodput"])
+                        for name, sim in sims.items():
+                            run_rows.append({**row, "variant": name, "sim_goodput": sim_goodput[name]})
+                            if live is not None:
+                                pair_frames.append(accuracy.pair(live, sim, slo).assign(**keys, variant=name))
+                                gaps.append({**keys, "variant": name, **accuracy.unpaired(live, sim)})
+                        _say(progress, f"validate: {policy} at {fraction:g} x saturation ({rate:.3g} req/s), "
+                                       f"trace {seed}, replay {replay}: live goodput {row['live_goodput']:.3f}, "
+                                       f"sim {sim_goodput[primary]:.3f}" + ("" if res else " (invalid: left out)"))
+                        if on_run is not None:
+                            on_run(row)
+    runs = pd.DataFrame(run_rows)
+    pairs = pd.concat(pair_frames, ignore_index=True) if pair_frames else pd.DataFrame()
+    tables, orders, trusted = [], [], {}
+    for name in variants:
+        r = runs[runs["variant"] == name] if len(runs) else runs
+        p = pairs[pairs["variant"] == name] if len(pairs) else pairs
+        t = accuracy.level_table(p, r, cfg.budget) if len(p) else pd.DataFrame()
+        tables.append(t.assign(variant=name) if len(t) else t)
+        o = accuracy.ordering(r, list(cfg.policies)) if len(r) else pd.DataFrame()
+        orders.append(o.assign(variant=name) if len(o) else o)
+        trusted[name] = accuracy.trusted_up_to(t)
+    table = pd.concat(tables, ignore_index=True)
+    order = pd.concat(orders, ignore_index=True)
+    live_rows = runs[runs["variant"] == primary] if len(runs) else runs
+    record = {
+        "config": cfg.to_dict(), "cluster": cfg.cluster, "backend": cfg.backend_used, "workload": cfg.workload,
+        "calibration": cal_from, "physics": physics_from, "saturation_rate": sat, "saturation": sat_how,
+        "slo": {"ttft_tight_s": slo.ttft_tight_s, "tpot_tight_s": slo.tpot_tight_s, "loose_factor": slo.loose_factor},
+        "budget": {"ttft": cfg.budget.ttft, "tpot": cfg.budget.tpot, "goodput": cfg.budget.goodput},
+        "variant": primary, "variants": list(variants), "trusted_up_to": trusted[primary],
+        "trusted_up_to_by_variant": trusted, "versions": versions(), "commit": commit_id(), "started_unix": started,
+        "wall_s": round(time.time() - started, 1), "runs": len(live_rows),
+        "invalid_runs": int((~live_rows["valid"].astype(bool)).sum()) if len(live_rows) else 0,
+        "unpaired": ({k: int(v) for k, v in pd.DataFrame(gaps).query("variant == @primary")[["live_only", "sim_only"]]
+                      .sum().items()} if gaps else {}),
+        "length_cap": _length_cap(out),
+    }
+    if len(pairs):
+        record["residuals"] = {name: residual_patterns(pairs[pairs["variant"] == name]) for name in variants}
+    write_outputs(out, record, table, order, runs, pairs)
+    mine = table[table["variant"] == primary].reset_index(drop=True) if len(table) else table
+    return Validation(out, mine, order[order["variant"] == primary] if len(order) else order, live_rows,
+                      pairs[pairs["variant"] == primary] if len(pairs) else pairs, trusted[primary], record)
+
+
+def _length_cap(out: Path) -> Any:
+    """The live runs' ``length_cap`` (requests cut to the engines' context), from one manifest."""
+    for manifest in sorted((out / "live").glob("replay-*/*/manifest.json")):
+        cap = json.loads(manifest.read_text()).get("length_cap")
+        if cap:
+            return {k: cap[k] for k in ("max_model_len", "rule") if k in cap}
+    return None
+
+
+def residual_patterns(pairs: pd.DataFrame) -> dict[str, Any]:
+    """Where the errors come from: the median signed TTFT / TPOT / e2e error by prompt length, by output
+    length and by load level."""
+    out: dict[str, Any] = {}
+    for metric in accuracy.METRICS:
+        name = metric.removesuffix("_s")
+        out[f"{name}_by_prompt"] = accuracy.error_by(pairs, "prompt_tokens", PROMPT_BINS, metric).astype(
+            {"bin": str}).to_dict("records")
+        out[f"{name}_by_output"] = accuracy.error_by(pairs, "output_tokens", OUTPUT_BINS, metric).astype(
+            {"bin": str}).to_dict("records")
+        by_load = pairs.groupby("fraction")[f"err_{metric}"].median()
+        out[f"{name}_bias_by_load"] = {f"{k:g}": float(v) for k, v in by_load.items()}
+    return out
+
+
+def write_outputs(out: Path, record: dict[str, Any], table: pd.DataFrame, order: pd.DataFrame,
+                  runs: pd.DataFrame, pairs: pd.DataFrame) -> None:
+    """The validation's files (see the module docstring) and its figures (per request: the primary variant;
+    error against load: every variant)."""
+    write_json_atomic(out / "validation.json", record)
+    table.to_csv(out / "validation.csv", index=False)
+    order.to_csv(out / "ordering.csv", index=False)
+    runs.to_csv(out / "runs.csv", index=False)
+    if len(pairs):
+        pairs.to_parquet(out / "requests.parquet", index=False)
+        frames = []
+        for name, mine in pairs.groupby("variant", sort=False):
+            for metric in accuracy.METRICS:
+                for col, bins in (("prompt_tokens", PROMPT_BINS), ("output_tokens", OUTPUT_BINS)):
+                    frames.append(accuracy.error_by(mine, col, bins, metric).assign(metric=metric, by=col,
+                                                                                   variant=name))
+        pd.concat(frames, ignore_index=True).to_csv(out / "residuals.csv", index=False)
+        from repro.validation.figures import error_vs_load, predicted_vs_measured
+
+        fig = predicted_vs_measured(pairs[pairs["variant"] == record["variant"]])
+        fig.savefig(out / "predicted_vs_measured.png", dpi=110, bbox_inches="tight")
+        if len(table):
+            fig = error_vs_load(table, record["budget"])
+            fig.savefig(out / "error_vs_load.png", dpi=110, bbox_inches="tight")
+    (out / "validation.md").write_text(markdown(record, table, order))
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:+.1f} %"
+
+
+def _abs_pct(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f} %"
+
+
+def _pct_interval(v: float, lo: float, hi: float, sign: str = "") -> str:
+    """``12.3 % [4.5, 20.1]`` (percent of fractions; ``sign='+'``: signed; the value alone without an interval)."""
+    if math.isnan(v):
+        return "n/a"
+    f = f"{sign}.1f"
+    return f"{100 * v:{f}} %" + ("" if math.isnan(lo) or math.isnan(hi) else f" [{100 * lo:{f}}, {100 * hi:{f}}]")
+
+
+def physics_text(physics: dict[str, Any]) -> str:
+    """Where the simulator's engine timing came from, in words (``validation.json``'s ``physics``)."""
+    if physics["source"] == "profile":
+        return f"the hardware profile {physics['profile']}"
+    parts = [f"calibration {physics.get('calibration')}"]
+    settings = physics.get("engine_settings") or {}
+    if settings:
+        parts.append(f"chunked-prefill budget {settings['max_num_batched_tokens']} tokens, block "
+                     f"{settings['block_size']}, {settings['max_num_seqs']} sequences")
+    curve = physics.get("prefill_curve")
+    if curve:
+        parts.append(f"prefill curve {1e3 * curve['base_s']:.2f} ms + {1e6 * curve['per_token_s']:.2f} us/token + "
+                     f"{1e9 * curve['per_token2_s']:.2f} ns/token^2 (fit residual <= "
+                     f"{100 * curve['max_rel_residual']:.1f} %)")
+    path = physics.get("serving_path_s")
+    if path:
+        parts.append(f"API servers' time {1e3 * path['total']:.1f} ms per request on the KV hop")
+    fit = physics.get("in_situ")
+    if fit:
+        parts.append(f"in situ (variant in-situ): fitted on a training trace (seed {fit['seed']}, {fit['rate']:.3g} "
+                     f"req/s, not judged): decode step x {fit['decode_factor']:.3f}, serving path "
+                     f"{1e3 * fit['ttft_offset_s']:+.1f} ms")
+    return ", ".join(parts)
+
+
+def markdown(record: dict[str, Any], table: pd.DataFrame, order: pd.DataFrame) -> str:
+    """The validation as Markdown: conditions, then per physics variant (the primary first) the level table,
+    the load trusted up to and the ordering."""
+    b = record["budget"]
+    lines = [f"### Simulator validation on {record['cluster']} ({record['backend']})", "",
+             f"Workload {record['workload']}; saturation {record['saturation_rate']:.3g} req/s "
+             f"({record['saturation']['how']}; the calibrated simulator puts it at "
+             f"{record['saturation']['simulator_rate']:.3g} req/s); physics: {physics_text(record['physics'])}; "
+             f"{record['runs']} live runs ({record['invalid_runs']} invalid, left out); commit "
+             f"{record.get('commit', '?')}.", "",
+             f"Budget: median TTFT and TPOT error <= {b['ttft']:.0%} / {b['tpot']:.0%}, goodput within "
+             f"+-{b['goodput']:g}. Errors: mean over traces of each trace's median |sim / live - 1| "
+             f"[95 % t interval over traces]; bias: the same of the signed median (negative: the simulator is "
+             f"faster; the machine's noise averages out of it); noise: the machine's own median per-request "
+             f"spread between two live runs of one trace with the same placements (replays, or policies that "
+             f"placed alike): per-request errors below it cannot be told from noise here.", ""]
+    if table.empty:
+        return "\n".join(lines + ["No valid live run: nothing to compare."])
+    names = [record["variant"]] + [v for v in record.get("variants", []) if v != record["variant"]]
+    for name in names:
+        t = table[table["variant"] == name] if "variant" in table.columns else table
+        o = order[order["variant"] == name] if "variant" in order.columns else order
+        lines += [f"#### Physics: {name}" + (" (the validation's verdict)" if name == record["variant"] else ""), "",
+                  "| load | rate req/s | policy | traces | requests | TTFT err | TPOT err | e2e err | TTFT bias | "
+                  "TPOT bias | noise TTFT/TPOT | goodput live | sim | sim - live | within |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in t.itertuples():
+            lines.append(
+                f"| {r.fraction:g} | {r.rate:.3g} | {r.policy} | {r.traces} | {r.requests} | "
+                f"{_pct_interval(r.ttft_err, r.ttft_err_lo, r.ttft_err_hi)} | "
+                f"{_pct_interval(r.tpot_err, r.tpot_err_lo, r.tpot_err_hi)} | "
+                f"{_abs_pct(r.e2e_err)} | {_pct_interval(r.ttft_bias, r.ttft_bias_lo, r.ttft_bias_hi, '+')} | "
+                f"{_pct_interval(r.tpot_bias, r.tpot_bias_lo, r.tpot_bias_hi, '+')} | "
+                f"{_abs_pct(r.ttft_noise)} / {_abs_pct(r.tpot_noise)} | {r.live_goodput:.3f} | {r.sim_goodput:.3f} | "
+                f"{accuracy.estimate_text(r.goodput_diff, r.goodput_diff_lo, r.goodput_diff_hi)} | "
+                f"{'yes' if r.within_budget else 'no'} |")
+        trusted = record.get("trusted_up_to_by_variant", {}).get(name, record["trusted_up_to"])
+        rate = trusted * record["saturation_rate"]
+        lines += ["", (f"**Within budget up to {trusted:g} x saturation** ({rate:.3g} req/s)."
+                       if trusted > 0 else "**Not within budget even at the lightest load.**")]
+        if len(o):
+            lines += ["", "Policies' ordering (goodput difference per trace, live [t interval] vs simulated):", ""]
+            for r in o.itertuples():
+                lines.append(f"- {r.fraction:g} x saturation: {r.policy} - {r.versus}: live "
+                             f"{accuracy.estimate_text(r.live_diff, r.live_diff_lo, r.live_diff_hi)}, sim "
+                             f"{r.sim_diff:+.3f}: {r.agreement}")
+        lines.append("")
+    return "\n".join(lines)

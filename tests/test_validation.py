@@ -1,0 +1,341 @@
+"""`repro validate`: the calibration's physics, the per-request accuracy, the budget, the ordering, and one
+validation end to end against emulated engines (the same physics: it must agree tightly)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from repro.cli.app import app
+from repro.cluster.topology import parse_topology
+from repro.engine.physics import Physics
+from repro.errors import ConfigError
+from repro.experiment.journal import frame
+from repro.routing.cost_model import CostModel, SLOTargets
+from repro.validation import accuracy
+from repro.validation.plan import ErrorBudget, ValidationConfig, engine_settings
+
+CPU_CAL = "data/clusters/cpu-tiny-calibration.json"
+TIMING = ("tau_pre_base_s", "tau_pre_per_token_s", "tau_dec_s", "dec_concurrency_slope", "xfer_latency_s",
+          "xfer_bandwidth_bytes_per_s", "kv_capacity_tokens", "ttft_tight_s", "tpot_tight_s")
+
+
+# ---- the calibration's physics ----------------------------------------------------------------
+@pytest.mark.parametrize("share", [0.0, 0.4, 1.0])
+def test_physics_from_a_calibration_gives_the_calibration_back(share: float) -> None:
+    cm = CostModel.load(CPU_CAL)
+    phys = Physics.from_calibration(cm, name="x", model="tiny", block_size=128, max_num_seqs=128,
+                                    max_model_len=4096, max_num_batched_tokens=2048, context_share=share)
+    back = CostModel.from_physics(phys)
+    for name in TIMING:
+        assert getattr(back, name) == pytest.approx(getattr(cm, name), rel=1e-12), name
+    # a lone 800-token sequence's step is the calibrated tau_dec; 8 of them cost each (1 + 7 slope) x it
+    assert phys.decode_step_s(1, 800) == pytest.approx(cm.tau_dec_s)
+    assert phys.decode_step_s(8, 8 * 800) == pytest.approx(cm.tau_dec(7))
+    assert (phys.max_num_batched_tokens, phys.block_size) == (2048, 128)
+    assert Physics.from_dict(phys.to_dict(slo=True)) == phys  # it is a profile file too
+    assert Physics.from_dict(phys.to_dict(slo=True)).stated_slo == phys.stated_slo
+
+
+def test_physics_from_a_calibration_refuses_what_no_engine_does() -> None:
+    cm = CostModel.load(CPU_CAL)
+    with pytest.raises(ConfigError, match="context_share"):
+        Physics.from_calibration(cm, name="x", model="m", block_size=16, max_num_seqs=8, max_model_len=64,
+                                 context_share=1.5)
+    with pytest.raises(ConfigError, match="slope"):
+        Physics.from_calibration(cm.with_overrides(dec_concurrency_slope=1.5), name="x", model="m", block_size=16,
+                                 max_num_seqs=8, max_model_len=64)
+
+
+def test_cpu_engines_schedule_with_vllm_cpu_defaults_unless_the_cluster_says_otherwise() -> None:
+    cpu = engine_settings(parse_topology("data/clusters/1p1d-cpu.yaml"))
+    assert (cpu["max_num_batched_tokens"], cpu["max_num_seqs"], cpu["block_size"], cpu["max_model_len"]) == \
+        (2048, 128, 128, 4096)
+    assert "arg_utils" in cpu["source"]
+    doc = {"name": "c", "launcher": "vllm", "vllm": {"device": "cpu", "max_model_len": 2048,
+                                                    "extra_args": ["--max-num-batched-tokens", "4096"]},
+           "instances": [{"role": "prefill", "count": 1}, {"role": "decode", "count": 1}]}
+    own = engine_settings(parse_topology(doc))
+    assert (own["max_num_batched_tokens"], own["max_model_len"]) == (4096, 2048)
+    gpu = engine_settings(parse_topology("data/clusters/2p4d-a40.yaml"))
+    assert gpu["max_num_batched_tokens"] == 8192 and "profile" in gpu["source"]
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("fractions", (0.5, -1.0), "fractions"), ("repeats", 0, "repeats"), ("physics", "guess", "physics"),
+    ("backend", "sim", "backend"), ("time_scale", 4.0, "time_scale"), ("policies", (), "policies"),
+])
+def test_a_bad_validation_config_names_the_field(field: str, value: object, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        ValidationConfig(cluster="data/clusters/1p1d-cpu.yaml", **{field: value})
+
+
+# ---- accuracy -----------------------------------------------------------------------------------
+def _journal(n: int, scale: float = 1.0, seed: int = 0, decode: str = "decode-0") -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    ttft = rng.uniform(0.05, 0.2, n) * scale
+    tpot = rng.uniform(0.005, 0.01, n) * scale
+    out = rng.integers(2, 200, n)
+    e2e = ttft + tpot * (out - 1)
+    rows = [{"request_id": f"r{i:04d}", "family": "chat", "slo_class": "tight", "prompt_tokens": int(10 + i),
+             "output_tokens": int(out[i]), "predicted_output_tokens": 100.0, "prefill_instance": "prefill-0",
+             "decode_instance": decode, "status": "ok", "reason": None, "arrival_s": float(i), "prefill_start_s": 0.0,
+             "prefill_end_s": 0.0, "decode_start_s": 0.0, "decode_started_s": 0.0, "first_token_s": float(i + ttft[i]),
+             "finish_s": float(i + e2e[i]), "ttft_s": float(ttft[i]), "tpot_s": float(tpot[i]), "e2e_s": float(e2e[i]),
+             "generated_tokens": int(out[i]), "preemptions": -1} for i in range(n)]
+    return frame(rows)
+
+
+SLO = SLOTargets(ttft_tight_s=0.15, tpot_tight_s=0.02)
+
+
+def test_pairing_by_request_id_gives_each_requests_relative_error() -> None:
+    live = _journal(50)
+    sim = _journal(50, scale=1.1)
+    p = accuracy.pair(live, sim.sample(frac=1.0, random_state=3), SLO)  # row order does not matter
+    assert len(p) == 50
+    for m in accuracy.METRICS:
+        assert np.allclose(p[f"err_{m}"], 0.1), m
+    assert p["same_decode"].all()
+    # a request that failed on one side is not paired, and is counted
+    live.loc[3, "status"] = "failed"
+    assert len(accuracy.pair(live, sim, SLO)) == 49
+    assert accuracy.unpaired(live, sim) == {"live_only": 0, "sim_only": 1}
+
+
+def _runs_and_pairs(errors: dict[float, float], goodput_gap: dict[float, float], seeds: int = 3,
+                    policies: tuple[str, ...] = ("round_robin",)) -> tuple[pd.DataFrame, pd.DataFrame]:
+    runs, pairs = [], []
+    for fraction, err in errors.items():
+        for policy in policies:
+            for seed in range(1, seeds + 1):
+                live = _journal(40, seed=seed)
+                sim = _journal(40, scale=1 + err, seed=seed)
+                keys = {"fraction": fraction, "rate": fraction * 4, "policy": policy, "seed": seed, "replay": 1}
+                pairs.append(accuracy.pair(live, sim, SLO).assign(**keys))
+                base = 0.8 + 0.01 * seed
+                runs.append({**keys, "live_goodput": base, "sim_goodput": base + goodput_gap[fraction] +
+                             0.001 * (seed - 2), "valid": True})
+    return pd.DataFrame(runs), pd.concat(pairs, ignore_index=True)
+
+
+def test_the_level_table_judges_each_level_by_the_budget() -> None:
+    runs, pairs = _runs_and_pairs({0.25: 0.02, 0.5: 0.05, 0.8: 0.2, 1.0: 0.03},
+                                  {0.25: 0.0, 0.5: 0.01, 0.8: 0.0, 1.0: 0.0})
+    table = accuracy.level_table(pairs, runs, ErrorBudget())
+    assert list(table["fraction"]) == [0.25, 0.5, 0.8, 1.0]
+    assert table["ttft_err"].to_numpy() == pytest.approx([0.02, 0.05, 0.2, 0.03])
+    assert table["tpot_bias"].to_numpy() == pytest.approx([0.02, 0.05, 0.2, 0.03])
+    assert list(table["within_budget"]) == [True, True, False, True]
+    # the first level out of budget ends the trust, even if a higher one is back inside
+    assert accuracy.trusted_up_to(table) == 0.5
+    assert table.loc[1, "goodput_diff"] == pytest.approx(0.01)
+    assert table.loc[1, "goodput_diff_lo"] < 0.01 < table.loc[1, "goodput_diff_hi"]
+    assert (table["traces"] == 3).all() and (table["requests"] == 120).all()
+
+
+def test_a_goodput_gap_outside_the_budget_fails_the_level_and_none_passes() -> None:
+    runs, pairs = _runs_and_pairs({0.25: 0.01}, {0.25: 0.05})
+    table = accuracy.level_table(pairs, runs, ErrorBudget())
+    assert not table.loc[0, "within_budget"]
+    assert accuracy.trusted_up_to(table) == 0.0
+
+
+def test_an_invalid_run_is_left_out_and_counted() -> None:
+    runs, pairs = _runs_and_pairs({0.5: 0.01}, {0.5: 0.0})
+    runs.loc[0, "valid"] = False
+    table = accuracy.level_table(pairs[pairs["seed"] != 1], runs, ErrorBudget())
+    assert table.loc[0, "traces"] == 2 and table.loc[0, "invalid_runs"] == 1
+
+
+def test_the_ordering_agrees_disagrees_or_cannot_tell() -> None:
+    rows = []
+    for seed in (1, 2, 3, 4):
+        jitter = 0.002 * (seed - 2.5)
+        for fraction, live_gap, sim_gap in ((0.5, 0.05, 0.04), (0.8, 0.05, -0.04), (1.0, 0.0, 0.001)):
+            rows.append({"fraction": fraction, "policy": "a", "seed": seed, "live_goodput": 0.7, "sim_goodput": 0.7,
+                         "valid": True})
+            rows.append({"fraction": fraction, "policy": "b", "seed": seed, "live_goodput": 0.7 + live_gap + jitter,
+                         "sim_goodput": 0.7 + sim_gap, "valid": True})
+    order = accuracy.ordering(pd.DataFrame(rows), ["a", "b"]).set_index("fraction")
+    assert order.loc[0.5, "agreement"] == "agree"
+    assert order.loc[0.8, "agreement"] == "disagree"
+    assert order.loc[1.0, "agreement"] == "live within noise (sim inside)"
+
+
+def test_the_noise_floor_is_the_spread_between_two_replays_of_one_trace() -> None:
+    a, b = _journal(30, seed=1), _journal(30, seed=1, scale=1.04)
+    sim = _journal(30, seed=1)
+    pairs = pd.concat([accuracy.pair(a, sim, SLO).assign(seed=1, replay=1),
+                       accuracy.pair(b, sim, SLO).assign(seed=1, replay=2)])
+    assert accuracy.noise_floor(pairs, "ttft_s") == pytest.approx(0.04)
+    assert math.isnan(accuracy.noise_floor(pairs[pairs["replay"] == 1], "ttft_s"))
+
+
+def test_the_goodput_interval_over_traces_covers_as_claimed() -> None:
+    """Monte Carlo: per-trace goodputs with a true difference sim - live of 0.02; the interval the level table
+    reports (`accuracy.goodput_difference`) must cover it 95 % of the time over 3 and over 6 traces (4,000
+    repetitions each: +-0.7 % at 95 %), and one level table must report that same interval."""
+    rng = np.random.default_rng(11)
+    for traces in (3, 6):
+        reps = 4000
+        hits = 0
+        for _ in range(reps):
+            live = rng.uniform(0.6, 0.9, traces)
+            sim = live + 0.02 + rng.normal(0, 0.015, traces)
+            est = accuracy.goodput_difference(live, sim)
+            hits += est.lo <= 0.02 <= est.hi
+        assert 0.94 <= hits / reps <= 0.96, (traces, hits / reps)
+    runs = pd.DataFrame({"fraction": 0.5, "rate": 1.0, "policy": "p", "seed": np.arange(3), "replay": 1,
+                         "live_goodput": live[:3], "sim_goodput": sim[:3], "valid": True})
+    pairs = pd.DataFrame({"fraction": [0.5], "policy": ["p"], "seed": [0], "replay": [1], "request_id": ["r"],
+                          **{f"err_{m}": [0.0] for m in accuracy.METRICS}, "same_decode": [True],
+                          **{f"live_{m}": [1.0] for m in accuracy.METRICS}})
+    row = accuracy.level_table(pairs, runs, ErrorBudget()).iloc[0]
+    est = accuracy.goodput_difference(live[:3], sim[:3])
+    assert (row["goodput_diff_lo"], row["goodput_diff_hi"]) == pytest.approx((est.lo, est.hi))
+
+
+# ---- end to end, on emulated engines ------------------------------------------------------------
+def test_validate_against_emulated_engines_agrees_tightly(tmp_path) -> None:
+    """The emulated engines run the simulator's own physics, so only the harness's own path (proxy and HTTP
+    hops, a few ms of TTFT) separates the two: TPOT within 1 %, TTFT within 10 %, round-robin's placements
+    identical, goodput within 0.06."""
+    out = tmp_path / "v"
+    res = CliRunner().invoke(app, ["validate", "--cluster", "1p1d", "--backend", "emulated", "--rates", "0.5",
+                                   "--policies", "round_robin", "--repeats", "2", "--duration", "6",
+                                   "--min-requests", "40", "--saturation-rate", "8", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "simulator vs 1p1d (emulated)" in res.output
+    table = pd.read_csv(out / "validation.csv")
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert row["traces"] == 2 and row["requests"] >= 76
+    assert row["tpot_err"] < 0.01
+    assert row["ttft_err"] < 0.10
+    assert abs(row["goodput_diff"]) < 0.06
+    assert row["same_decode"] == 1.0
+    record = json.loads((out / "validation.json").read_text())
+    assert record["physics"]["source"] == "profile" and record["saturation_rate"] == 8.0
+    assert record["invalid_runs"] == 0
+    for name in ("requests.parquet", "runs.csv", "ordering.csv", "residuals.csv", "validation.md",
+                 "predicted_vs_measured.png", "error_vs_load.png", "physics.json"):
+        assert (out / name).exists(), name
+    assert "Simulator validation on 1p1d" in (out / "validation.md").read_text()
+
+
+def test_validate_refuses_a_bad_policy_before_starting_anything(tmp_path) -> None:
+    res = CliRunner().invoke(app, ["validate", "--cluster", "1p1d", "--backend", "emulated", "--policies",
+                                   "round_robin,no_such_policy", "-o", str(tmp_path / "v")])
+    assert res.exit_code == 2
+    assert "no_such_policy" in res.output
+    assert not (tmp_path / "v").exists()
+
+
+def test_the_in_situ_fit_recovers_a_slower_deployment_from_a_training_run_only() -> None:
+    """A deployment 30 % slower per decode step, with 40 ms more on the serving path than its calibration:
+    the fit on one training run recovers both (the run here is the simulator of that deployment)."""
+    from repro.experiment.spec import RunSpec
+    from repro.validation.twin import fit_in_situ, twin_journal
+
+    phys = Physics.from_calibration(CostModel.load(CPU_CAL), name="cal", model="tiny", block_size=128,
+                                    max_num_seqs=128, max_model_len=4096, max_num_batched_tokens=2048)
+    true = phys.with_overrides(decode_base_s=phys.decode_base_s * 1.3, decode_per_seq_s=phys.decode_per_seq_s * 1.3,
+                               transfer_latency_s=phys.transfer_latency_s + 0.040)
+    spec = RunSpec(topology="1p1d", workload="chat", rate=0.3, n_requests=60, seed=1001, cost_model=CPU_CAL,
+                   policy="round_robin")
+    fitted, record = fit_in_situ(twin_journal(spec, true), spec, phys)
+    assert record["decode_factor"] == pytest.approx(1.3, rel=0.03)
+    assert record["ttft_offset_s"] == pytest.approx(0.040, abs=0.006)
+    assert abs(record["median_err_after"]["tpot_s"]) < 0.02 and abs(record["median_err_after"]["ttft_s"]) < 0.05
+    assert fitted.transfer_latency_s == pytest.approx(true.transfer_latency_s, abs=0.006)
+
+
+def test_the_in_situ_training_trace_is_never_a_judged_one() -> None:
+    cfg = ValidationConfig(cluster="data/clusters/1p1d-cpu.yaml", repeats=1000, seed=7)
+    assert cfg.training_seed not in cfg.seeds
+    with pytest.raises(ConfigError, match="repeats"):
+        ValidationConfig(cluster="data/clusters/1p1d-cpu.yaml", repeats=1001)
+
+
+def test_a_simulated_report_says_which_validation_its_verdicts_rest_on(tmp_path, monkeypatch) -> None:
+    from repro.validation import report
+
+    monkeypatch.setattr(report, "SHIPPED_DIR", tmp_path / "shipped")
+    results = tmp_path / "results" / "sim-full"
+    results.mkdir(parents=True)
+    assert "has not been validated against a real cluster" in report.rests_on(results, "a40-identified")
+    folder = tmp_path / "results" / "validation-1p1d-cpu-vllm"
+    folder.mkdir()
+    (folder / "validation.json").write_text(json.dumps({"cluster": "data/clusters/1p1d-cpu.yaml", "backend": "vllm",
+                                                        "commit": "abc", "saturation_rate": 5.7,
+                                                        "trusted_up_to": 0.5}))
+    pd.DataFrame({"fraction": [0.25, 0.5, 0.8], "ttft_err": [0.05, 0.08, 0.3], "tpot_err": [0.02, 0.04, 0.2]}
+                 ).to_csv(folder / "validation.csv", index=False)
+    (folder / "validation.md").write_text("### Simulator validation on data/clusters/1p1d-cpu.yaml (vllm)\n")
+    text = report.rests_on(results, "a40-identified")
+    assert "1p1d-cpu.yaml (real vLLM, commit abc)" in text and "up to 0.5 x saturation" in text
+    assert "0.8 x: TTFT 30 %, TPOT 20 %" in text
+    assert "None of them is the testbed these verdicts simulate (a40-identified)" in text
+    html = report.validation_section(results)
+    assert "Simulator validation on data/clusters/1p1d-cpu.yaml" in html
+    # an emulated validation is no evidence about real engines
+    (folder / "validation.json").write_text(json.dumps({"cluster": "1p1d", "backend": "emulated", "commit": "abc",
+                                                        "saturation_rate": 8, "trusted_up_to": 1.0}))
+    assert "has not been validated against a real cluster" in report.rests_on(results, "a40-identified")
+
+
+def test_a_convex_prefill_step_is_fitted_and_timed_and_profiles_without_it_are_unchanged() -> None:
+    from repro.live.calibration_bench import prefill_curve, serving_path_s
+
+    rows = [{"phase": "prefill", "prompt_tokens": L, "client_s": 0.008 + 0.005 + 2e-6 * L + 8e-9 * L * L,
+             "engine_s": 0.005 + 2e-6 * L + 8e-9 * L * L} for L in (64, 256, 512, 1024, 2048, 4096) for _ in range(3)]
+    rows += [{"phase": "transfer", "prompt_tokens": L, "client_s": 0.025, "engine_s": 0.020} for L in (256, 1024)]
+    samples = pd.DataFrame(rows)
+    curve = prefill_curve(samples, max_tokens=2048)
+    assert curve["per_token2_s"] == pytest.approx(8e-9, rel=1e-6)
+    assert curve["base_s"] == pytest.approx(0.005, rel=1e-6) and 4096 not in curve["points"]  # two steps: left out
+    assert serving_path_s(samples)["total"] == pytest.approx(0.013)
+    # a concave set of points gets the line (no negative square term)
+    concave = samples.assign(engine_s=0.005 + 3e-5 * samples["prompt_tokens"] ** 0.9)
+    assert prefill_curve(concave, 2048)["per_token2_s"] == 0.0
+    phys = Physics.load("a40-qwen2.5-3b")
+    assert "prefill_per_token2_s" not in phys.to_dict()["params"]
+    convex = phys.with_overrides(prefill_per_token2_s=8e-9)
+    assert convex.prefill_time_s(1000) == pytest.approx(phys.prefill_time_s(1000) + 8e-3)
+    # a prompt over the step budget: one step per budget, each step's square term
+    budget = convex.max_num_batched_tokens
+    assert convex.prefill_request_time_s(budget + 100) == pytest.approx(
+        convex.prefill_time_s(budget) + convex.prefill_time_s(100))
+    assert Physics.from_dict(convex.to_dict()) == convex
+
+
+def test_two_policies_that_placed_every_request_alike_measure_the_machines_noise() -> None:
+    a, b = _journal(30, seed=1), _journal(30, seed=1, scale=1.06)
+    sim = _journal(30, seed=1)
+    same = pd.concat([accuracy.pair(a, sim, SLO).assign(seed=1, replay=1, policy="x"),
+                      accuracy.pair(b, sim, SLO).assign(seed=1, replay=1, policy="y")])
+    assert accuracy.noise_floor(same, "tpot_s") == pytest.approx(0.06)
+    other = b.assign(decode_instance=["decode-1" if i % 2 else "decode-0" for i in range(30)])
+    apart = pd.concat([accuracy.pair(a, sim, SLO).assign(seed=1, replay=1, policy="x"),
+                       accuracy.pair(other, sim, SLO).assign(seed=1, replay=1, policy="y")])
+    assert math.isnan(accuracy.noise_floor(apart, "tpot_s"))  # placed apart: not replays of each other
+
+
+def test_a_late_metrics_poll_is_judged_by_the_deployments_period_on_real_engines_only() -> None:
+    from repro.live.validity import DEFAULT_THRESHOLDS, judge, thresholds_for
+
+    assert thresholds_for("emulated", 0.5) == DEFAULT_THRESHOLDS
+    real = thresholds_for("vllm", 0.5)
+    assert real.poll_gap_excess_p99_s == 0.5 and real.client_lag_p99_s == DEFAULT_THRESHOLDS.client_lag_p99_s
+    assert thresholds_for("vllm", 0.01).poll_gap_excess_p99_s == DEFAULT_THRESHOLDS.poll_gap_excess_p99_s
+    late = {"loop_lag_p99_s": 0.001, "poll_gap_excess_p99_s": 0.33}
+    kw = dict(time_scale=1.0, client_lag_p99_s=0.001, proxy=late, engine_late_p99_s=None, engine_lost_fraction=None,
+              cpu_steal_fraction=0.0)
+    assert not judge(**kw).valid  # an emulated engine's poll 330 ms late: the harness fell behind
+    assert judge(**kw, thresholds=real).valid  # a busy real engine's: the deployment's own

@@ -1,0 +1,36 @@
+"""`repro validate` on the real CPU engines (a small run: one level, one policy, one trace): the whole
+chain (the cluster's calibration inverted into the simulator's physics, with vLLM 0.32's CPU scheduler
+settings, the prefill curve and the API servers' time from the calibration's samples; a live run through
+the proxy; its simulated twin; requests paired by id) works against unmodified vLLM. Its accuracy is
+measured by the full validation (README, "Validating the simulator"), not asserted here."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from repro.validation.plan import ValidationConfig
+from repro.validation.run import validate
+
+
+def test_validate_pairs_a_real_run_with_its_simulated_twin(real_cluster_file, tmp_path) -> None:
+    cfg = ValidationConfig(cluster=str(real_cluster_file), fractions=(0.5,), policies=("round_robin",), repeats=1,
+                           duration_s=20.0, min_requests=20, saturation="simulator")
+    assert cfg.backend_used == "vllm"
+    res = validate(cfg, tmp_path / "v", progress=False)
+    runs = pd.read_csv(tmp_path / "v" / "runs.csv")
+    assert len(runs) == 1 and bool(runs.loc[0, "valid"]), runs.to_dict("records")
+    assert len(res.pairs) >= 0.9 * runs.loc[0, "n_requests"]
+    row = res.table.iloc[0]
+    for col in ("ttft_err", "tpot_err", "e2e_err", "live_goodput", "sim_goodput"):
+        assert math.isfinite(row[col]), col
+    record = json.loads((tmp_path / "v" / "validation.json").read_text())
+    physics = record["physics"]
+    assert physics["source"] == "calibration"
+    assert physics["engine_settings"]["max_num_batched_tokens"] == 2048
+    assert physics["serving_path_s"]["total"] > 0
+    assert physics["prefill_curve"]["per_token2_s"] >= 0
+    assert record["length_cap"]["max_model_len"] == 4096
+    assert "Simulator validation on" in (tmp_path / "v" / "validation.md").read_text()
