@@ -279,12 +279,21 @@ def test_a_simulated_report_says_which_validation_its_verdicts_rest_on(tmp_path,
                  ).to_csv(folder / "validation.csv", index=False)
     (folder / "validation.md").write_text("### Simulator validation on data/clusters/1p1d-cpu.yaml (vllm)\n")
     text = report.rests_on(results, "a40-identified")
-    assert "1p1d-cpu.yaml (real vLLM, commit abc)" in text and "up to 0.5 x saturation" in text
+    assert "1p1d-cpu.yaml (real vLLM, commit abc, physics calibration)" in text and "up to 0.5 x saturation" in text
+    # a shipped copy of the same validation is named once
+    shipped = tmp_path / "shipped" / "1p1d-cpu"
+    shipped.mkdir(parents=True)
+    for name in ("validation.json", "validation.csv", "validation.md"):
+        (shipped / name).write_bytes((folder / name).read_bytes())
+    assert report.rests_on(results, "a40-identified").count("1p1d-cpu.yaml") == 1
     assert "0.8 x: TTFT 30 %, TPOT 20 %" in text
     assert "None of them is the testbed these verdicts simulate (a40-identified)" in text
     html = report.validation_section(results)
     assert "Simulator validation on data/clusters/1p1d-cpu.yaml" in html
     # an emulated validation is no evidence about real engines
+    import shutil
+
+    shutil.rmtree(shipped)
     (folder / "validation.json").write_text(json.dumps({"cluster": "1p1d", "backend": "emulated", "commit": "abc",
                                                         "saturation_rate": 8, "trusted_up_to": 1.0}))
     assert "has not been validated against a real cluster" in report.rests_on(results, "a40-identified")

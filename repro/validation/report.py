@@ -30,7 +30,14 @@ def find_validations(results_dir: str | Path | None = None) -> list[Path]:
         for parent in (base, base.parent):
             found += sorted(p.parent for p in parent.glob("validation-*/validation.json"))
     found += sorted(p.parent for p in SHIPPED_DIR.glob("*/validation.json"))
-    return list(dict.fromkeys(found))
+    out, seen = [], set()
+    for folder in dict.fromkeys(found):  # a shipped copy of a validation found beside the results: once
+        rec = json.loads((folder / "validation.json").read_text())
+        key = (rec.get("cluster"), rec.get("backend"), rec.get("started_unix"), rec.get("wall_s"))
+        if key not in seen:
+            seen.add(key)
+            out.append(folder)
+    return out
 
 
 def headline(folder: Path) -> dict[str, Any]:
@@ -39,12 +46,15 @@ def headline(folder: Path) -> dict[str, Any]:
     rec = json.loads((folder / "validation.json").read_text())
     out: dict[str, Any] = {"folder": str(folder), "cluster": rec["cluster"], "backend": rec["backend"],
                            "commit": rec.get("commit", "?"), "saturation_rate": rec["saturation_rate"],
-                           "trusted_up_to": rec["trusted_up_to"], "shipped": SHIPPED_DIR in folder.parents}
+                           "trusted_up_to": rec["trusted_up_to"], "shipped": SHIPPED_DIR in folder.parents,
+                           "variant": rec.get("variant", "calibration")}
     table_path = folder / "validation.csv"
     if table_path.exists() and table_path.stat().st_size > 1:
         import pandas as pd
 
         t = pd.read_csv(table_path)
+        if "variant" in t.columns and rec.get("variant"):  # the validation's verdict: its primary physics
+            t = t[t["variant"] == rec["variant"]]
         if len(t):
             by = t.groupby("fraction")[["ttft_err", "tpot_err"]].max().sort_index()
             out["levels"] = {f"{k:g}": {"ttft_err": float(v.ttft_err), "tpot_err": float(v.tpot_err)}
@@ -69,7 +79,8 @@ def rests_on(results_dir: str | Path | None, testbed: str = "") -> str:
         errs = h.get("levels") or {}
         err = "; ".join(f"{k} x: TTFT {100 * v['ttft_err']:.0f} %, TPOT {100 * v['tpot_err']:.0f} %"
                         for k, v in errs.items() if not math.isnan(v["ttft_err"]))
-        parts.append(f"{h['cluster']} (real vLLM, commit {h['commit']}{', shipped' if h['shipped'] else ''}): "
+        parts.append(f"{h['cluster']} (real vLLM, commit {h['commit']}{', shipped' if h['shipped'] else ''}, "
+                     f"physics {h.get('variant', 'calibration')}): "
                      f"{within}" + (f" (worst policy's median errors: {err})" if err else ""))
     on = "" if any(testbed and testbed in str(h["cluster"]) for h in real) else (
         f" None of them is the testbed these verdicts simulate{f' ({testbed})' if testbed else ''}: they say how "
