@@ -29,7 +29,7 @@ TIMING = ("tau_pre_base_s", "tau_pre_per_token_s", "tau_dec_s", "dec_concurrency
 @pytest.mark.parametrize("share", [0.0, 0.4, 1.0])
 def test_physics_from_a_calibration_gives_the_calibration_back(share: float) -> None:
     cm = CostModel.load(CPU_CAL)
-    phys = Physics.from_calibration(cm, name="x", model="tiny", block_size=128, max_num_seqs=128,
+    phys = cm.to_physics(name="x", model="tiny", block_size=128, max_num_seqs=128,
                                     max_model_len=4096, max_num_batched_tokens=2048, context_share=share)
     back = CostModel.from_physics(phys)
     for name in TIMING:
@@ -45,10 +45,10 @@ def test_physics_from_a_calibration_gives_the_calibration_back(share: float) -> 
 def test_physics_from_a_calibration_refuses_what_no_engine_does() -> None:
     cm = CostModel.load(CPU_CAL)
     with pytest.raises(ConfigError, match="context_share"):
-        Physics.from_calibration(cm, name="x", model="m", block_size=16, max_num_seqs=8, max_model_len=64,
+        cm.to_physics(name="x", model="m", block_size=16, max_num_seqs=8, max_model_len=64,
                                  context_share=1.5)
     with pytest.raises(ConfigError, match="slope"):
-        Physics.from_calibration(cm.with_overrides(dec_concurrency_slope=1.5), name="x", model="m", block_size=16,
+        cm.with_overrides(dec_concurrency_slope=1.5).to_physics(name="x", model="m", block_size=16,
                                  max_num_seqs=8, max_model_len=64)
 
 
@@ -243,7 +243,7 @@ def test_the_in_situ_fit_recovers_a_slower_deployment_from_a_training_run_only()
     from repro.experiment.spec import RunSpec
     from repro.validation.twin import fit_in_situ, twin_journal
 
-    phys = Physics.from_calibration(CostModel.load(CPU_CAL), name="cal", model="tiny", block_size=128,
+    phys = CostModel.load(CPU_CAL).to_physics(name="cal", model="tiny", block_size=128,
                                     max_num_seqs=128, max_model_len=4096, max_num_batched_tokens=2048)
     true = phys.with_overrides(decode_base_s=phys.decode_base_s * 1.3, decode_per_seq_s=phys.decode_per_seq_s * 1.3,
                                transfer_latency_s=phys.transfer_latency_s + 0.040)

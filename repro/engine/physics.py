@@ -37,7 +37,7 @@ import json
 import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from repro.errors import ConfigError, check_ranges
 from repro.paths import HARDWARE_DIR
@@ -45,23 +45,6 @@ from repro.vocab import DEFAULT_PROFILE
 
 NO_CONTEXT_BANDWIDTH = 1e30
 """``hbm_bandwidth_bytes_per_s`` of an engine whose decode step does not grow with its context (bytes/s)."""
-
-
-class CostModelLike(Protocol):
-    """The calibrated constants `Physics.from_calibration` reads (`repro.routing.cost_model.CostModel`)."""
-
-    name: str
-    tau_pre_base_s: float
-    tau_pre_per_token_s: float
-    tau_dec_s: float
-    dec_concurrency_slope: float
-    kv_bytes_per_token: float
-    xfer_latency_s: float
-    xfer_bandwidth_bytes_per_s: float
-    ttft_tight_s: float
-    tpot_tight_s: float
-    kv_capacity_tokens: int
-    max_num_batched_tokens: int
 
 
 @dataclass(frozen=True)
@@ -162,49 +145,6 @@ class Physics:
             checked = {**checked, "decode_base_s": base}
         return replace(self, **checked)
 
-    @classmethod
-    def from_calibration(cls, cm: CostModelLike, *, name: str, model: str, block_size: int, max_num_seqs: int,
-                         max_model_len: int, max_num_batched_tokens: int | None = None,
-                         context_share: float = 0.0, typical_context: int = 800,
-                         source: str = "calibration") -> Physics:
-        """The engine a calibration describes: the inverse of `repro.routing.cost_model.CostModel.from_physics`
-        (``CostModel.from_physics(Physics.from_calibration(cm, ...))`` gives back ``cm``'s timing constants).
-
-        ``cm``: the fitted constants (``tau_pre_base_s``, ``tau_pre_per_token_s``, ``tau_dec_s``: the
-        per-token decode time of a lone sequence at ``typical_context`` tokens, ``dec_concurrency_slope``,
-        ``xfer_*``, ``kv_bytes_per_token``, ``kv_capacity_tokens``; its SLO targets become the profile's
-        stated ones). A calibration measures decode at one context only, so it cannot tell a sequence's
-        fixed cost from its context's: ``context_share`` (0..1) is the part of each extra sequence's cost
-        (``slope * tau_dec``) put on its context (0: all per sequence, the default; the validation
-        measures what that leaves, `repro.validation`). The engine's scheduler settings (``block_size``,
-        ``max_num_seqs``, ``max_model_len``, ``max_num_batched_tokens``: default ``cm``'s) are not in a
-        calibration: the caller states them (`repro.validation.plan.engine_settings`)."""
-        if not 0.0 <= context_share <= 1.0:
-            raise ConfigError(f"physics: field 'context_share' = {context_share!r} out of range [0, 1]")
-        extra = cm.dec_concurrency_slope * cm.tau_dec_s  # each extra sequence's share of a step (s)
-        per_ctx = context_share * extra / typical_context  # s per context token
-        per_seq = extra - per_ctx * typical_context
-        base = cm.tau_dec_s - per_seq - per_ctx * typical_context
-        if base < 0:
-            raise ConfigError(f"physics: calibration {cm.name!r}: its concurrency slope {cm.dec_concurrency_slope:g} "
-                              f"is above 1 (a lone sequence's step would cost less than nothing)")
-        said = f"{source} ({cm.name})"
-        sources = {n: said for n in _NUMERIC_FIELDS}
-        sources.update(block_size=f"{source}: engine setting", max_num_seqs=f"{source}: engine setting",
-                       max_model_len=f"{source}: engine setting",
-                       hbm_bandwidth_bytes_per_s=f"{said}: context_share {context_share:g} of the concurrency slope")
-        return cls(
-            name=name, model=model,
-            prefill_base_s=cm.tau_pre_base_s, prefill_per_token_s=cm.tau_pre_per_token_s,
-            max_num_batched_tokens=int(max_num_batched_tokens or cm.max_num_batched_tokens),
-            decode_base_s=base, decode_per_seq_s=per_seq,
-            hbm_bandwidth_bytes_per_s=cm.kv_bytes_per_token / per_ctx if per_ctx > 0 else NO_CONTEXT_BANDWIDTH,
-            kv_bytes_per_token=int(round(cm.kv_bytes_per_token)), kv_budget_tokens=int(cm.kv_capacity_tokens),
-            block_size=int(block_size), max_num_seqs=int(max_num_seqs), max_model_len=int(max_model_len),
-            transfer_latency_s=cm.xfer_latency_s, transfer_bandwidth_bytes_per_s=cm.xfer_bandwidth_bytes_per_s,
-            sources=sources, stated_slo=(cm.ttft_tight_s, cm.tpot_tight_s),
-        )
-
     # ---- persistence ------------------------------------------------------------------------
     @classmethod
     def load(cls, name_or_path: str | Path = DEFAULT_PROFILE) -> Physics:
@@ -284,6 +224,8 @@ _NUMERIC_FIELDS: dict[str, type] = {
     for f in fields(Physics)
     if f.name not in ("name", "model", "sources", "stated_slo")
 }
+PARAMETERS: tuple[str, ...] = tuple(_NUMERIC_FIELDS)
+"""The numeric parameters of a profile (``params`` in its file), in field order."""
 _OPTIONAL: dict[str, float] = {"prefill_per_token2_s": 0.0}
 """Parameters a profile file may leave out (their value then), and `Physics.to_dict` leaves out at it."""
 _MINIMA: dict[str, float] = {name: 0.0 for name in _NUMERIC_FIELDS}

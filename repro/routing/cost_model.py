@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from repro.engine.physics import Physics, check_overrides
+from repro.engine.physics import NO_CONTEXT_BANDWIDTH, PARAMETERS, Physics, check_overrides
 from repro.errors import ConfigError
 from repro.paths import CALIBRATION_DIR
 from repro.vocab import DEFAULT_PROFILE, SloClass
@@ -140,6 +140,49 @@ class CostModel:
             tpot_tight_s=tpot,
             kv_capacity_tokens=physics.kv_budget_tokens,
             max_num_batched_tokens=physics.max_num_batched_tokens,
+        )
+
+    def to_physics(self, *, name: str, model: str, block_size: int, max_num_seqs: int,
+                   max_model_len: int, max_num_batched_tokens: int | None = None,
+                   context_share: float = 0.0, typical_context: int = 800,
+                   source: str = "calibration") -> Physics:
+        """The engine this calibration describes: the inverse of `from_physics`
+        (``CostModel.from_physics(self.to_physics(...))`` gives back this model's timing constants).
+
+        Read: the fitted constants (``tau_pre_base_s``, ``tau_pre_per_token_s``, ``tau_dec_s``: the
+        per-token decode time of a lone sequence at ``typical_context`` tokens, ``dec_concurrency_slope``,
+        ``xfer_*``, ``kv_bytes_per_token``, ``kv_capacity_tokens``; its SLO targets become the profile's
+        stated ones). A calibration measures decode at one context only, so it cannot tell a sequence's
+        fixed cost from its context's: ``context_share`` (0..1) is the part of each extra sequence's cost
+        (``slope * tau_dec``) put on its context (0: all per sequence, the default; the validation
+        measures what that leaves, `repro.validation`). The engine's scheduler settings (``block_size``,
+        ``max_num_seqs``, ``max_model_len``, ``max_num_batched_tokens``: default this model's) are not in a
+        calibration: the caller states them (`repro.validation.plan.engine_settings`)."""
+        if not 0.0 <= context_share <= 1.0:
+            raise ConfigError(f"physics: field 'context_share' = {context_share!r} out of range [0, 1]")
+        extra = self.dec_concurrency_slope * self.tau_dec_s  # each extra sequence's share of a step (s)
+        per_ctx = context_share * extra / typical_context  # s per context token
+        per_seq = extra - per_ctx * typical_context
+        base = self.tau_dec_s - per_seq - per_ctx * typical_context
+        if base < 0:
+            raise ConfigError(f"physics: calibration {self.name!r}: its concurrency slope "
+                              f"{self.dec_concurrency_slope:g} is above 1 (a lone sequence's step would cost less "
+                              f"than nothing)")
+        said = f"{source} ({self.name})"
+        sources = {n: said for n in PARAMETERS}
+        sources.update(block_size=f"{source}: engine setting", max_num_seqs=f"{source}: engine setting",
+                       max_model_len=f"{source}: engine setting",
+                       hbm_bandwidth_bytes_per_s=f"{said}: context_share {context_share:g} of the concurrency slope")
+        return Physics(
+            name=name, model=model,
+            prefill_base_s=self.tau_pre_base_s, prefill_per_token_s=self.tau_pre_per_token_s,
+            max_num_batched_tokens=int(max_num_batched_tokens or self.max_num_batched_tokens),
+            decode_base_s=base, decode_per_seq_s=per_seq,
+            hbm_bandwidth_bytes_per_s=self.kv_bytes_per_token / per_ctx if per_ctx > 0 else NO_CONTEXT_BANDWIDTH,
+            kv_bytes_per_token=int(round(self.kv_bytes_per_token)), kv_budget_tokens=int(self.kv_capacity_tokens),
+            block_size=int(block_size), max_num_seqs=int(max_num_seqs), max_model_len=int(max_model_len),
+            transfer_latency_s=self.xfer_latency_s, transfer_bandwidth_bytes_per_s=self.xfer_bandwidth_bytes_per_s,
+            sources=sources, stated_slo=(self.ttft_tight_s, self.tpot_tight_s),
         )
 
     def with_overrides(self, **changes: Any) -> CostModel:

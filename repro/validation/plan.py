@@ -61,14 +61,14 @@ class ValidationConfig:
     seed: int = 1
     physics: PhysicsSource = "auto"
     """Where the simulator's engine timing comes from: ``calibration`` (the cluster file's, or a fresh one
-    with ``calibrate``, inverted by `repro.engine.physics.Physics.from_calibration`), ``profile`` (the
+    with ``calibrate``, inverted by `repro.routing.cost_model.CostModel.to_physics`), ``profile`` (the
     instances' hardware profile: what emulated engines run, and what the main job simulates); ``auto``:
     ``calibration`` on real engines when there is one, else ``profile``."""
     calibrate: bool = False
     """Measure the cluster first (`repro.live.calibration_bench.calibrate`) and use that calibration."""
     calibration_budget_s: float = 300.0
     context_share: float = 0.0
-    """`repro.engine.physics.Physics.from_calibration`'s split of the decode slope onto the context."""
+    """`repro.routing.cost_model.CostModel.to_physics`'s split of the decode slope onto the context."""
     prefill_curve: bool = True
     """Time the simulator's prefill steps by the calibration's measured curve (`repro.live.calibration_bench.
     prefill_curve`: convex in the step's tokens) instead of the router's line; needs the calibration's samples."""

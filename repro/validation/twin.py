@@ -23,7 +23,7 @@ from repro.validation.plan import ValidationConfig, engine_settings
 def validation_physics(cfg: ValidationConfig, topo: Topology, calibration: CostModel | None,
                        samples: pd.DataFrame | None = None) -> tuple[Physics, dict[str, Any]]:
     """The simulator's engine timing for ``cfg`` and a record of where it came from: the calibration
-    inverted (`Physics.from_calibration`, with the engines' scheduler settings, `engine_settings`), or
+    inverted (`CostModel.to_physics`, with the engines' scheduler settings, `engine_settings`), or
     the decode instances' hardware profile (``cfg.physics``; ``auto``: the calibration on real engines
     when there is one). Every instance gets the same physics (the clusters validated are homogeneous).
 
@@ -44,8 +44,8 @@ def validation_physics(cfg: ValidationConfig, topo: Topology, calibration: CostM
     settings = engine_settings(topo)
     opts = topo.options.get("vllm") or {}
     model = str(opts.get("model") or ("tiny" if opts.get("device") == "cpu" else "unknown"))
-    phys = Physics.from_calibration(
-        calibration, name=f"{topo.name}-calibrated", model=model,
+    phys = calibration.to_physics(
+        name=f"{topo.name}-calibrated", model=model,
         block_size=settings["block_size"], max_num_seqs=settings["max_num_seqs"],
         max_model_len=settings["max_model_len"], max_num_batched_tokens=settings["max_num_batched_tokens"],
         context_share=cfg.context_share, source=f"calibration {calibration.name}")

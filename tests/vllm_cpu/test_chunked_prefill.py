@@ -31,7 +31,6 @@ import pytest
 
 from repro.cluster.launchers import VLLM_PYTHON_ENV, launch
 from repro.cluster.topology import Instance, parse_topology
-from repro.engine.physics import Physics
 from repro.engine.tiny_model import build_tiny_model
 from repro.paths import CLUSTERS_DIR
 from repro.routing.cost_model import CostModel
@@ -100,7 +99,7 @@ def emulated_with_validation_physics(tmp_path_factory: pytest.TempPathFactory) -
     """Emulated engines running what `repro validate` simulates for the CPU cluster (its calibration
     inverted, vLLM 0.32's CPU scheduler settings)."""
     s = SETTINGS
-    phys = Physics.from_calibration(CostModel.load(TOPOLOGY.options["calibration"]), name="cpu-validation",
+    phys = CostModel.load(TOPOLOGY.options["calibration"]).to_physics(name="cpu-validation",
                                     model="tiny", block_size=s["block_size"], max_num_seqs=s["max_num_seqs"],
                                     max_model_len=s["max_model_len"],
                                     max_num_batched_tokens=s["max_num_batched_tokens"])
