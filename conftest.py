@@ -1,5 +1,5 @@
 """Root pytest configuration: the notebooks' checked cells compare their printed values with the
-golden files in notebooks/expected/ (see `repro.paper.runner.expected_output`). nbval's kernels inherit
+golden files in notebooks/expected/ (see `repro.paper.golden.expected_output`). nbval's kernels inherit
 this environment. Set REPRO_CHECK_OUTPUTS=update yourself to rewrite the golden files."""
 
 import os

@@ -59,8 +59,9 @@ from repro.cluster.processes import (
     policy_name,
     set_priority,
 )
-from repro.emulator.core import EngineCore, Seq
+from repro.emulator.core import EngineCore
 from repro.emulator.http import RawClient
+from repro.emulator.seq import Seq
 from repro.engine.physics import Physics
 
 PROFILE = "a40-qwen2.5-3b"

@@ -1,6 +1,7 @@
 """Policies of "a user", by import path (``tests.contenders:Name``), for the scorecard's tests."""
 
-from repro.routing.policies.paper import MarginalCost, RoundRobin
+from repro.routing.policies.baselines import RoundRobin
+from repro.routing.policies.marginal_cost import MarginalCost
 
 
 class RouterClone(MarginalCost):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from repro.routing.policies.base import Placement, Policy
-from repro.routing.policies.paper import RoundRobin
+from repro.routing.policies.baselines import RoundRobin
 
 
 class RaisesOnFifth(RoundRobin):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repro.routing.policies.paper import RoundRobin
+from repro.routing.policies.baselines import RoundRobin
 
 
 class Explodes(RoundRobin):

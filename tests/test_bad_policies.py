@@ -132,7 +132,7 @@ def test_an_exception_in_place_is_a_policy_error_naming_the_request_and_the_cand
     assert isinstance(err.value.__cause__, KeyError)
 
 
-FIXABLE = '''from repro.routing.policies.paper import RoundRobin
+FIXABLE = '''from repro.routing.policies.baselines import RoundRobin
 
 
 class Fixable(RoundRobin):

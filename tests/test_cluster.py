@@ -17,7 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from repro.cli.cluster import cluster_app
-from repro.cluster.launchers import KV_TRANSFER_CONFIG, VllmLauncher, launch
+from repro.cluster.launchers import launch
+from repro.cluster.launchers.vllm import KV_TRANSFER_CONFIG, VllmLauncher
 from repro.cluster.topology import parse_topology
 from repro.errors import ConfigError
 from repro.vocab import DEFAULT_PROFILE

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repro.cluster.launchers import assign_cores, make_launcher, omp_threads
+from repro.cluster.launchers import make_launcher
+from repro.cluster.launchers.vllm_cpu import assign_cores, omp_threads
 from repro.errors import ConfigError
 from repro.paths import CLUSTERS_DIR
 
@@ -49,7 +50,7 @@ def _cpu_cluster(tmp_path, **vllm):
 @pytest.fixture(autouse=True)
 def two_cores(monkeypatch):
     """Commands as on the 2-core reference machine, whatever this one has."""
-    monkeypatch.setattr("repro.cluster.launchers.available_cores", lambda: [0, 1])
+    monkeypatch.setattr("repro.cluster.launchers.vllm_cpu.available_cores", lambda: [0, 1])
 
 
 def test_cpu_engine_commands(tmp_path):

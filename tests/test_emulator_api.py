@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from repro.cluster.launchers import launch, wait_healthy
+from repro.cluster.launchers import launch
+from repro.cluster.launchers.base import wait_healthy
 from repro.cluster.processes import free_ports, terminate_pids
 from repro.cluster.topology import Instance
 from repro.emulator.model import TOKENIZER, OutputFunction, prompt_seed
@@ -191,8 +192,8 @@ def test_decode_first_token_waits_for_the_kv_transfer_timed_from_its_own_read():
     """Two emulated engines in one process (the `LOCAL_ENGINES` read, no HTTP) on a slow KV link: the
     decode engine's first token comes no sooner than the physics transfer time of the prompt (plus
     the one decode step that makes the token) after its arrival, on the engine's own physics clock."""
-    from repro.emulator.core import FINISHED, Seq
     from repro.emulator.engine import LOCAL_ENGINES, AsyncEngine, EmulatorConfig
+    from repro.emulator.seq import FINISHED, Seq
 
     # 0.3 s latency + 600 tokens x 36864 B at 0.1 GB/s = 0.52 s: far above a decode step (13 ms)
     phys = Physics.load().with_overrides(transfer_latency_s=0.3, transfer_bandwidth_bytes_per_s=1e8)

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repro.emulator.core import FINISHED, BlockPool, EngineCore, Seq
+from repro.emulator.core import EngineCore
 from repro.emulator.faults import Faults
+from repro.emulator.kv_blocks import BlockPool
 from repro.emulator.model import (
     EOS_TOKEN_ID,
     TOKENIZER,
@@ -18,6 +19,7 @@ from repro.emulator.model import (
     prompt_seed,
     render_chat,
 )
+from repro.emulator.seq import FINISHED, Seq
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
 

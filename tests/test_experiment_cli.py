@@ -5,11 +5,11 @@ from typer.testing import CliRunner
 
 from repro.cli.app import app
 from repro.errors import ConfigError
-from repro.experiment.journal import FIELD_NAMES
 from repro.experiment.journal import read as read_journal
 from repro.experiment.runner import run
 from repro.experiment.saturation import saturation_search
 from repro.experiment.spec import RunSpec, load_spec
+from repro.journal_schema import FIELD_NAMES
 
 runner = CliRunner()
 

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.experiment.journal import FIELD_NAMES, write_frame
+from repro.experiment.journal import write_frame
+from repro.journal_schema import FIELD_NAMES
 
 
 def _frame(reasons: list[str | None]) -> pd.DataFrame:

@@ -40,14 +40,14 @@ def _in_type_checking(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return False
 
 
-def _imports(mod: str, *, lazy: bool) -> list[tuple[str, list[str], int]]:
-    """(imported repro module, names, line) of ``mod``; ``lazy``: also imports inside functions.
-    Imports under ``if TYPE_CHECKING:`` never run and are left out."""
+def _imports(mod: str, *, lazy: bool, types: bool = False) -> list[tuple[str, list[str], int]]:
+    """(imported repro module, names, line) of ``mod``; ``lazy``: also imports inside functions; ``types``:
+    also imports under ``if TYPE_CHECKING:`` (they never run, but a circle of types is a circle of concepts)."""
     tree = ast.parse(MODULES[mod].read_text())
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     out = []
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _in_type_checking(node, parents):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or (not types and _in_type_checking(node, parents)):
             continue
         inside_def = False
         p = node
@@ -71,8 +71,8 @@ def _imports(mod: str, *, lazy: bool) -> list[tuple[str, list[str], int]]:
     return [(t, n, line) for t, n, line in out if t and t != mod]
 
 
-def _cycles(lazy: bool) -> list[list[str]]:
-    graph = {m: sorted({t for t, _, _ in _imports(m, lazy=lazy)}) for m in MODULES}
+def _cycles(lazy: bool, types: bool = False) -> list[list[str]]:
+    graph = {m: sorted({t for t, _, _ in _imports(m, lazy=lazy, types=types)}) for m in MODULES}
     found, state, stack = [], {}, []
 
     def visit(m: str) -> None:
@@ -105,6 +105,12 @@ def test_no_import_circles_at_import_time():
 
 def test_no_import_circles_even_counting_imports_inside_functions():
     assert _cycles(lazy=True) == []
+
+
+def test_no_import_circles_even_for_types():
+    """Counting imports under ``if TYPE_CHECKING:`` too: a type that would point back up is a Protocol on the
+    lower floor (e.g. `repro.paper.grids.GridContext`), not an import of the upper module."""
+    assert _cycles(lazy=True, types=True) == []
 
 
 def test_no_module_imports_a_private_name_of_another():
@@ -153,3 +159,30 @@ def test_only_the_command_line_imports_typer_and_rich():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("typer", "rich")]
     assert offenders == []
+
+
+# docs/HTTP.md: one HTTP client per purpose, each library in its place
+HTTP_PLACES = {
+    "httptools": ("repro/live/proxy/engine_client.py",),
+    "aiohttp": ("repro/live/proxy/", "repro/live/loadgen.py"),
+    "httpx": ("repro/cluster/launchers", "repro/live/gates.py", "repro/live/calibration_bench.py",
+              "repro/live/validity.py", "repro/live/run.py", "repro/live/external_router.py",
+              "repro/live/pd_protocol.py"),
+}
+
+
+def test_each_http_client_stays_in_its_place():
+    """The proxy's hot path: httptools; its cold paths and the load generator: aiohttp; the control plane:
+    httpx (docs/HTTP.md says why). Imports inside functions count."""
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                lib = name.split(".")[0]
+                if lib in HTTP_PLACES and not rel.startswith(HTTP_PLACES[lib]):
+                    offenders.append(f"{rel}:{node.lineno} imports {lib}")
+    assert offenders == [], "see docs/HTTP.md"
+    assert any(HTTP_PLACES)  # scanned

@@ -23,7 +23,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from repro.cluster.launchers import wait_healthy
+from repro.cluster.launchers.base import wait_healthy
 from repro.cluster.processes import free_ports, terminate_pids
 from repro.cluster.topology import Instance
 from repro.experiment import journal

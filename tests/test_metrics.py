@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.experiment.journal import empty_row, frame
+from repro.experiment.journal import frame
 from repro.experiment.metrics import good_mask, summarize
+from repro.journal_schema import empty_row
 from repro.routing.cost_model import SLOTargets
 
 SLO = SLOTargets(ttft_tight_s=0.5, tpot_tight_s=0.05, loose_factor=3.0)

@@ -12,7 +12,8 @@ from repro.routing.policies.base import (
     Rejection,
     RequestInfo,
 )
-from repro.routing.policies.paper import MarginalCost, MarginalCostBatching
+from repro.routing.policies.batching import MarginalCostBatching
+from repro.routing.policies.marginal_cost import MarginalCost
 
 CM = CostModel.from_physics(Physics.load("a40-qwen2.5-3b"))  # the hand-computed numbers below are this profile's
 
@@ -181,7 +182,7 @@ def test_options_are_constructor_keywords_and_describe_reads_them():
     import inspect
 
     from repro.routing.policies import POLICIES, available_policies
-    from repro.routing.policies.paper import MarginalCostPlus
+    from repro.routing.policies.batching import MarginalCostPlus
 
     assert available_policies() == sorted(POLICIES)
     for name, cls in POLICIES.items():
@@ -281,7 +282,7 @@ def test_paper_scorer_tpot_hinge_reads_the_per_token_time_of_the_batch_it_joins(
 
 def test_paper_scorer_slo_hinge_prices_predicted_ttft_and_tpot_overruns_in_seconds():
     """The prior TPOT reading (``marginal_cost_backlog_tpot``): TPOT_hat = (backlog(d) + o tau_dec) / o."""
-    from repro.routing.policies.paper import MarginalCostBacklogTpot as MarginalCost
+    from repro.routing.policies.readings import MarginalCostBacklogTpot as MarginalCost
 
     r = req(o=300.0, L=1000, cls="tight")
     full = by_pair(MarginalCost(CM), r)
@@ -351,7 +352,7 @@ def test_registry_lists_the_paper_scorer_and_the_batching_variant():
 
     from repro.cli.app import app
     from repro.routing.policies import PAPER_POLICIES, POLICIES, available_policies
-    from repro.routing.policies.paper import MarginalCostPlus
+    from repro.routing.policies.batching import MarginalCostPlus
 
     assert POLICIES["marginal_cost"] is MarginalCost and POLICIES["marginal_cost_batching"] is MarginalCostBatching
     assert {"marginal_cost", "marginal_cost_batching", "marginal_cost_plus"} <= set(available_policies())

@@ -14,9 +14,9 @@ from sklearn.base import clone
 from sklearn.metrics import r2_score
 
 from repro.errors import ConfigError
+from repro.paths import PREDICTOR_DIR
 from repro.routing import predictor as P
 from repro.routing.predictor import (
-    PREDICTOR_DIR,
     ConstantPredictor,
     LengthPredictor,
     NoisyPredictor,
@@ -28,7 +28,8 @@ from repro.routing.predictor import (
     spearman,
     text_scores,
 )
-from repro.workload.sharegpt import load_table
+from repro.routing.predictor import features as F
+from repro.workload.sharegpt import heldout_mask, load_table
 from repro.workload.traces import make_trace, predictor_frame
 
 
@@ -83,14 +84,14 @@ def test_shipped_metrics_file_matches_model(model, heldout):
 
 
 def test_heldout_rows_are_not_trained_on():
-    mask = P.heldout_mask(1000)
+    mask = heldout_mask(1000)
     assert mask.sum() == 500
-    assert np.array_equal(mask, P.heldout_mask(1000))
+    assert np.array_equal(mask, heldout_mask(1000))
     # workload traces draw only from the held-out rows: a run never predicts a training prompt
     from repro.workload.sharegpt import load_table
     from repro.workload.traces import make_trace
 
-    held = P.heldout_mask(len(load_table()))
+    held = heldout_mask(len(load_table()))
     for w in ("chat", "reasoning", "documents", "mixed"):
         src = make_trace(w, 3, 5.0, 2000).df["source_index"].to_numpy()
         assert held[src].all()
@@ -166,7 +167,7 @@ def test_object_and_string_columns_agree(model):
 # ---- the hashed features --------------------------------------------------------------------
 def test_hash_features_are_pinned():
     """Hashing is our own code: these columns must never change (the shipped model needs them)."""
-    rows, cols = P._hash_entries(["Hello, World! hello"], 16)
+    rows, cols = F._hash_entries(["Hello, World! hello"], 16)
     assert rows.tolist() == [0, 0, 0, 0, 0]
     assert cols[:3].tolist() == [cols[0], cols[1], cols[0]]  # case-folded unigrams
     assert cols.tolist() == [16163, 6282, 16163, 26783, 7940]

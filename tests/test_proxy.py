@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from repro.cluster.launchers import launch
-from repro.experiment.journal import FIELD_NAMES
 from repro.experiment.journal import read as read_journal
+from repro.journal_schema import FIELD_NAMES
 from repro.live.pd_protocol import SSEParser
 from repro.live.proxy.config import Endpoint, ProxyConfig
 from repro.live.run import free_port, proxy_process

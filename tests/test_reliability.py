@@ -10,12 +10,15 @@ import httpx
 import pandas as pd
 import pytest
 
-from repro.cluster.launchers import EmulatedLauncher, VllmLauncher, launch
+from repro.cluster.launchers import launch
+from repro.cluster.launchers.emulated import EmulatedLauncher
+from repro.cluster.launchers.vllm import VllmLauncher
 from repro.emulator.engine import EmulatorConfig
 from repro.emulator.server import build_parser
-from repro.experiment.journal import JournalWriter, empty_row
+from repro.experiment.journal import JournalWriter
 from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import AccountingError, check_accounting, summarize
+from repro.journal_schema import empty_row
 from repro.live.proxy.config import Endpoint, ProxyConfig
 from repro.live.run import check_live_accounting, free_port, proxy_process
 

@@ -60,7 +60,7 @@ def test_a_policy_from_outside_the_package_is_cached_by_its_own_code(cache, tmp_
     pkg = tmp_path / "userpol"
     pkg.mkdir()
     mod = pkg / "mine.py"
-    mod.write_text("from repro.routing.policies.paper import RoundRobin\n\n\nclass Mine(RoundRobin):\n"
+    mod.write_text("from repro.routing.policies.baselines import RoundRobin\n\n\nclass Mine(RoundRobin):\n"
                    "    name = 'mine'\n")
     monkeypatch.syspath_prepend(str(pkg))
     outside = SPEC.replace(policy="mine:Mine")
@@ -85,7 +85,7 @@ def test_an_edited_policy_runs_its_new_code_in_a_long_lived_process(tmp_path, mo
     pkg.mkdir()
     (pkg / "helper.py").write_text("SKIP = 0\n")
     mod = pkg / "edited.py"
-    mod.write_text("from helper import SKIP\nfrom repro.routing.policies.paper import RoundRobin\n\n\n"
+    mod.write_text("from helper import SKIP\nfrom repro.routing.policies.baselines import RoundRobin\n\n\n"
                    "class Edited(RoundRobin):\n    name = 'edited'\n    version = SKIP\n")
     monkeypatch.syspath_prepend(str(pkg))
     monkeypatch.setattr(sources, "RECHECK_S", 0.0)

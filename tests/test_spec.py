@@ -54,3 +54,57 @@ def test_replace_accepts_flat_group_fields():
 def test_group_fields_are_validated_once_with_their_name(flat, message):
     with pytest.raises(ConfigError, match=message):
         RunSpec.from_flat(**flat)
+
+
+def test_a_spec_parses_its_topology_and_profile_once_and_run_id_reads_no_file(monkeypatch, tmp_path):
+    """`RunSpec.topology_parsed` is parsed when the spec is made and kept; `run_id` reads no file; a
+    profile file is read once per process and version of the file (`repro.engine.physics.profile_json`)."""
+    import pickle
+    from pathlib import Path
+
+    import repro.experiment.spec as spec_module
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("instances:\n  - {role: prefill, count: 1}\n  - {role: decode, count: 2}\n"
+                       "kv_poll_interval_s: 0.2\n")
+    spec = RunSpec(cluster=str(cluster), n_requests=10)
+    topo = spec.topology_parsed()
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("parsed again")
+
+    reads: list[str] = []
+    real_read = Path.read_text
+    monkeypatch.setattr(spec_module, "parse_topology", no_parse)
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(str(self)) or real_read(self, *a, **k))
+    assert spec.topology_parsed() is topo and spec.poll_interval_s() == 0.2
+    assert spec.run_id.startswith("mixed-1p2d-marginal_cost-s1-") and spec.run_id == spec.run_id
+    assert reads == []
+    # a worker gets the fields only and parses once itself; the same id
+    monkeypatch.undo()
+    clone = pickle.loads(pickle.dumps(spec))
+    assert "_topology" not in clone.__dict__ and clone.run_id == spec.run_id and clone == spec
+    # the profile: read once for every spec and instance of this process
+    from repro.engine.physics import Physics
+
+    reads.clear()
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(str(self)) or real_read(self, *a, **k))
+    for seed in (1, 2, 3):
+        RunSpec(seed=seed, n_requests=10).topology_parsed()
+    Physics.load(spec.profile)
+    assert not [r for r in reads if r.endswith(".json")]
+
+
+def test_an_edited_profile_is_read_again(tmp_path):
+    import json
+
+    from repro.engine.physics import Physics, resolve_profile_path
+
+    path = tmp_path / "p.json"
+    raw = json.loads(resolve_profile_path("a40-qwen2.5-3b").read_text())
+    path.write_text(json.dumps(raw))
+    first = Physics.load(path)
+    assert Physics.load(path) is first
+    raw["params"]["prefill_per_token_s"]["value"] *= 2
+    path.write_text(json.dumps(raw) + " ")  # another size: seen as another version even within one mtime tick
+    assert Physics.load(path).prefill_per_token_s == 2 * first.prefill_per_token_s

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from repro.cluster.launchers import (
+from repro.cluster.launchers import make_launcher
+from repro.cluster.launchers.state import (
     DEFAULT_STATE_FILE,
     cluster_down,
     cluster_status,
     is_our_engine,
     load_state,
-    make_launcher,
     save_state,
 )
 from repro.cluster.topology import parse_topology

@@ -42,7 +42,8 @@ def _make_cli():
         json_out: Path | None = typer.Option(None, "--json", help="also write the report as JSON"),
     ) -> None:
         """Run the correctness gates (reset, warm-up, token contract, greedy equivalence) on a cluster."""
-        from repro.cluster.launchers import launch, load_state
+        from repro.cluster.launchers import launch
+        from repro.cluster.launchers.state import load_state
 
         if (cluster is None) == (state_file is None):
             raise ConfigError("gates: give exactly one of --cluster TOPOLOGY or --state-file FILE")

@@ -1,7 +1,8 @@
 """Emulated vLLM engine: vLLM 0.12's OpenAI API and P/D protocol, with a hardware profile's timing.
 
-- `repro.emulator.core`: clock-agnostic scheduler (continuous batching, chunked prefill, KV blocks,
-  prefix cache, preemption), shared with the benchmark's virtual-clock replay.
+- `repro.emulator.core`: clock-agnostic scheduler (continuous batching, chunked prefill, preemption),
+  shared with the benchmark's virtual-clock replay; its KV blocks and prefix cache in
+  `repro.emulator.kv_blocks`, a request and its states in `repro.emulator.seq`.
 - `repro.emulator.engine`: `EmulatorConfig`; `AsyncEngine` runs the core on the wall clock (time-scale K)
   and does the KV pulls.
 - `repro.emulator.app`: ``create_app``, the FastAPI app assembled from `repro.emulator.routes`, plus the

@@ -1,6 +1,8 @@
-"""Clock-agnostic engine core: block allocator, prefix cache, continuous-batching scheduler.
+"""Clock-agnostic engine core: the continuous-batching scheduler (`EngineCore`) and its steps (`Plan`).
 
-The core knows nothing about HTTP or the wall clock. A driver calls ``schedule(now)`` to get
+Its parts live beside it: the KV blocks and the prefix cache in `repro.emulator.kv_blocks`
+(`BlockPool`), a request and its states in `repro.emulator.seq` (`Seq`). The core knows nothing
+about HTTP or the wall clock. A driver calls ``schedule(now)`` to get
 the next step's `Plan` (or None when idle), waits ``plan.time_s`` (physics seconds) and calls
 ``complete(plan, now + plan.time_s)``. The HTTP engine (`repro.emulator.engine`) drives it on the
 wall clock; `benchmarks/bench_emulator.py` drives the very same core on a virtual clock to get the
@@ -39,178 +41,17 @@ not O(running sequences).
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from repro.emulator.kv_blocks import BlockPool
+from repro.emulator.seq import ABORTED, FINISHED, PULLING, RUNNING, WAITING, Seq
 from repro.engine.physics import Physics
 
 if TYPE_CHECKING:
-    from repro.emulator.model import OutputFunction
     from repro.emulator.vllm_metrics import EngineMetrics
-
-WAITING = "waiting"
-PULLING = "waiting_for_remote_kvs"
-RUNNING = "running"
-FINISHED = "finished"
-ABORTED = "aborted"
-
-_counter = itertools.count()
-
-
-class BlockPool:
-    """KV blocks ``1..num_blocks`` (block 0 is vLLM's reserved null block), with a prefix cache.
-
-    Free blocks sit in an LRU queue; a freed block keeps its content hash (a cache entry) until
-    it is handed out again. Requests free their blocks tail first, as vLLM does, so the tail of
-    a prompt is evicted before its head.
-    """
-
-    def __init__(self, num_blocks: int):
-        self.num_blocks = num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks + 1))
-        self.ref = [0] * (num_blocks + 1)
-        self.hash_of: list[int | None] = [None] * (num_blocks + 1)
-        self.cached: dict[int, int] = {}
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free)
-
-    @property
-    def num_used(self) -> int:
-        return self.num_blocks - len(self.free)
-
-    def usage(self) -> float:
-        return (self.num_blocks - len(self.free)) / self.num_blocks if self.num_blocks else 0.0
-
-    def allocate(self, k: int) -> list[int]:
-        if k > len(self.free):
-            raise RuntimeError(f"allocate({k}) with {len(self.free)} free blocks")
-        out = []
-        free, ref, hash_of, cached = self.free, self.ref, self.hash_of, self.cached
-        for _ in range(k):
-            b, _ = free.popitem(last=False)
-            h = hash_of[b]
-            if h is not None:
-                if cached.get(h) == b:
-                    del cached[h]
-                hash_of[b] = None
-            ref[b] = 1
-            out.append(b)
-        return out
-
-    def touch_prefix(self, hashes: list[int], max_blocks: int) -> list[int]:
-        """Take a reference on the longest cached prefix (at most ``max_blocks`` blocks)."""
-        out = []
-        cached, ref, free = self.cached, self.ref, self.free
-        for h in hashes[:max_blocks]:
-            b = cached.get(h)
-            if b is None:
-                break
-            if ref[b] == 0:
-                del free[b]
-            ref[b] += 1
-            out.append(b)
-        return out
-
-    def release(self, blocks: list[int]) -> None:
-        ref, free = self.ref, self.free
-        for b in reversed(blocks):
-            ref[b] -= 1
-            if ref[b] == 0:
-                free[b] = None
-
-    def register(self, block: int, h: int) -> None:
-        if self.hash_of[block] is None and h not in self.cached:
-            self.cached[h] = block
-            self.hash_of[block] = h
-
-    def reset_cache(self) -> int:
-        """Forget every cached hash (vLLM's reset_prefix_cache). Returns the number dropped."""
-        n = len(self.cached)
-        for b in self.cached.values():
-            self.hash_of[b] = None
-        self.cached.clear()
-        return n
-
-
-class Seq:
-    """One request inside the engine.
-
-    Counts are tokens: ``P`` prompt, ``T`` tokens to compute before the next output token (prompt,
-    plus what was generated before a preemption), ``computed`` of those done, ``g`` generated (EOS
-    included; while decoding, `EngineCore.generated` has the live count), ``target`` the output
-    length at which it finishes (``finish_kind``: "stop" or "length"). Times (``arrival``,
-    ``first_sched``, ``first_token_t``, ``finish_t``, ``handoff_expiry``) are physics seconds of the
-    driver's clock. ``remote``: the ``kv_transfer_params`` of a remote prefill (pull the KV instead
-    of computing the prompt; ignored for a one-token prompt); ``prefill_only``: a P/D prefill whose
-    blocks are held for the decode engine (``kv_params`` then names them). ``notify`` is called
-    whenever the sequence has news (first token, stream flush, finish, abort); ``out`` and ``info``
-    belong to the driver (the core never reads them).
-    """
-
-    __slots__ = (
-        "rid", "prompt_ids", "P", "T", "computed", "g", "g0", "s0", "target", "finish_kind",
-        "blocks", "state", "epoch", "prefill_only", "remote", "kv_loaded", "stream", "arrival",
-        "first_sched", "first_token_t", "finish_t", "finish_reason", "cached_tokens", "hashes",
-        "notify", "out", "max_tokens", "handoff_expiry", "transfer_tokens", "order", "decoding",
-        "kv_params", "hit_blocks", "pull_ok", "info",
-    )
-
-    def __init__(
-        self,
-        rid: str,
-        prompt_ids: list[int],
-        *,
-        target: int,
-        finish_kind: str = "length",
-        max_tokens: int | None = None,
-        prefill_only: bool = False,
-        remote: dict[str, Any] | None = None,
-        stream: bool = False,
-        arrival: float = 0.0,
-        notify: Callable[[], None] | None = None,
-        out: OutputFunction | None = None,
-        info: dict[str, Any] | None = None,
-    ):
-        self.rid = rid
-        self.prompt_ids = prompt_ids
-        self.P = len(prompt_ids)
-        self.T = self.P
-        self.computed = 0
-        self.g = 0
-        self.g0 = 0
-        self.s0 = 0
-        self.target = max(1, int(target))
-        self.finish_kind = finish_kind  # reason when g reaches target: "length" or "stop"
-        self.max_tokens = max_tokens if max_tokens is not None else self.target
-        self.blocks: list[int] = []
-        self.state = WAITING
-        self.epoch = 0
-        self.prefill_only = prefill_only
-        self.remote = remote if (remote is not None and self.P > 1) else None
-        self.kv_loaded = False
-        self.stream = stream
-        self.arrival = arrival
-        self.first_sched: float | None = None
-        self.first_token_t: float | None = None
-        self.finish_t: float | None = None
-        self.finish_reason: str | None = None
-        self.cached_tokens = 0
-        self.hashes: list[int] | None = None
-        self.notify = notify
-        self.out = out
-        self.handoff_expiry = 0.0
-        self.transfer_tokens = 0
-        self.order = next(_counter)
-        self.decoding = False
-        self.kv_params: dict[str, Any] | None = None
-        self.hit_blocks = 0
-        self.pull_ok: bool | None = None
-        self.info = info
 
 
 @dataclass

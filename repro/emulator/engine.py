@@ -31,9 +31,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from repro.emulator.core import PULLING, EngineCore, Seq
+from repro.emulator.core import EngineCore
 from repro.emulator.faults import Faults
 from repro.emulator.http import RawClient
+from repro.emulator.seq import PULLING, Seq
 from repro.emulator.vllm_metrics import EngineMetrics
 from repro.engine.physics import Physics
 from repro.errors import ConfigError

@@ -153,7 +153,11 @@ class Physics:
         Raises ConfigError naming the missing or bad field.
         """
         path = resolve_profile_path(name_or_path)
-        return cls.from_dict(profile_json(path), origin=str(path))
+        key = (cls, *_file_key(path))
+        cached = _LOADED.get(key)
+        if cached is None:
+            cached = _LOADED[key] = cls.from_dict(profile_json(path), origin=str(path))
+        return cached
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], origin: str = "profile") -> Physics:
@@ -268,13 +272,28 @@ def profile_json(name_or_path: str | Path) -> dict[str, Any]:
     testbed's profile may carry ``workloads`` (the workload generator's parameters it was measured
     with, `repro.workload.params.from_section`) and ``identified`` (how `repro identify` made it)."""
     path = resolve_profile_path(name_or_path)
+    key = _file_key(path)
+    text = _TEXTS.get(key)
+    if text is None:
+        text = _TEXTS[key] = path.read_text()
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"profile {path}: not valid JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"profile {path}: expected a JSON object")
     return raw
+
+
+# A profile file is read and parsed once per process and version of the file: keyed by its resolved path,
+# size and modification time (an edited profile is read again). Physics is frozen, so one object is shared.
+_TEXTS: dict[tuple[str, int, int], str] = {}
+_LOADED: dict[tuple[type, str, int, int], Physics] = {}
+
+
+def _file_key(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
 
 
 def available_profiles() -> list[str]:

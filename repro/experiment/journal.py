@@ -12,68 +12,19 @@ time in ``emulated``/``vllm``: the wall clock times the emulator's time-scale fa
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-STATUSES = ("ok", "failed", "rejected")
+from repro.journal_schema import FIELD_NAMES, FIELDS
 
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    dtype: str  # pandas dtype
-    unit: str
-    doc: str
-
-
-FIELDS: tuple[Field, ...] = (
-    Field("request_id", "string", "", "id from the trace; also the X-Request-Id sent to both engines"),
-    Field("family", "string", "", "workload family of this request: chat | reasoning | documents"),
-    Field("slo_class", "string", "", "tight | loose"),
-    Field("prompt_tokens", "int64", "tokens", "prompt length"),
-    Field("output_tokens", "int64", "tokens", "requested output (max_tokens, with ignore_eos)"),
-    Field("predicted_output_tokens", "float64", "tokens", "the router's output estimate"),
-    Field("prefill_instance", "string", "", "chosen prefill instance name (null if rejected)"),
-    Field("decode_instance", "string", "", "chosen decode instance name (null if rejected)"),
-    Field("status", "string", "", "ok | failed | rejected"),
-    Field("reason", "string", "", "why it failed or was rejected (null if ok)"),
-    Field("arrival_s", "float64", "s", "arrival at the router"),
-    Field("prefill_start_s", "float64", "s", "prefill request sent (sim: prefill began)"),
-    Field("prefill_end_s", "float64", "s", "prefill answered"),
-    Field("decode_start_s", "float64", "s", "decode request sent"),
-    Field("decode_started_s", "float64", "s",
-          "the decode began, as the router's ledger saw it (sim: joined the decode batch; live: the decode "
-          "engine's first streamed token reached the proxy); null if it never began"),
-    Field("first_token_s", "float64", "s", "first output token reached the client"),
-    Field("finish_s", "float64", "s", "last output token reached the client (or failure time)"),
-    Field("ttft_s", "float64", "s", "first_token_s - arrival_s"),
-    Field("tpot_s", "float64", "s", "(e2e - ttft) / (generated_tokens - 1); null if < 2 tokens"),
-    Field("e2e_s", "float64", "s", "finish_s - arrival_s"),
-    Field("generated_tokens", "int64", "tokens", "output tokens actually received"),
-    Field("preemptions", "int64", "", "times the decode engine preempted it (sim; -1 if unknown)"),
-)
-FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
 _FIELD_SET = frozenset(FIELD_NAMES)
-
-
-def empty_row() -> dict[str, Any]:
-    return {name: None for name in FIELD_NAMES}
-
-
-def tpot(e2e_s: float, ttft_s: float, tokens: int) -> float | None:
-    """TPOT as vLLM's benchmark defines it: (e2e - ttft) / (output_tokens - 1)."""
-    if tokens is None or tokens < 2:
-        return None
-    return (e2e_s - ttft_s) / (tokens - 1)
 
 
 class JournalWriter:
@@ -212,12 +163,3 @@ def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         else:
             df[f.name] = df[f.name].astype("string")
     return df
-
-
-def schema_markdown() -> str:
-    """The schema as a Markdown table (for the README)."""
-    out = io.StringIO()
-    out.write("| field | unit | meaning |\n|---|---|---|\n")
-    for f in FIELDS:
-        out.write(f"| `{f.name}` | {f.unit} | {f.doc} |\n")
-    return out.getvalue()

@@ -1,4 +1,7 @@
-"""Run manifests: versions, journal hashes, atomic JSON writes."""
+"""Run manifests: versions, journal hashes, atomic JSON writes.
+
+A run's ``manifest.json`` (`Manifest`) is written last, atomically: a run folder without one is
+unfinished and is redone (`repro.experiment.runner.finished_run`)."""
 
 from __future__ import annotations
 
@@ -7,12 +10,50 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from repro import __version__
+
+if TYPE_CHECKING:
+    from repro.experiment.metrics import Summary
+
+
+class Attempt(TypedDict):
+    """One attempt of a live run (`repro.experiment.runner.run_live_valid`): its time scale K and verdict."""
+
+    attempt: int
+    time_scale: float
+    valid: bool
+    reasons: list[str]
+
+
+class Manifest(TypedDict):
+    """``manifest.json`` of one finished run: what ran (``spec``: the flat `repro.experiment.spec.RunSpec`
+    dict; ``run_id``; ``policy_code``: `repro.experiment.runner.code_fingerprint`), by which versions, the
+    journal's SHA-256, the summary, and for live runs the validity verdict (``valid``, ``validity``,
+    every attempt, ``time_scale_used``), wall-clock start (Unix s) and duration (s; None for simulated runs,
+    so their manifests are the same bytes on every machine). ``length_cap``: requests cut to the engines'
+    context, when any; ``decision_time``: the policy's decision times (µs) when the spec sets a budget or
+    the run was live."""
+
+    run_id: str
+    spec: dict[str, Any]
+    complete: bool
+    policy_code: str
+    started_unix: float | None
+    wall_s: float | None
+    versions: dict[str, str]
+    journal_sha256: str
+    summary: Summary
+    valid: NotRequired[bool]
+    validity: NotRequired[dict[str, Any]]
+    attempts: NotRequired[list[Attempt]]
+    time_scale_used: NotRequired[float]
+    decision_time: NotRequired[dict[str, float]]
+    length_cap: NotRequired[Any]
 
 
 def versions() -> dict[str, str]:
@@ -35,7 +76,8 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_manifest(path: Path) -> dict[str, Any] | None:
+def read_manifest(path: Path) -> Manifest | None:
+    """The manifest at ``path``, or None if it is missing or not JSON (an unfinished run)."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

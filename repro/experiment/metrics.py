@@ -15,13 +15,38 @@ Latencies in seconds, over completed requests.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from repro.routing.cost_model import SLOTargets
 from repro.vocab import ROLES
+
+
+class Summary(TypedDict):
+    """A run's headline numbers (`summarize`): counts of requests, ``goodput`` as a fraction of the requests
+    sent, latency percentiles in seconds over completed requests (NaN when none), ``preempted_fraction``
+    (NaN where the backend cannot tell), token and request skew across decode instances (max / mean). A live
+    run's summary also says whether it was a valid measurement and at which time scale it ran
+    (`repro.experiment.runner.run`)."""
+
+    requests: int
+    completed: int
+    failed: int
+    rejected: int
+    goodput: float
+    ttft_p50_s: float
+    ttft_p95_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p95_s: float
+    tpot_p99_s: float
+    preempted_fraction: float
+    token_skew: float
+    request_skew: float
+    valid: NotRequired[bool]
+    time_scale_used: NotRequired[float]
 
 
 class AccountingError(RuntimeError):
@@ -98,7 +123,7 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else float("nan")
 
 
-def summarize(journal: pd.DataFrame, slo: SLOTargets, sent: int | None = None) -> dict[str, Any]:
+def summarize(journal: pd.DataFrame, slo: SLOTargets, sent: int | None = None) -> Summary:
     """Headline numbers of one run (goodput, tails, skew, counts). ``preempted_fraction``: the requests a
     decode engine preempted at least once, over the requests sent (NaN where the backend cannot tell:
     live engines journal -1); a run where it is above 0 filled a decode engine's KV budget."""
@@ -107,7 +132,7 @@ def summarize(journal: pd.DataFrame, slo: SLOTargets, sent: int | None = None) -
     good = good_mask(journal, slo)
     ttft = journal["ttft_s"].to_numpy(dtype=float, na_value=np.nan)
     tpot = journal["tpot_s"].to_numpy(dtype=float, na_value=np.nan)
-    out: dict[str, Any] = {
+    out: dict[str, Any] = {  # filled in `Summary`'s order (the manifests' bytes keep it)
         "requests": n,
         "completed": counts["ok"],
         "failed": counts["failed"],
@@ -125,7 +150,7 @@ def summarize(journal: pd.DataFrame, slo: SLOTargets, sent: int | None = None) -
     load = decode_load(journal)
     out["token_skew"] = _skew(load["tokens"].to_numpy(dtype=float)) if len(load) else float("nan")
     out["request_skew"] = _skew(load["requests"].to_numpy(dtype=float)) if len(load) else float("nan")
-    return out
+    return out  # type: ignore[return-value]
 
 
 def decode_load(journal: pd.DataFrame) -> pd.DataFrame:

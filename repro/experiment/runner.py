@@ -27,8 +27,15 @@ from repro.experiment.inputs import (
 )
 from repro.experiment.journal import frame_bytes
 from repro.experiment.journal import read as read_journal
-from repro.experiment.manifest import read_manifest, sha256, versions, write_bytes_atomic, write_json_atomic
-from repro.experiment.metrics import RequestOutcomes, request_outcomes, summarize
+from repro.experiment.manifest import (
+    Manifest,
+    read_manifest,
+    sha256,
+    versions,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+from repro.experiment.metrics import RequestOutcomes, Summary, request_outcomes, summarize
 from repro.experiment.spec import RunSpec
 from repro.routing.policies import policy_fingerprint
 from repro.sim.simulator import Simulator
@@ -45,7 +52,7 @@ class RunResult:
 
     spec: RunSpec
     run_dir: Path | None
-    summary: dict[str, Any]
+    summary: Summary
     skipped: bool = False
     outcomes: RequestOutcomes | None = field(default=None, repr=False)
     """Per-request good flags and TTFTs in request-id order (`repro.experiment.metrics.RequestOutcomes`);
@@ -164,9 +171,9 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_inv
     return res
 
 
-def _write_manifest(spec: RunSpec, run_dir: Path, summary: dict[str, Any], extra: dict[str, Any],
+def _write_manifest(spec: RunSpec, run_dir: Path, summary: Summary, extra: dict[str, Any],
                     length: Any) -> RunResult:
-    manifest = {
+    manifest: Manifest = {
         "run_id": spec.run_id,
         "spec": spec.to_dict(),
         "complete": True,
@@ -176,7 +183,7 @@ def _write_manifest(spec: RunSpec, run_dir: Path, summary: dict[str, Any], extra
         "versions": versions(),
         "journal_sha256": sha256(run_dir / "journal.jsonl"),
         "summary": summary,
-        **extra,
+        **extra,  # type: ignore[typeddict-item]
     }
     if length is not None:  # requests were cut to the engines' context: say so beside the numbers
         manifest["length_cap"] = length
@@ -201,7 +208,7 @@ class SimOutput:
     file's exact bytes (`repro.experiment.journal.frame_bytes`) and the trace's ``length_cap`` meta
     (None unless requests were cut to the engines' context)."""
 
-    summary: dict[str, Any]
+    summary: Summary
     outcomes: RequestOutcomes | None = field(default=None, repr=False)
     journal: bytes | None = field(default=None, repr=False)
     length_cap: Any = None
@@ -301,7 +308,7 @@ def run_or_simulate(spec: RunSpec, out_dir: str | Path, *, sim_in_memory: bool =
     return RunResult(spec, None, summary, outcomes=outcomes)
 
 
-def simulated_summary(spec: RunSpec) -> tuple[dict[str, Any], RequestOutcomes]:
+def simulated_summary(spec: RunSpec) -> tuple[Summary, RequestOutcomes]:
     """A ``sim`` spec's summary (``sent`` = its requests) and per-request outcomes, simulated once per
     spec and code (`repro.experiment.simcache`; identical to simulating it again)."""
     from repro.experiment import simcache
@@ -314,7 +321,7 @@ def simulated_summary(spec: RunSpec) -> tuple[dict[str, Any], RequestOutcomes]:
 
 
 def simulated_summaries(specs: Sequence[RunSpec], executor: Executor | None = None,
-                        ) -> list[tuple[dict[str, Any], RequestOutcomes]]:
+                        ) -> list[tuple[Summary, RequestOutcomes]]:
     """`simulated_summary` of each spec (in order), the missing ones simulated on ``executor``
     (default: the environment's, `repro.experiment.executor.shared_executor`)."""
     results = sweep_results(specs, "", sim_in_memory=True, executor=executor)

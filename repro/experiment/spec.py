@@ -52,6 +52,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
 }
 _GROUP_TYPES = {"sim": SimConfig, "live": LiveConfig}
 _GROUP_OF = {name: group for group, names in _GROUPS.items() for name in names}
+_CACHED = ("_topology", "_run_id")  # what a spec computes once from its fields (not fields themselves)
 
 
 @dataclass(frozen=True)
@@ -166,9 +167,18 @@ class RunSpec:
         return float(self.topology_parsed().options.get("kv_poll_interval_s", self.kv_poll_interval_s))
 
     def topology_parsed(self) -> Topology:
-        """The parsed topology (the cluster file if given, else ``topology``) with this spec's overrides."""
-        return parse_topology(self.cluster or self.topology, profile=self.profile,
-                              kv_budget_tokens=self.kv_budget_tokens)
+        """The parsed topology (the cluster file if given, else ``topology``) with this spec's overrides:
+        parsed once, when the spec is made (a spec is frozen; `replace` makes a new one), and kept."""
+        cached = self.__dict__.get("_topology")
+        if cached is None:
+            cached = parse_topology(self.cluster or self.topology, profile=self.profile,
+                                    kv_budget_tokens=self.kv_budget_tokens)
+            object.__setattr__(self, "_topology", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        # what a worker receives: the fields only (it parses the topology once itself, from its own files)
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHED}
 
     def to_dict(self) -> dict[str, Any]:
         """The flat field dict (YAML/CLI names; option groups flattened). The run id hashes it."""
@@ -204,11 +214,16 @@ class RunSpec:
 
     @property
     def run_id(self) -> str:
-        """Stable id: hash of the flat spec (a finished run with this id is skipped on resume)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        h = hashlib.sha256(blob.encode()).hexdigest()[:12]
-        policy = self.policy.split(":")[-1].split(".")[-1]
-        return f"{self.workload}-{self.topology_parsed().shorthand}-{policy}-s{self.seed}-{h}"
+        """Stable id: hash of the flat spec (a finished run with this id is skipped on resume). Reads no
+        file: the topology's shorthand comes from the parse the spec made when it was built; computed once."""
+        cached = self.__dict__.get("_run_id")
+        if cached is None:
+            blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+            h = hashlib.sha256(blob.encode()).hexdigest()[:12]
+            policy = self.policy.split(":")[-1].split(".")[-1]
+            cached = f"{self.workload}-{self.topology_parsed().shorthand}-{policy}-s{self.seed}-{h}"
+            object.__setattr__(self, "_run_id", cached)
+        return cached
 
     @classmethod
     def from_flat(cls, **fields: Any) -> RunSpec:

@@ -63,7 +63,8 @@ from repro.cluster.processes import (
     stop_process,
 )
 from repro.errors import ConfigError
-from repro.experiment.journal import JournalWriter, empty_row, tpot
+from repro.experiment.journal import JournalWriter
+from repro.journal_schema import empty_row, tpot
 from repro.live.pd_protocol import SSEParser
 
 if TYPE_CHECKING:

@@ -40,9 +40,10 @@ import pandas as pd
 
 from repro.cluster.processes import child_setup, live_nice, stop_process
 from repro.errors import ConfigError, PolicyError, check_decision_budget
-from repro.experiment.journal import FIELD_NAMES, frame, write_frame
+from repro.experiment.journal import frame, write_frame
 from repro.experiment.journal import read as read_journal
 from repro.experiment.metrics import AccountingError, check_accounting
+from repro.journal_schema import FIELD_NAMES
 from repro.live.proxy.config import API_KEY_ENV, Endpoint, ProxyConfig
 from repro.live.validity import (
     DEFAULT_THRESHOLDS,

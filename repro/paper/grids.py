@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -19,8 +19,21 @@ from repro.paper import reference as paper_reference
 from repro.routing.policies import PAPER_POLICIES
 from repro.vocab import WORKLOADS
 
-if TYPE_CHECKING:
-    from repro.paper.section import Section
+
+class GridContext(Protocol):
+    """What `specs_grid` reads of a notebook's context (a `repro.paper.section.Section` is one), so that
+    the grid helpers need no notebook context of their own."""
+
+    @property
+    def backend(self) -> str: ...  # sim | emulated | vllm
+    @property
+    def seeds(self) -> Sequence[int]: ...  # arrival traces, one seed each
+    @property
+    def n_requests(self) -> int: ...  # requests per run
+    @property
+    def pool_cluster(self) -> str | None: ...  # the cluster file ({topology}: one per shape) or None
+    @property
+    def time_scale(self) -> float: ...  # emulated engines run this many times faster than the wall clock
 
 
 PAPER_POLICY_RANK = {p: i for i, p in enumerate(PAPER_POLICIES)}
@@ -63,7 +76,7 @@ def shape_cluster(cluster: str | None, topology: str, sweep: bool = True) -> str
     return cluster
 
 
-def specs_grid(ctx: Section, *, workloads: Sequence[str] = ("mixed",), rates: Mapping[str, float] | float = 16.0,
+def specs_grid(ctx: GridContext, *, workloads: Sequence[str] = ("mixed",), rates: Mapping[str, float] | float = 16.0,
                topologies: Sequence[str] = ("2p4d",), policies: Sequence[str] = PAPER_POLICIES,
                cost_models: Sequence[str] = ("calibrated",), n_requests: int | None = None,
                arrival: dict[str, Any] | None = None) -> list[RunSpec]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import difflib
 import io
 import os
 import re
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from repro.errors import ConfigError
+from repro.paper.golden import CHECK_MARKER
 from repro.paper.summary import collect_headlines, commit_id, default_dirs
 from repro.paths import CLUSTERS_DIR, NOTEBOOK_DIR, resolve_dir
 from repro.vocab import BACKENDS, SCALES
@@ -359,45 +359,7 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-# ---- checked outputs (golden files) ------------------------------------------------------------
-CHECK_ENV = "REPRO_CHECK_OUTPUTS"  # "1": compare checked cells with their golden files; "update": rewrite them
-EXPECTED_DIR = NOTEBOOK_DIR / "expected"
-CHECK_MARKER = "expected_output("
-
-
+# ---- checked outputs (golden files: repro.paper.golden) -----------------------------------------
 def is_checked(cell: NotebookNode) -> bool:
-    """A code cell whose printed values are compared with a golden file (see `expected_output`)."""
+    """A code cell whose printed values are compared with a golden file (`repro.paper.golden.expected_output`)."""
     return cell.get("cell_type") == "code" and CHECK_MARKER in _cell_source(cell)
-
-
-@contextlib.contextmanager
-def expected_output(notebook: str, index: int) -> Iterator[None]:
-    """Print what the block prints and, when ``$REPRO_CHECK_OUTPUTS`` is set, compare it with
-    ``notebooks/expected/<notebook>-<index>.txt`` (``update``: rewrite that file instead).
-
-    The notebooks stay stripped of outputs in git; the deterministic values a change must not move
-    silently live in these small golden files. The test run sets the variable (the root
-    ``conftest.py``), so a changed headline number fails the notebook's cell with a diff;
-    interactive and ``repro paper`` runs, at any parameters, only print.
-    """
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        yield
-    text = buf.getvalue()
-    sys.stdout.write(text)
-    mode = os.environ.get(CHECK_ENV, "")
-    if not mode:
-        return
-    path = EXPECTED_DIR / f"{notebook}-{index}.txt"
-    if mode == "update":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        return
-    expected = path.read_text() if path.exists() else None
-    if expected != text:
-        diff = "".join(difflib.unified_diff((expected or "").splitlines(True), text.splitlines(True),
-                                            fromfile=str(path), tofile="this run"))
-        raise AssertionError(
-            f"checked output of {notebook} (cell {index}) changed; if the change is intended, rerun "
-            f"the notebook tests with {CHECK_ENV}=update\n{diff}"
-        )

@@ -1,8 +1,8 @@
 """Held-out tuning of ``marginal_cost_plus`` (issue 14, item 5): its settings chosen on traces that no
 notebook evaluates, then re-measured on the evaluation traces.
 
-`repro.routing.policies.paper.MarginalCostPlus` is a marginal-cost scorer with our additions beyond
-the paper on by default (`repro.routing.policies.paper.MarginalCostBase` documents them): power-of-d
+`repro.routing.policies.batching.MarginalCostPlus` is a marginal-cost scorer with our additions beyond
+the paper on by default (`repro.routing.policies.scoring.MarginalCostBase` documents them): power-of-d
 sampled candidates (``sample_d``) and the admission guard (``admission_guard``, ``guard_margin``).
 This module grid-searches those settings, and the scorer they build on (the paper's ``marginal_cost``
 or our ``marginal_cost_batching``), on `TUNING_SEEDS`, arrival traces disjoint from every evaluation

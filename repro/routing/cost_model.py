@@ -258,11 +258,20 @@ class CostModel:
                 )
         if not path.exists():
             raise ConfigError(f"cost model: file {path} does not exist")
+        st = path.stat()  # read once per process and version of the file (a CostModel is frozen: shared)
+        key = (cls, str(path.resolve()), st.st_size, st.st_mtime_ns)
+        cached = _LOADED.get(key)
+        if cached is not None:
+            return cached
         try:
             raw = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise ConfigError(f"cost model {path}: not valid JSON ({exc})") from None
-        return cls.from_dict(raw, origin=f"cost model {path}")
+        cached = _LOADED[key] = cls.from_dict(raw, origin=f"cost model {path}")
+        return cached
+
+
+_LOADED: dict[tuple[type, str, int, int], CostModel] = {}
 
 
 def available_cost_models() -> list[str]:

@@ -3,7 +3,7 @@
 Virtual time jumps from event to event; nothing ticks per token. Per request: arrival at the
 router -> policy decision (the same `Router`/`Policy` code the proxy runs) -> prefill on the chosen
 prefill engine -> admission on the chosen decode engine (KV budget) -> KV transfer -> continuous
-batching decode -> completion. The simulator writes the journal schema of `repro.experiment.journal`.
+batching decode -> completion. The simulator writes the journal schema of `repro.journal_schema`.
 
 Engine model (`repro.engine.physics.Physics` is the truth):
 
@@ -50,7 +50,7 @@ import pandas as pd
 
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
-from repro.experiment.journal import FIELD_NAMES
+from repro.journal_schema import FIELD_NAMES
 from repro.routing.policies.base import Placement, RequestInfo
 from repro.routing.router import Router
 from repro.sim.config import SimConfig

@@ -88,7 +88,8 @@ def test_the_main_jobs_summary_is_this_codes(tmp_path, monkeypatch):
     # the summary the docs are written from must be what the code gives today: the notebooks of Table II, the
     # calibration study, the workloads and the pool widths (04-07) rerun at full scale with `repro paper`, every
     # row compared with docs/main_job_summary.csv (the whole main job takes ~7 min: too long for the suite)
-    from repro.paper.runner import CHECK_ENV, run_paper
+    from repro.paper.golden import CHECK_ENV
+    from repro.paper.runner import run_paper
 
     monkeypatch.setenv(CHECK_ENV, "")  # the notebooks' golden files are of their quick defaults, not of full scale
     run = run_paper(backend="sim", scale="full", only="04,05,06,07", out=tmp_path / "nb",

@@ -8,6 +8,7 @@ import pytest
 
 from repro.errors import ConfigError
 from repro.paper import runner as paper
+from repro.paper.golden import EXPECTED_DIR
 
 
 def test_parse_parameters_cell():
@@ -37,7 +38,7 @@ def test_notebooks_declare_common_parameters_and_are_stripped(nb):
     # golden-file checks are tagged: a renderer hides their code (the printed table is the reader's)
     assert all({"golden", "hide-input"} <= set(c.metadata.get("tags", [])) for c in checked)
     for k in range(1, len(checked) + 1):
-        assert (paper.EXPECTED_DIR / f"{nb.stem}-{k}.txt").exists(), f"golden file {nb.stem}-{k}.txt missing"
+        assert (EXPECTED_DIR / f"{nb.stem}-{k}.txt").exists(), f"golden file {nb.stem}-{k}.txt missing"
     assert nb.with_suffix(".py").exists(), "jupytext py:percent twin missing"
     # papermill's own parser warns ("Unable to parse line") on a line with two '=': keep them out of the help
     src = paper.parameters_cell(book)

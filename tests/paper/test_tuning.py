@@ -10,7 +10,7 @@ import pytest
 from repro.errors import ConfigError
 from repro.paper import plans, tuning
 from repro.routing.policies import POLICIES, make_policy
-from repro.routing.policies.paper import MarginalCostBatching, MarginalCostPlus
+from repro.routing.policies.batching import MarginalCostBatching, MarginalCostPlus
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 

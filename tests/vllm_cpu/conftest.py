@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from repro.cluster.launchers import VLLM_PYTHON_ENV, make_launcher, remote_twin
+from repro.cluster.launchers import make_launcher
+from repro.cluster.launchers.remote import remote_twin
+from repro.cluster.launchers.vllm_cpu import VLLM_PYTHON_ENV
 from repro.cluster.topology import Instance
 from repro.paths import CLUSTERS_DIR
 

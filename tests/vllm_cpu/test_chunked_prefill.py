@@ -29,7 +29,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from repro.cluster.launchers import VLLM_PYTHON_ENV, launch
+from repro.cluster.launchers import launch
+from repro.cluster.launchers.vllm_cpu import VLLM_PYTHON_ENV
 from repro.cluster.topology import Instance, parse_topology
 from repro.engine.tiny_model import build_tiny_model
 from repro.paths import CLUSTERS_DIR

@@ -21,7 +21,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from repro.emulator.core import ABORTED, FINISHED, Seq
 from repro.emulator.faults import error_due
 from repro.emulator.model import OutputFunction, prompt_seed
 from repro.emulator.routes.errors import ApiError, error_response
@@ -35,6 +34,7 @@ from repro.emulator.routes.params import (
     resolve_max_tokens,
 )
 from repro.emulator.routes.state import EmulatorState, emulator_state
+from repro.emulator.seq import ABORTED, FINISHED, Seq
 
 try:  # orjson is much faster for the per-chunk encoding; plain json works too
     import orjson

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from repro.emulator.routes.state import EmulatorState, emulator_state
 
 if TYPE_CHECKING:
-    from repro.emulator.core import Seq
+    from repro.emulator.seq import Seq
 
 NIXL_READ_PATH = "/_emulator/nixl/read"
 

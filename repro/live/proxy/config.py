@@ -100,7 +100,7 @@ def endpoints_from_cluster(cluster: str | Path) -> list[Endpoint]:
     """Endpoints from a `repro cluster up` state file (JSON) or a cluster YAML with URLs."""
     path = Path(cluster)
     if path.suffix == ".json":
-        from repro.cluster.launchers import load_state
+        from repro.cluster.launchers.state import load_state
 
         state = load_state(path)
         return [Endpoint(i.name, i.role, i.url) for i in state["instances"]]

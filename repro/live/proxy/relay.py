@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from repro.experiment.journal import tpot
+from repro.journal_schema import tpot
 from repro.live.pd_protocol import (
     SSEParser,
     StreamAnswer,

@@ -28,7 +28,8 @@ def predictor_accuracy(seed: int | None = None) -> tuple[pd.DataFrame, pd.DataFr
     request (group, true_tokens, predicted_tokens, constant_tokens: the baseline's). ``seed``: the
     data split (default: the shipped one).
     """
-    from repro.routing.predictor import SPLIT_SEED, build_datasets, default_train_median, evaluate, load_default
+    from repro.routing.predictor import build_datasets, default_train_median, evaluate, load_default
+    from repro.workload.sharegpt import SPLIT_SEED
 
     data = build_datasets(SPLIT_SEED if seed is None else seed, splits=("heldout",))["heldout"]
     model = load_default()

@@ -2,8 +2,13 @@
 
 - `repro.routing.policies.base`: the interface every policy implements (`Policy`, and what it is
   handed and returns: `RequestInfo`, `ClusterView`, `InstanceSignals`, `Placement`, `Rejection`).
-- `repro.routing.policies.paper`: the paper's four policies (``marginal_cost`` is the scorer of §III),
-  and ours on the marginal-cost machinery: `MarginalCostBatching` and `MarginalCostPlus`.
+- the paper's four policies (§IV): `repro.routing.policies.baselines` (round-robin, least-loaded, the
+  length threshold) and `repro.routing.policies.marginal_cost` (``marginal_cost``, the scorer of §III);
+  `repro.routing.policies.readings`: that scorer under its prior readings (the sensitivity rows).
+- `repro.routing.policies.batching`: ours on the marginal-cost machinery, `MarginalCostBatching` and
+  `MarginalCostPlus`. The machinery the scorers share is `repro.routing.policies.scoring`
+  (`MarginalCostBase`), its numpy path for large pools `repro.routing.policies.vectorized`, and their
+  pair loop `repro.routing.policies.pricing` (compiled).
 - `repro.routing.policies.production`: production routers restated (vllm-router, Dynamo, llm-d,
   SGLang).
 
@@ -22,18 +27,11 @@ from typing import Any
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
 from repro.routing.policies.base import Policy, constructor_params
-from repro.routing.policies.paper import (
-    LeastLoaded,
-    LengthThreshold,
-    MarginalCost,
-    MarginalCostBacklogTpot,
-    MarginalCostBatching,
-    MarginalCostPlus,
-    MarginalCostPrefillAnchor,
-    MarginalCostPrior,
-    RoundRobin,
-)
+from repro.routing.policies.baselines import LeastLoaded, LengthThreshold, RoundRobin
+from repro.routing.policies.batching import MarginalCostBatching, MarginalCostPlus
+from repro.routing.policies.marginal_cost import MarginalCost
 from repro.routing.policies.production import DynamoKV, LlmdWeighted, PowerOfTwo, SglangLeastLoad
+from repro.routing.policies.readings import MarginalCostBacklogTpot, MarginalCostPrefillAnchor, MarginalCostPrior
 
 POLICIES: dict[str, type[Policy]] = {
     # the paper's (§IV)

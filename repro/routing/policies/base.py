@@ -1,6 +1,7 @@
 """The routing-policy interface: what a policy is handed, what it must return, and how its options are
-declared. No policy lives here (the paper's are in `repro.routing.policies.paper`, the production
-routers' in `repro.routing.policies.production`; `repro.routing.policies` is the registry).
+declared. No policy lives here (the paper's are in `repro.routing.policies.baselines` and
+`repro.routing.policies.marginal_cost`, ours in `repro.routing.policies.batching`, the production routers'
+in `repro.routing.policies.production`; `repro.routing.policies` is the registry).
 
 Contract
 --------

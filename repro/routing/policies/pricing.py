@@ -1,9 +1,10 @@
 """The marginal-cost scorers' pair enumeration and argmin, on plain numbers.
 
-`repro.routing.policies.paper`'s scorers reduce each instance to a few numbers (its *parts*, built
-from the `InstanceSignals` there) and price every (prefill, decode) pair here: the O(P x D) loop
-of every decision on small pools, kept apart so that the install compiles it (`repro.native`:
-the same source, the same float operations in the same order, so the same decisions).
+The marginal-cost scorers (`repro.routing.policies.marginal_cost`, `batching`) reduce each instance
+to a few numbers (its *parts*, built from the `InstanceSignals` there) and price every (prefill,
+decode) pair here: the O(P x D) loop of every decision on small pools, kept apart so that the
+install compiles it (`repro.native`: the same source, the same float operations in the same order,
+so the same decisions).
 
 Parts (seconds unless said):
 
@@ -32,7 +33,7 @@ Priced = tuple[float, int, int, int, float]
 def marginal_cost_pairs(pre_parts: list[PrefillPart], dec_parts: list[DecodePart], own_pre: float,
                         ttft_target: float, use_slo: bool, slo_weight: float) -> list[Priced]:
     """Every pair in enumeration order (prefill-major), priced by the paper's scorer
-    (`repro.routing.policies.paper.MarginalCost`): ``cost(p) + own_pre + cost(d)``, plus with
+    (`repro.routing.policies.marginal_cost.MarginalCost`): ``cost(p) + own_pre + cost(d)``, plus with
     ``use_slo`` ``slo_weight * (max(0, cost(p) + own_pre + first(d) - ttft_target) + tpot_over(d))``."""
     out: list[Priced] = []
     for p, pre_cost, pn, guard_pre in pre_parts:
@@ -49,7 +50,7 @@ def marginal_cost_pairs(pre_parts: list[PrefillPart], dec_parts: list[DecodePart
 def batching_pairs(pre_parts: list[PrefillPart], dec_parts: list[BatchingDecodePart], own_pre: float,
                    ttft_target: float, use_slo: bool, slo_scale: float) -> list[Priced]:
     """Every pair in enumeration order, priced by the batching scorer
-    (`repro.routing.policies.paper.MarginalCostBatching`): ``cost(p) + own_pre + cost(d)``, plus with
+    (`repro.routing.policies.batching.MarginalCostBatching`): ``cost(p) + own_pre + cost(d)``, plus with
     ``use_slo`` ``slo_scale * (ttft_hat - ttft_target)`` where ``ttft_hat = cost(p) + own_pre + first(d)``
     exceeds the target. The guard's TTFT is ``guard(p) + first(d)``."""
     out: list[Priced] = []
