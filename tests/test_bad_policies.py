@@ -179,6 +179,7 @@ def test_a_failed_run_keeps_the_others_and_is_redone_once_the_policy_is_fixed(tm
     assert (out / bad.run_id / "journal.jsonl").read_bytes() == frame_bytes(rr)
 
 
+@pytest.mark.slow
 def test_a_policy_error_on_a_worker_stays_a_policy_error_with_the_run_id(tmp_path):
     good, bad = spec("round_robin", seed=3), spec(f"{BAD}:RaisesOnFifth", seed=3)
     with LocalExecutor(2) as pool, pytest.raises(PolicyError) as err:
@@ -349,6 +350,7 @@ def test_the_command_line_says_it_in_one_line_and_exits_non_zero(tmp_path, polic
     assert all(w in lines[0] for w in words), lines[0]
 
 
+@pytest.mark.slow
 def test_a_live_run_whose_policy_raises_stops_with_no_manifest_and_its_rows_kept(tmp_path):
     live = RunSpec.from_flat(backend="emulated", workload="chat", rate=20.0, n_requests=20, seed=2, time_scale=4.0,
                              topology="1p2d", policy=f"{BAD}:RaisesOnFifth")

@@ -26,6 +26,7 @@ from repro.workload.tokenizer import DEFAULT_TOKENIZER
 K = 10.0  # fast enough for the test, slow enough that a 2-core machine keeps the emulator's clock
 
 
+@pytest.mark.slow
 def test_recovers_the_profile_within_10_percent(tmp_path):
     out = tmp_path / "cal.json"
     with launch("1p1d", "emulated", time_scale=K) as inst:

@@ -224,6 +224,7 @@ def test_remote_launcher_health_checks(tmp_path):
             pass
 
 
+@pytest.mark.slow
 def test_cli_up_status_down(tmp_path):
     state = tmp_path / "cluster.json"
     runner = CliRunner()

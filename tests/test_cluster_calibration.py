@@ -82,6 +82,7 @@ def test_reachable_remote_cluster_passes(tmp_path):
         assert S.check_cluster("vllm", cluster) == cluster
 
 
+@pytest.mark.slow
 def test_live_run_routes_with_the_cluster_calibration_and_poll_period(tmp_path):
     """The proxy of a live run prices with the cluster file's calibration (read back from its /health)
     and polls at the cluster file's period; a bare "calibrated" would have loaded the A40 constants."""

@@ -68,6 +68,7 @@ def test_run_external_needs_live_backend(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(find_vllm_router() is None,
                     reason="vllm-router not installed (pip install vllm-router, or set REPRO_VLLM_ROUTER)")
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["round_robin", "power_of_two"])
 def test_vllm_router_pd_mode_on_emulated_cluster(tmp_path, policy):
     spec = RunSpec.from_flat(backend="emulated", topology="1p2d", workload="chat", rate=10.0, n_requests=40, seed=2,

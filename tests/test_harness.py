@@ -17,6 +17,7 @@ from repro.experiment.spec import RunSpec
 from repro.routing.cost_model import CostModel
 
 
+@pytest.mark.slow
 def test_emulated_run_end_to_end(tmp_path):
     spec = RunSpec.from_flat(backend="emulated", workload="chat", rate=20.0, n_requests=60, seed=2, time_scale=4.0,
                              topology="1p2d")
@@ -71,6 +72,7 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.slow
 def test_sweep_killed_with_sigkill_resumes_without_loss_or_repeats(tmp_path):
     out = tmp_path / "runs"
     cmd = [sys.executable, "-m", "repro.cli", "run", "--backend", "emulated", "--topology", "1p1d",

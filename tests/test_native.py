@@ -93,6 +93,7 @@ def test_source_finder_loads_the_py(tmp_path):
     assert finder.find_spec("another") is None
 
 
+@pytest.mark.slow
 def test_compiled_and_source_journals_are_identical():
     """The golden journals (frozen from the pure-Python simulator) pass in the other mode too: with
     the compiled modules in use here, the subprocess runs them from the sources, and vice versa."""

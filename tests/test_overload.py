@@ -6,12 +6,15 @@ gates, proxy, load generator). vLLM queues what it cannot serve at once; so must
 cluster and the proxy: every request completes, late, and the books balance.
 """
 
+import pytest
+
 from repro.experiment.journal import read as read_journal
 from repro.experiment.runner import run, simulated_summary
 from repro.experiment.saturation import estimated_capacity
 from repro.experiment.spec import RunSpec
 
 
+@pytest.mark.slow
 def test_twice_saturation_with_round_robin_queues_and_fails_nothing(tmp_path):
     spec = RunSpec.from_flat(backend="emulated", topology="1p2d", workload="mixed", policy="round_robin",
                              rate=16.0, n_requests=160, seed=1, time_scale=4.0,

@@ -43,6 +43,7 @@ def pool():
         yield ex
 
 
+@pytest.mark.slow
 def test_parallel_sweep_writes_the_same_bytes_and_table(tmp_path, pool):
     specs = grid()
     specs = specs + [specs[3]]  # a spec given twice runs once; the second is a skip, as one by one
@@ -88,6 +89,7 @@ def test_a_failed_run_names_its_spec_and_keeps_the_others(tmp_path, pool):
     assert not (tmp_path / bad.run_id / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_saturation_search_with_workers_takes_the_same_steps(pool):
     base = RunSpec(workload="chat", topology="2p4d", n_requests=600, seed=3)
     one = saturation_search(base, executor=SerialExecutor())
@@ -136,6 +138,7 @@ sweep(grid(1500), sys.argv[1], progress=False, executor=LocalExecutor(2))
 """
 
 
+@pytest.mark.slow
 def test_kill_9_mid_sweep_then_resume_gives_the_serial_bytes(tmp_path, pool):
     """SIGKILL the driver (and so its workers' parent) part-way through; what it wrote is either a
     finished run or ignored, and a rerun completes to the same files as a serial sweep."""

@@ -135,6 +135,7 @@ def test_bearer_token_is_required_and_forwarded(cluster, tmp_path):
     assert "s3cret" not in (tmp_path / "proxy.jsonl").read_text()
 
 
+@pytest.mark.slow
 def test_engine_killed_mid_run_fails_requests_clearly_and_is_skipped(tmp_path):
     with launch("1p2d", launcher="emulated", time_scale=SCALE, shared_process=False) as instances:
         cfg, proc = make_proxy(instances, tmp_path, policy="round_robin")

@@ -17,7 +17,9 @@ from repro.experiment.spec import RunSpec
 from tests.test_parallel_sweep import tree_digest
 
 # not importorskip: importing ray here would fix its network settings before the executor sets them
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the optional extra 'ray'")
+# the slow tier: each test talks to a Ray head started once for the module (~20 s)
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the optional extra 'ray'")]
 
 
 @pytest.fixture(scope="module")

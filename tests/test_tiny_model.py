@@ -3,11 +3,14 @@
 import json
 import re
 
+import pytest
+
 from repro.engine.tiny_model import build_tiny_model, piece_regex, render_files
 from repro.workload.sharegpt import load_table
 from repro.workload.tokenizer import ApproxTokenizer
 
 
+@pytest.mark.slow
 def test_files_are_deterministic_and_the_build_is_cached(tmp_path):
     first, second = render_files(), render_files()
     assert first == second

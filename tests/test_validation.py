@@ -202,6 +202,7 @@ def test_the_goodput_interval_over_traces_covers_as_claimed() -> None:
 
 
 # ---- end to end, on emulated engines ------------------------------------------------------------
+@pytest.mark.slow
 def test_validate_against_emulated_engines_agrees_tightly(tmp_path) -> None:
     """The emulated engines run the simulator's own physics, so only the harness's own path (proxy and HTTP
     hops, a few ms of TTFT) separates the two: TPOT within 1 %, TTFT within 10 %, round-robin's placements

@@ -27,6 +27,7 @@ def test_frontier_best_shape_and_gpu_saving(fake_runs, section):
     assert head["fig4_rr_1p2d"]["ours"].value == 0.6 and head["fig4_mc_6gpu"]["ours"].value == 0.85
 
 
+@pytest.mark.slow
 def test_gpu_saving_interval_recomputes_the_frontier(section):
     ctx = section(seeds=(1, 2), n_requests=150)
     specs = [RunSpec.from_flat(backend="sim", workload="mixed", topology=t, seed=s, rate=14.0, n_requests=150,

@@ -115,6 +115,7 @@ def test_runs_in_the_simulator_by_import_path(tmp_path, monkeypatch):
     assert again.journal_path.read_bytes() == res.journal_path.read_bytes()
 
 
+@pytest.mark.slow
 def test_a_sweep_on_worker_processes_imports_it_too(tmp_path):
     # the policy is imported again in each worker process (by its import path): same table as one process
     specs = [RunSpec(policy=IMPORT_PATH, workload="chat", rate=20.0, n_requests=200, seed=s) for s in (1, 2)]
