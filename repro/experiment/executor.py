@@ -32,7 +32,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from repro.errors import ConfigError, check_choice, check_int
 
@@ -46,6 +46,11 @@ RAY_EXCLUDES: tuple[str, ...] = (
 )
 """What a Ray job's working directory (the repository) leaves out: outputs, environments and the
 C sources mypyc generated (build/; the compiled modules themselves travel with the sources)."""
+
+TaskItem = TypeVar("TaskItem")
+"""What a task is given (`Executor.imap_unordered`'s items)."""
+TaskResult = TypeVar("TaskResult")
+"""What a task returns."""
 
 
 class TaskFailed(RuntimeError):
@@ -70,7 +75,8 @@ class Executor(abc.ABC):
     jobs: int = 1
 
     @abc.abstractmethod
-    def imap_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    def imap_unordered(self, fn: Callable[[TaskItem], TaskResult], items: Sequence[TaskItem]
+                       ) -> Iterator[tuple[int, TaskResult]]:
         """Yield ``(index, fn(items[index]))`` for every item as each finishes (any order). A task that
         raises ends the iteration with `TaskFailed` naming its index (tasks not yet started are dropped)."""
 
@@ -93,7 +99,8 @@ class SerialExecutor(Executor):
 
     kind, jobs = "serial", 1
 
-    def imap_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    def imap_unordered(self, fn: Callable[[TaskItem], TaskResult], items: Sequence[TaskItem]
+                       ) -> Iterator[tuple[int, TaskResult]]:
         for i, item in enumerate(items):
             try:
                 result = fn(item)
@@ -122,7 +129,8 @@ class LocalExecutor(Executor):
             self._pool = get_reusable_executor(max_workers=self.jobs, timeout=300)
         return self._pool
 
-    def imap_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    def imap_unordered(self, fn: Callable[[TaskItem], TaskResult], items: Sequence[TaskItem]
+                       ) -> Iterator[tuple[int, TaskResult]]:
         from concurrent.futures import FIRST_COMPLETED, wait
 
         pool = self._ensure()
@@ -202,7 +210,8 @@ class RayExecutor(Executor):
     def describe(self) -> str:
         return f"ray at {self.address} x{self._jobs or '?'}"
 
-    def imap_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    def imap_unordered(self, fn: Callable[[TaskItem], TaskResult], items: Sequence[TaskItem]
+                       ) -> Iterator[tuple[int, TaskResult]]:
         ray = self._ensure()
         remote = ray.remote(num_cpus=1, max_retries=2)(fn)  # a worker lost with its node is retried
         todo = iter(enumerate(items))

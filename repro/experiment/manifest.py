@@ -18,7 +18,7 @@ import pandas as pd
 from repro import __version__
 
 if TYPE_CHECKING:
-    from repro.experiment.metrics import Summary
+    from repro.experiment.metrics import DecisionTimeSummary, Summary
 
 
 class Attempt(TypedDict):
@@ -52,7 +52,7 @@ class Manifest(TypedDict):
     validity: NotRequired[dict[str, Any]]
     attempts: NotRequired[list[Attempt]]
     time_scale_used: NotRequired[float]
-    decision_time: NotRequired[dict[str, float]]
+    decision_time: NotRequired[DecisionTimeSummary]
     length_cap: NotRequired[Any]
 
 

@@ -49,6 +49,17 @@ class Summary(TypedDict):
     time_scale_used: NotRequired[float]
 
 
+class DecisionTimeSummary(TypedDict):
+    """A policy's decision times (`repro.routing.router.DecisionTimes.summary`, `repro.routing.router.Router.
+    decision_time`): the median, P99 and largest wall time of a ``place`` call in microseconds (None without
+    a decision) over ``n`` decisions, on the machine that ran it: a report, never an input to a result."""
+
+    p50_us: float | None
+    p99_us: float | None
+    max_us: float | None
+    n: int
+
+
 class AccountingError(RuntimeError):
     """Requests sent != completed + failed + rejected."""
 

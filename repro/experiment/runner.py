@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Protocol, TypedDict, cast
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,7 @@ from repro.experiment.inputs import (
 from repro.experiment.journal import frame_bytes
 from repro.experiment.journal import read as read_journal
 from repro.experiment.manifest import (
+    Attempt,
     Manifest,
     read_manifest,
     sha256,
@@ -35,7 +36,7 @@ from repro.experiment.manifest import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from repro.experiment.metrics import RequestOutcomes, Summary, request_outcomes, summarize
+from repro.experiment.metrics import DecisionTimeSummary, RequestOutcomes, Summary, request_outcomes, summarize
 from repro.experiment.spec import RunSpec
 from repro.routing.policies import policy_fingerprint
 from repro.sim.simulator import Simulator
@@ -57,7 +58,7 @@ class RunResult:
     outcomes: RequestOutcomes | None = field(default=None, repr=False)
     """Per-request good flags and TTFTs in request-id order (`repro.experiment.metrics.RequestOutcomes`);
     None until `request_outcomes` reads them from the journal."""
-    decision_time: dict[str, Any] | None = None
+    decision_time: DecisionTimeSummary | None = None
     """The policy's decision times (``p50_us``, ``p99_us``, ``max_us``, ``n``: wall time of ``place`` on
     the machine that ran it, `repro.routing.router.DecisionTimes`) when this process ran it; None for a
     run found finished or cached. A report, never an input to a result."""
@@ -87,7 +88,7 @@ def simulate_spec(spec: RunSpec) -> pd.DataFrame:
     return simulate_timed(spec)[0]
 
 
-def simulate_timed(spec: RunSpec) -> tuple[pd.DataFrame, dict[str, Any]]:
+def simulate_timed(spec: RunSpec) -> tuple[pd.DataFrame, DecisionTimeSummary]:
     """`simulate_spec`, and the policy's decision times (`repro.routing.router.Router.decision_time`:
     this machine's wall times, apart from the journal). A policy that breaks its contract raises
     `repro.errors.PolicyError`."""
@@ -96,7 +97,7 @@ def simulate_timed(spec: RunSpec) -> tuple[pd.DataFrame, dict[str, Any]]:
     pred = build_predictions(spec, trace)
     router = make_router(spec)
     journal = Simulator(trace.df, pred, router, pre, dec, spec.sim, spec.poll_interval_s()).run()
-    return journal, router.decision_time()
+    return journal, cast(DecisionTimeSummary, router.decision_time())  # (the compiled router's plain dict)
 
 
 OnInvalid = Literal["retry", "keep"]
@@ -212,7 +213,7 @@ class SimOutput:
     outcomes: RequestOutcomes | None = field(default=None, repr=False)
     journal: bytes | None = field(default=None, repr=False)
     length_cap: Any = None
-    decision_time: dict[str, Any] | None = None
+    decision_time: DecisionTimeSummary | None = None
     """The worker's decision times (`simulate_timed`): kept out of the summary (cached, compared)."""
 
 
@@ -257,9 +258,21 @@ def commit_simulated(spec: RunSpec, out: SimOutput, out_dir: str | Path) -> RunR
     return res
 
 
+class LiveOutcome(TypedDict):
+    """What `run_live_valid` adds to a live run's manifest (`repro.experiment.manifest.Manifest`): whether the
+    last attempt was ``valid``, its verdict (`repro.live.validity.Verdict.to_dict`), every attempt, the time
+    scale K it ran at, and our proxy's decision times (an external router: none)."""
+
+    valid: bool
+    validity: dict[str, Any]
+    attempts: list[Attempt]
+    time_scale_used: float
+    decision_time: NotRequired[DecisionTimeSummary]
+
+
 def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry",
                    attempt: Callable[[RunSpec, Path], pd.DataFrame] | None = None,
-                   ) -> tuple[pd.DataFrame, dict[str, Any]]:
+                   ) -> tuple[pd.DataFrame, LiveOutcome]:
     """Run a live spec until an attempt is valid (time scales of `time_scales_to_try`; one attempt
     with ``keep``); the journal and the manifest's validity fields. ``attempt(spec, run_dir)`` runs
     one attempt and writes its ``validity.json`` (default `repro.live.run.run_live`: our proxy;
@@ -275,7 +288,7 @@ def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry"
 
     (run_dir / "attempts.jsonl").unlink(missing_ok=True)
     scales = time_scales_to_try(spec.live.time_scale) if on_invalid == "retry" else [spec.live.time_scale]
-    attempts = []
+    attempts: list[Attempt] = []
     for k, ts in enumerate(scales):
         journal = attempt(spec if ts == spec.live.time_scale else spec.replace(time_scale=ts), run_dir)
         measured = json.loads((run_dir / "validity.json").read_text())
@@ -290,8 +303,8 @@ def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry"
         tried = ", ".join(f"K={a['time_scale']:g}: {'; '.join(a['reasons'])}" for a in attempts)
         raise RunInvalid(f"run {spec.run_id}: no valid attempt in {len(attempts)} ({tried}). {ADVICE}. "
                          f"Each attempt's measurements: {run_dir / 'attempts.jsonl'}")
-    live = {"valid": verdict.valid, "validity": verdict.to_dict(), "attempts": attempts,
-            "time_scale_used": attempts[-1]["time_scale"]}
+    live: LiveOutcome = {"valid": verdict.valid, "validity": verdict.to_dict(), "attempts": attempts,
+                        "time_scale_used": attempts[-1]["time_scale"]}
     if decision_time is not None:
         live["decision_time"] = decision_time
     return journal, live

@@ -18,7 +18,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,19 @@ if TYPE_CHECKING:
 
 BAD_CHI2 = 1e6
 """The objective of a vector whose runs give no number (a run that serves nothing)."""
+
+
+class OptimizerRecord(TypedDict, total=False):
+    """How `identify` searched (`Identification.optimizer`; empty for a fit made otherwise): the ``method``,
+    its population size per parameter and generations, the seed, the vectors evaluated and SciPy's
+    closing ``message``."""
+
+    method: str
+    popsize: int
+    generations: int
+    seed: int
+    evaluations: int
+    message: str
 
 
 @dataclass(frozen=True)
@@ -129,7 +142,7 @@ class Identification:
     problem: Problem
     history: pd.DataFrame
     level: float = 0.9
-    optimizer: dict[str, Any] = field(default_factory=dict)
+    optimizer: OptimizerRecord = field(default_factory=dict)
 
     @property
     def k(self) -> int:

@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import httpx
 import numpy as np
@@ -469,7 +469,20 @@ def serving_path_s(samples: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def prefill_curve(samples: pd.DataFrame, max_tokens: int) -> dict[str, Any]:
+class PrefillCurve(TypedDict):
+    """`prefill_curve`'s fit: a prefill step's time ``base_s + per_token_s L + per_token2_s L^2`` (s, s/token,
+    s/token^2) for ``L <= max_tokens`` prompt tokens, the median step time per length it was fitted to
+    (``points``: tokens -> s) and its largest relative residual (a fraction)."""
+
+    base_s: float
+    per_token_s: float
+    per_token2_s: float
+    points: dict[int, float]
+    max_rel_residual: float
+    max_tokens: int
+
+
+def prefill_curve(samples: pd.DataFrame, max_tokens: int) -> PrefillCurve:
     """A prefill step's time as a quadratic in its tokens, ``base + per_token L + per_token2 L^2`` (s, s/token,
     s/token^2), fitted to a calibration's prefill samples of prompts of one scheduler step (``L <=
     max_tokens``, the engine's chunked-prefill budget): the median per length over rounds, weighted least

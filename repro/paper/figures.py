@@ -36,6 +36,7 @@ matplotlib.use("Agg")  # before pyplot; headless and deterministic
 import matplotlib.pyplot as plt  # noqa: E402  (pyplot only after the backend is set)
 
 if TYPE_CHECKING:
+    from matplotlib.artist import Artist
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from matplotlib.legend import Legend
@@ -274,7 +275,7 @@ def draw_interval(ax: Axes, x: Sequence[float], y: Sequence[float], lo: Sequence
 
 
 # ---- legends and paper values ------------------------------------------------------------------
-def legend_outside(ax: Axes, where: str = "right", handles: Sequence[Any] | None = None,
+def legend_outside(ax: Axes, where: str = "right", handles: Sequence[Artist] | None = None,
                    labels: Sequence[str] | None = None, **kw: Any) -> Legend:
     """A legend outside the axes, so that it covers no data: to the ``right`` (top-aligned) or ``below``
     (under the x tick labels and x label). ``save`` keeps it (``bbox_inches='tight'``).
@@ -295,10 +296,10 @@ def legend_outside(ax: Axes, where: str = "right", handles: Sequence[Any] | None
     raise ValueError(f"legend_outside: where={where!r}; allowed: 'right', 'below'")
 
 
-def merged_handles(axes: Iterable[Axes], last: Sequence[str | None] = ()) -> tuple[list[Any], list[str]]:
+def merged_handles(axes: Iterable[Axes], last: Sequence[str | None] = ()) -> tuple[list[Artist], list[str]]:
     """The legend entries of several axes, each label once (first seen first; those in ``last`` at the
     end, in that order, e.g. the paper's marker and the interval): for one shared legend."""
-    seen: dict[str, Any] = {}
+    seen: dict[str, Artist] = {}
     for ax in axes:
         for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(label, h)

@@ -1,6 +1,6 @@
 """Headline rows: the numbers `repro paper` summarises, each with its interval and verdict.
 
-A section's headline function returns rows (dicts); `write_headline` fills in what the reference
+A section's headline function returns rows (`HeadlineRow` dicts); `write_headline` fills in what the reference
 knows (`data/paper_reference.csv`: the paper's value, unit, meaning by key), judges each row
 (`repro.paper.verdicts.verdict`) and writes ``<results_dir>/<NN>_headline.csv`` with
 `HEADLINE_COLUMNS`. A row's fields:
@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Required, TypedDict
 
 import pandas as pd
 
@@ -55,8 +55,60 @@ HEADLINE_COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "v
 """The columns of a headline file and of ``summary.csv`` (before the run context columns)."""
 
 
-def judge(row: dict[str, Any], ref: pd.DataFrame | None = None, measured: str = "",
-          testbed: str = "") -> dict[str, Any]:
+class HeadlineRow(TypedDict, total=False):
+    """A headline row as a section gives it (`repro.paper.section.Section.write_headline`): ``key`` and
+    ``ours`` always, the rest optional (the module docstring says what each means and its default).
+    Values in the row's ``unit`` (goodput a fraction, times in s; an ordering's ``ours`` a paired difference
+    A - B, positive: A better)."""
+
+    key: Required[str]
+    ours: Required[float | Estimate]
+    """Our value, or a `repro.paper.verdicts.Estimate` (with its 95 % interval)."""
+    kind: str
+    """``value`` (default) | ``ordering`` | ``input`` (`repro.paper.verdicts.KINDS`)."""
+    paper: float
+    """The paper's number (NaN: it states none); default from the reference."""
+    unit: str
+    meaning: str
+    claim: float
+    """An ordering's side of zero in the paper (+1: A better, -1: B better, 0: a tie)."""
+    tolerance: float | None
+    runs: Sequence[str]
+    """The run ids the number rests on."""
+    group: str
+    measured: str
+    kv_budget: str
+    robustness: str
+
+
+class JudgedRow(TypedDict):
+    """A headline row judged (`judge`): the columns of `HEADLINE_COLUMNS` but ``notebook``. ``ours`` with its
+    95 % interval ``ours_lo`` / ``ours_hi`` (NaN without one) in ``unit``; ``paper`` NaN when the paper states
+    no number; ``verdict`` one of `repro.paper.verdicts.VERDICTS`, ``reason`` why; ``interval`` the interval's
+    method; ``traces`` / ``requests`` it rests on; ``runs`` the run ids, space-separated."""
+
+    key: str
+    ours: float
+    ours_lo: float
+    ours_hi: float
+    paper: float
+    verdict: str
+    reason: str
+    group: str
+    kind: str
+    unit: str
+    meaning: str
+    interval: str
+    traces: int
+    requests: int
+    measured: str
+    kv_budget: str
+    robustness: str
+    runs: str
+
+
+def judge(row: HeadlineRow, ref: pd.DataFrame | None = None, measured: str = "",
+          testbed: str = "") -> JudgedRow:
     """One headline row, completed from the reference (indexed by key) and judged; ``testbed``: the
     identified hardware profile the row was simulated on ("" for none: measured on real engines), whose
     training numbers are inputs and whose ensemble gives the row's ``robustness``."""
@@ -102,7 +154,7 @@ def kv_budget_note(preempted: Sequence[float]) -> str:
             f"preempted; the paper: never saturates, §V-G)")
 
 
-def headline_frame(rows: list[dict[str, Any]], notebook: str, measured: str = "", testbed: str = "") -> pd.DataFrame:
+def headline_frame(rows: Sequence[HeadlineRow], notebook: str, measured: str = "", testbed: str = "") -> pd.DataFrame:
     """The judged rows of one notebook (`HEADLINE_COLUMNS`; ``testbed`` as `judge`); a key given twice is an error."""
     from repro.paper import reference as paper_reference
 
@@ -115,7 +167,7 @@ def headline_frame(rows: list[dict[str, Any]], notebook: str, measured: str = ""
     return pd.DataFrame(out, columns=list(HEADLINE_COLUMNS))
 
 
-def write_headline(rows: list[dict[str, Any]], notebook: str, out_dir: str | Path = "results",
+def write_headline(rows: Sequence[HeadlineRow], notebook: str, out_dir: str | Path = "results",
                    measured: str = "", testbed: str = "") -> Path:
     """``<out_dir>/<NN>_headline.csv``: the judged rows of one notebook (``testbed`` as `judge`)."""
     from repro.paper.figures import write_results

@@ -31,13 +31,12 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from repro.experiment.metrics import RequestOutcomes
 from repro.paper.context.estimates import SectionEstimates
 from repro.paper.context.outputs import SectionOutputs
 from repro.paper.context.rates import SectionRates
-from repro.paper.context.runs import LIVE_COLUMNS, SUMMARY_COLUMNS, Labelled, SectionRuns
+from repro.paper.context.runs import LIVE_COLUMNS, SUMMARY_COLUMNS, Labelled, LiveRun, SectionRuns
 from repro.paper.context.setup import SectionSetup, check_cluster, check_seeds
 from repro.paper.plans import FULL_SEEDS, SIM_REQUESTS
 from repro.paths import resolve_dir
@@ -75,7 +74,7 @@ class Section(SectionSetup, SectionRuns, SectionRates, SectionEstimates, Section
     """Journals and manifests of live runs (resumable)."""
     rates: Mapping[str, float] = dataclasses.field(default_factory=dict)
     """The notebook's operating rates, workload -> req/s (`setup`'s ``rate`` or ``rates``; empty when it has none)."""
-    live_runs: list[dict[str, Any]] = dataclasses.field(default_factory=list, compare=False, repr=False)
+    live_runs: list[LiveRun] = dataclasses.field(default_factory=list, compare=False, repr=False)
     """Every live run this section used: run id, ``valid``, ``time_scale_used`` (`measured` sums them up)."""
     request_outcomes: dict[str, RequestOutcomes] = dataclasses.field(default_factory=dict, compare=False, repr=False)
     """Run id -> its per-request outcomes (good flags, TTFTs; request-id order): the intervals of `goodput`,

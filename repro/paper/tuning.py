@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -41,6 +41,11 @@ from repro.paths import TUNING_DIR
 from repro.routing.policies import PAPER_POLICIES
 from repro.routing.policies.base import constructor_params
 from repro.vocab import WORKLOADS
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from repro.paper.context.runs import Labelled
 
 TUNING_SEEDS = (101, 102, 103)
 """Arrival traces the settings are chosen on (one seed = one trace); disjoint from `EVALUATION_SEEDS`."""
@@ -133,7 +138,7 @@ are ``marginal_cost`` and ``marginal_cost_batching`` themselves)."""
 
 def tuning_specs(seeds: Sequence[int] = TUNING_SEEDS, n_requests: int = TUNING_REQUESTS, *,
                  grid: Sequence[Setting] = GRID, cells: Sequence[tuple[str, str, float]] = CELLS,
-                 baselines: Sequence[str] = BASELINES) -> list[tuple[dict[str, Any], RunSpec]]:
+                 baselines: Sequence[str] = BASELINES) -> list[Labelled]:
     """``(labels, spec)`` per cell x (baseline or setting) x trace, simulated; labels: workload, topology,
     rate (req/s), variant (a baseline's name or a setting's label), kind ('baseline' or 'setting'), seed."""
     out = []
@@ -253,7 +258,7 @@ TABLE_FILE = TUNING_DIR / "marginal_cost_plus.csv"
 per run): `select` on it gives `shipped_setting` (tested)."""
 
 
-def load_table(path: Any = TABLE_FILE) -> pd.DataFrame:
+def load_table(path: str | Path = TABLE_FILE) -> pd.DataFrame:
     """A saved `tuning_table` (CSV)."""
     return pd.read_csv(path, keep_default_na=True)
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import pandas as pd
 
@@ -44,12 +44,97 @@ from repro.paper.summary import commit_id
 from repro.routing.cost_model import CostModel
 from repro.validation import accuracy
 from repro.validation.plan import ValidationConfig
-from repro.validation.twin import fit_in_situ, twin_goodput, twin_journal, validation_physics
+from repro.validation.twin import PhysicsRecord, fit_in_situ, twin_goodput, twin_journal, validation_physics
+
+if TYPE_CHECKING:
+    from repro.engine.physics import Physics
+    from repro.experiment.runner import RunResult
 
 SATURATION_PROBE_REQUESTS = 400
 """Requests of each simulated probe of the saturation search."""
 PROMPT_BINS = (0, 64, 256, 1024, 2048, 4096, 1 << 30)
 OUTPUT_BINS = (0, 64, 256, 512, 1024, 4096, 1 << 30)
+
+
+class SaturationHow(TypedDict, total=False):
+    """How `saturation_rate` found the load levels' reference rate: ``how`` in words; the calibrated
+    simulator's rate (req/s) and its probes (``[rate, goodput]`` each), always; a searched rate's goodput at
+    the light rate and the target (fractions); a search on the cluster's live probes and the rates of the
+    probes the machine could not keep up with (req/s, counted as collapsed)."""
+
+    how: str
+    simulator_rate: float
+    simulator_probes: list[list[float]]
+    light_goodput: float
+    target_goodput: float
+    probes: list[list[float]]
+    probes_invalid: list[float]
+
+
+class ReplayKeys(TypedDict):
+    """One live replay of the validation: load ``fraction`` of saturation, ``rate`` (req/s), ``policy``, trace
+    ``seed``, ``replay`` (1, 2, ...)."""
+
+    fraction: float
+    rate: float
+    policy: str
+    seed: int
+    replay: int
+
+
+class ReplayRow(ReplayKeys):
+    """A live replay's row (`validate`'s ``on_run``): its requests, whether it was valid (after
+    ``invalid_tries`` invalid tries, their reasons ``|``-separated), wall time (s), run folder (relative to
+    the validation's; "" when invalid) and live goodput (a fraction; NaN when invalid)."""
+
+    n_requests: int
+    valid: bool
+    invalid_tries: int
+    invalid_reasons: str
+    wall_s: float
+    run_dir: str
+    live_goodput: float
+
+
+class RunRow(ReplayRow):
+    """A row of ``runs.csv``: a `ReplayRow` beside one physics ``variant``'s simulated goodput (a fraction)."""
+
+    variant: str
+    sim_goodput: float
+
+
+class ValidationRecord(TypedDict):
+    """``validation.json``: the configuration (`repro.validation.plan.ValidationConfig.to_dict`), cluster,
+    backend, workload; the calibration used (its path, or ``none``) and the physics (`PhysicsRecord`); the
+    saturation rate (req/s) and how it was found; the SLO targets (s) and the error budget (fractions); the
+    primary physics ``variant`` and all; the load trusted up to (a fraction of saturation), per variant too;
+    versions, commit, start (Unix s) and wall time (s); live runs and invalid ones; requests completed on
+    one side only (``live_only``, ``sim_only``); the engines' ``length_cap`` when requests were cut; the
+    residual patterns per variant (`residual_patterns`) when any request was paired."""
+
+    config: dict[str, Any]
+    cluster: str
+    backend: str
+    workload: str
+    calibration: str
+    physics: PhysicsRecord
+    saturation_rate: float
+    saturation: SaturationHow
+    slo: dict[str, float]
+    budget: dict[str, float]
+    variant: str
+    variants: list[str]
+    trusted_up_to: float
+    trusted_up_to_by_variant: dict[str, float]
+    versions: dict[str, str]
+    commit: str
+    started_unix: float
+    wall_s: float
+    runs: int
+    invalid_runs: int
+    unpaired: dict[str, int]
+    length_cap: dict[str, Any] | None
+    residuals: NotRequired[dict[str, dict[str, Any]]]
 
 
 @dataclass
@@ -64,7 +149,7 @@ class Validation:
     runs: pd.DataFrame
     pairs: pd.DataFrame
     trusted_up_to: float
-    record: dict[str, Any]
+    record: ValidationRecord
 
     def markdown(self) -> str:
         """The validation as a Markdown section (what ``validation.md`` holds)."""
@@ -125,8 +210,8 @@ def _live_spec(cfg: ValidationConfig, cluster: str, calibration_path: str | None
     return RunSpec(backend=cfg.backend_used, cluster=cluster, workload=cfg.workload, **extra, **fields)
 
 
-def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Any, out: Path, progress: bool
-                    ) -> tuple[float, dict[str, Any]]:
+def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Physics, out: Path, progress: bool
+                    ) -> tuple[float, SaturationHow]:
     """The load levels' reference rate (req/s) and how it was found (`ValidationConfig.saturation`): where
     round-robin is mid-collapse (`repro.experiment.saturation.saturation_search`) on the cluster (live
     probes under ``out/saturation``; a probe the machine could not keep up with counts as collapsed) or on
@@ -138,7 +223,7 @@ def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Any, out: Pat
     probe_spec = base.replace(n_requests=SATURATION_PROBE_REQUESTS, seed=cfg.seed)
     light = light_rate_for(probe_spec)
     simulated = saturation_search(probe_spec, light_rate=light, probe=lambda s: twin_goodput(s, physics))
-    how: dict[str, Any] = {"simulator_rate": float(simulated.rate),
+    how: SaturationHow = {"simulator_rate": float(simulated.rate),
                            "simulator_probes": [list(p) for p in simulated.probes]}
     used = cfg.saturation_used
     if used == "stated":
@@ -178,7 +263,7 @@ def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Any, out: Pat
                                "probes": [list(p) for p in found.probes], "probes_invalid": invalid}
 
 
-def live_run(spec: RunSpec, out_dir: Path, redo: int, progress: bool) -> tuple[Any, list[str]]:
+def live_run(spec: RunSpec, out_dir: Path, redo: int, progress: bool) -> tuple[RunResult | None, list[str]]:
     """`repro.experiment.runner.run` of ``spec`` into ``out_dir``, run again up to ``redo`` times when the
     machine could not keep up (`RunInvalid`); (the `RunResult` or None, the reasons of each invalid try)."""
     from repro.experiment.runner import run
@@ -195,7 +280,7 @@ def live_run(spec: RunSpec, out_dir: Path, redo: int, progress: bool) -> tuple[A
 
 
 def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = True,
-             on_run: Callable[[dict[str, Any]], None] | None = None) -> Validation:
+             on_run: Callable[[ReplayRow], None] | None = None) -> Validation:
     """Run the whole validation (see the module docstring); ``on_run(row)`` is called after each live run.
 
     Each live run is compared with the twin of every physics variant: ``calibration`` (the cluster's
@@ -236,7 +321,7 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
             _say(progress, f"validate: in-situ fit on trace {train.seed} at {rate:.3g} req/s: decode step x "
                            f"{fit['decode_factor']:.3f}, serving path {1e3 * fit['ttft_offset_s']:+.1f} ms TTFT")
         primary = "in-situ" if cfg.in_situ else physics_from["source"]
-        run_rows: list[dict[str, Any]] = []
+        run_rows: list[RunRow] = []
         pair_frames: list[pd.DataFrame] = []
         gaps: list[dict[str, Any]] = []
         for seed in cfg.seeds:
@@ -250,15 +335,16 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                         write_frame(sim, out / "sim" / name / f"{spec.run_id}.jsonl")
                     sim_goodput = {name: float(summarize(sim, slo)["goodput"]) for name, sim in sims.items()}
                     for replay in range(1, cfg.replays + 1):
-                        keys = {"fraction": fraction, "rate": rate, "policy": policy, "seed": seed, "replay": replay}
+                        keys: ReplayKeys = {"fraction": fraction, "rate": rate, "policy": policy, "seed": seed,
+                                            "replay": replay}
                         t0 = time.monotonic()
                         res, invalid = live_run(spec, out / "live" / f"replay-{replay}", cfg.redo, progress)
-                        row: dict[str, Any] = {**keys, "n_requests": spec.n_requests,
-                                               "valid": res is not None, "invalid_tries": len(invalid),
-                                               "invalid_reasons": " | ".join(invalid),
-                                               "wall_s": round(time.monotonic() - t0, 1),
-                                               "run_dir": str(res.run_dir.relative_to(out)) if res else "",
-                                               "live_goodput": float("nan")}
+                        row: ReplayRow = {**keys, "n_requests": spec.n_requests,
+                                          "valid": res is not None, "invalid_tries": len(invalid),
+                                          "invalid_reasons": " | ".join(invalid),
+                                          "wall_s": round(time.monotonic() - t0, 1),
+                                          "run_dir": str(res.run_dir.relative_to(out)) if res else "",
+                                          "live_goodput": float("nan")}
                         live = res.journal() if res is not None else None
                         if res is not None:
                             row["live_goodput"] = float(res.summary["goodput"])
@@ -286,7 +372,7 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
     table = pd.concat(tables, ignore_index=True)
     order = pd.concat(orders, ignore_index=True)
     live_rows = runs[runs["variant"] == primary] if len(runs) else runs
-    record = {
+    record: ValidationRecord = {
         "config": cfg.to_dict(), "cluster": cfg.cluster, "backend": cfg.backend_used, "workload": cfg.workload,
         "calibration": cal_from, "physics": physics_from, "saturation_rate": sat, "saturation": sat_how,
         "slo": {"ttft_tight_s": slo.ttft_tight_s, "tpot_tight_s": slo.tpot_tight_s, "loose_factor": slo.loose_factor},
@@ -307,7 +393,7 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                       pairs[pairs["variant"] == primary] if len(pairs) else pairs, trusted[primary], record)
 
 
-def _length_cap(out: Path) -> Any:
+def _length_cap(out: Path) -> dict[str, Any] | None:
     """The live runs' ``length_cap`` (requests cut to the engines' context), from one manifest."""
     for manifest in sorted((out / "live").glob("replay-*/*/manifest.json")):
         cap = json.loads(manifest.read_text()).get("length_cap")
@@ -331,7 +417,7 @@ def residual_patterns(pairs: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def write_outputs(out: Path, record: dict[str, Any], table: pd.DataFrame, order: pd.DataFrame,
+def write_outputs(out: Path, record: ValidationRecord, table: pd.DataFrame, order: pd.DataFrame,
                   runs: pd.DataFrame, pairs: pd.DataFrame) -> None:
     """The validation's files (see the module docstring) and its figures (per request: the primary variant;
     error against load: every variant)."""
@@ -374,7 +460,7 @@ def _pct_interval(v: float, lo: float, hi: float, sign: str = "") -> str:
     return f"{100 * v:{f}} %" + ("" if math.isnan(lo) or math.isnan(hi) else f" [{100 * lo:{f}}, {100 * hi:{f}}]")
 
 
-def physics_text(physics: dict[str, Any]) -> str:
+def physics_text(physics: PhysicsRecord) -> str:
     """Where the simulator's engine timing came from, in words (``validation.json``'s ``physics``)."""
     if physics["source"] == "profile":
         return f"the hardware profile {physics['profile']}"
@@ -399,7 +485,7 @@ def physics_text(physics: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def markdown(record: dict[str, Any], table: pd.DataFrame, order: pd.DataFrame) -> str:
+def markdown(record: ValidationRecord, table: pd.DataFrame, order: pd.DataFrame) -> str:
     """The validation as Markdown: conditions, then per physics variant (the primary first) the level table,
     the load trusted up to and the ordering."""
     b = record["budget"]

@@ -5,7 +5,7 @@ prediction made before the cluster answered."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 import pandas as pd
 
@@ -19,9 +19,45 @@ from repro.routing.cost_model import CostModel
 from repro.sim.simulator import Simulator
 from repro.validation.plan import ValidationConfig, engine_settings
 
+if TYPE_CHECKING:
+    from repro.live.calibration_bench import PrefillCurve
+
+
+class InSituFit(TypedDict):
+    """`fit_in_situ`'s record: the training run (id, trace seed, rate in req/s, policy, requests paired), the
+    decode step's factor, the serving path's TTFT offset (s), and the median signed relative error per metric
+    (``ttft_s``, ``tpot_s``, ``e2e_s``) before and after the fit."""
+
+    training_run: str
+    seed: int
+    rate: float
+    policy: str
+    requests: int
+    decode_factor: float
+    ttft_offset_s: float
+    median_err_before: dict[str, float]
+    median_err_after: dict[str, float]
+
+
+class PhysicsRecord(TypedDict, total=False):
+    """Where the validation's engine timing came from (`validation_physics`; ``validation.json``'s ``physics``):
+    ``source`` ``profile`` (with the hardware ``profile``'s name) or ``calibration`` (its name, the engines'
+    scheduler settings, `repro.validation.plan.engine_settings`, the context share; the fitted
+    ``prefill_curve`` and the API servers' ``serving_path_s`` in s when used); ``in_situ``: the in-situ fit
+    (`fit_in_situ`), added by `repro.validation.run.validate` with ``--in-situ``."""
+
+    source: Required[str]
+    profile: str
+    calibration: str
+    engine_settings: dict[str, Any]
+    context_share: float
+    prefill_curve: PrefillCurve
+    serving_path_s: dict[str, float]
+    in_situ: InSituFit
+
 
 def validation_physics(cfg: ValidationConfig, topo: Topology, calibration: CostModel | None,
-                       samples: pd.DataFrame | None = None) -> tuple[Physics, dict[str, Any]]:
+                       samples: pd.DataFrame | None = None) -> tuple[Physics, PhysicsRecord]:
     """The simulator's engine timing for ``cfg`` and a record of where it came from: the calibration
     inverted (`CostModel.to_physics`, with the engines' scheduler settings, `engine_settings`), or
     the decode instances' hardware profile (``cfg.physics``; ``auto``: the calibration on real engines
@@ -49,7 +85,7 @@ def validation_physics(cfg: ValidationConfig, topo: Topology, calibration: CostM
         block_size=settings["block_size"], max_num_seqs=settings["max_num_seqs"],
         max_model_len=settings["max_model_len"], max_num_batched_tokens=settings["max_num_batched_tokens"],
         context_share=cfg.context_share, source=f"calibration {calibration.name}")
-    record: dict[str, Any] = {"source": "calibration", "calibration": calibration.name,
+    record: PhysicsRecord = {"source": "calibration", "calibration": calibration.name,
                               "engine_settings": settings, "context_share": cfg.context_share}
     if cfg.prefill_curve and samples is not None:
         from repro.live.calibration_bench import prefill_curve
@@ -85,7 +121,7 @@ def twin_goodput(spec: RunSpec, physics: Physics) -> float:
     return float(summarize(twin_journal(spec, physics), truth_cost_model(spec).slo)["goodput"])
 
 
-def fit_in_situ(live: pd.DataFrame, spec: RunSpec, physics: Physics) -> tuple[Physics, dict[str, Any]]:
+def fit_in_situ(live: pd.DataFrame, spec: RunSpec, physics: Physics) -> tuple[Physics, InSituFit]:
     """Two constants of the deployment fitted on one training run (``live``: its journal; ``spec``: its spec,
     a trace no judged run replays, `repro.validation.plan.ValidationConfig.training_seed`), on top of
     ``physics``:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -22,7 +22,11 @@ from repro.paper import figures
 from repro.paper.golden import expected_output
 
 if TYPE_CHECKING:
+    from IPython.display import Markdown
     from matplotlib.figure import Figure
+
+    from repro.paper.context.runs import LiveRun
+    from repro.paper.headline import HeadlineRow
 
 
 class SectionOutputs:
@@ -35,7 +39,7 @@ class SectionOutputs:
     n_requests: int
     results_dir: Path
     figures_dir: Path
-    live_runs: list[dict[str, Any]]
+    live_runs: list[LiveRun]
     preempted: dict[str, float]
 
     if TYPE_CHECKING:  # from repro.paper.context.setup
@@ -64,7 +68,7 @@ class SectionOutputs:
         verdict = "all valid" if not bad else f"{len(bad)} INVALID"
         return f"{self.backend}, {len(by_id)} live runs, {verdict}, {k}"
 
-    def write_headline(self, rows: list[dict[str, Any]]) -> None:
+    def write_headline(self, rows: list[HeadlineRow]) -> None:
         """Judge the section's headline rows and write ``<results_dir>/<NN>_headline.csv``, the numbers
         `repro paper` summarises and `findings` shows (`repro.paper.headline.write_headline`)."""
         from repro.paper.headline import kv_budget_note, write_headline
@@ -74,7 +78,7 @@ class SectionOutputs:
                 row["kv_budget"] = kv_budget_note([self.preempted.get(r, float("nan")) for r in row.get("runs") or ()])
         write_headline(rows, self.notebook, self.results_dir, measured=self.measured(), testbed=self.testbed)
 
-    def findings(self, title: str = "") -> Any:
+    def findings(self, title: str = "") -> Markdown | str:
         """The notebook's **Findings** (`repro.paper.findings`): the verdict table of the rows `write_headline`
         wrote, with the caveats of this backend, scale and validity. Markdown in a notebook (shown as the
         cell's output), plain text elsewhere."""

@@ -12,7 +12,7 @@ requests sent. Part of `repro.paper.section.Section`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,9 @@ from repro.experiment.spec import RunSpec
 from repro.paper.grids import check_rates, shape_cluster
 from repro.paper.plans import fixed_rates, probe_size
 from repro.vocab import WORKLOADS
+
+if TYPE_CHECKING:
+    from repro.experiment.metrics import Summary
 
 
 class SectionRates:
@@ -41,7 +44,7 @@ class SectionRates:
         def probe_requests(self) -> int: ...
         @property
         def testbed(self) -> str: ...
-        def run_summary(self, spec: RunSpec) -> dict[str, Any]: ...
+        def run_summary(self, spec: RunSpec) -> Summary: ...
 
     def saturation(self, workloads: Sequence[str] = WORKLOADS, *, n_requests: int,
                    fixed: Mapping[str, float] | None = None, max_probes: int = 16) -> tuple[pd.DataFrame, pd.DataFrame]:

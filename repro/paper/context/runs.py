@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from repro.cluster.topology import Instance
-    from repro.experiment.metrics import RequestOutcomes
+    from repro.experiment.metrics import RequestOutcomes, Summary
 
 SUMMARY_COLUMNS = ("goodput", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
                    "token_skew", "request_skew", "requests", "completed", "failed", "rejected", "preempted_fraction")
@@ -43,6 +43,15 @@ Labelled = tuple[dict[str, Any], RunSpec]
 """A spec with labels (column -> value) that tell it apart in a grid of variants."""
 
 
+class LiveRun(TypedDict):
+    """A live run a section used (`SectionRuns.live_runs`): its run id, whether it was a valid measurement
+    (`repro.live.validity`; None when its summary does not say) and the time scale K it ran at."""
+
+    run_id: str
+    valid: bool | None
+    time_scale_used: float
+
+
 class SectionRuns:
     """Running specs for a `Section`. Reads the fields below and fills the last three."""
 
@@ -50,7 +59,7 @@ class SectionRuns:
     cluster: str | None
     time_scale: float
     runs_dir: Path
-    live_runs: list[dict[str, Any]]
+    live_runs: list[LiveRun]
     request_outcomes: dict[str, RequestOutcomes]
     preempted: dict[str, float]
 
@@ -101,11 +110,11 @@ class SectionRuns:
                 **{k: summary.get(k, np.nan) for k in SUMMARY_COLUMNS},
                 **{k: summary[k] for k in LIVE_COLUMNS if k in summary}}
 
-    def run_summary(self, spec: RunSpec) -> dict[str, Any]:
+    def run_summary(self, spec: RunSpec) -> Summary:
         """Run one spec (emulated time scale capped for this machine) and return its summary."""
         return self.summary_of(for_this_machine(spec))
 
-    def summary_of(self, spec: RunSpec) -> dict[str, Any]:
+    def summary_of(self, spec: RunSpec) -> Summary:
         """The summary of ``spec`` run as it is: simulated in-process, or a live run (resumed if finished)."""
         return self._note(runner.run_or_simulate(spec, self.runs_dir, sim_in_memory=True)).summary
 

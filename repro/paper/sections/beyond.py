@@ -25,6 +25,7 @@ from repro.paper.plans import SIM_SATURATION_RATES, for_this_machine
 from repro.routing.policies import PAPER_POLICIES, PRODUCTION_POLICIES, make_policy
 
 if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Labelled, Section
 
 FRONTIER_SHAPES = ("1p2d", "2p2d", "2p3d", "2p4d", "3p3d", "3p4d", "4p4d")  # 3 .. 8 GPUs
@@ -144,7 +145,7 @@ GOAL_KEYS = {"1p2d scarcity: ours - round_robin": "beyond_goal_scarcity_gap",
 
 def beyond_headline(frontier: pd.DataFrame, workloads: pd.DataFrame, goals: pd.DataFrame,
                     frontier_runs: pd.DataFrame, workload_runs: pd.DataFrame, ctx: Section,
-                    baselines: Sequence[str] = (*PAPER_POLICIES[:3], *PRODUCTION)) -> list[dict[str, Any]]:
+                    baselines: Sequence[str] = (*PAPER_POLICIES[:3], *PRODUCTION)) -> list[HeadlineRow]:
     """Headline rows (our own goals: the paper states none of these numbers, so they are context), each
     with its 95 % interval: our router at 1p2d and per workload, its paired gap to round-robin at 1p2d
     and its paired lead over the best other policy on mixed, and the worst gap to the best of
@@ -153,7 +154,7 @@ def beyond_headline(frontier: pd.DataFrame, workloads: pd.DataFrame, goals: pd.D
     def of(runs: pd.DataFrame, col: str, where: str, variant: str) -> pd.DataFrame:
         return runs[(runs[col] == where) & (runs.variant == variant)]
 
-    out: list[dict[str, Any]] = []
+    out: list[HeadlineRow] = []
     f = frontier.pivot(index="topology", columns="variant", values="goodput")
     if "1p2d" in f.index and OURS in f.columns:
         ours = of(frontier_runs, "topology", "1p2d", OURS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,7 @@ from repro.paper.grids import paper_value, policy_summary
 from repro.paper.verdicts import Outcomes, over_traces
 
 if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Section
 
 CALIBRATION_CONDITIONS = (
@@ -90,7 +91,7 @@ def tail_statistics(groups: Outcomes) -> dict[str, float]:
     return out
 
 
-def calibration_headline(runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any]]:
+def calibration_headline(runs: pd.DataFrame, ctx: Section) -> list[HeadlineRow]:
     """Goodput with each cost model and the paired gain in points (each with its 95 % interval), P99 TTFT
     ranges over traces, the share of the tail advantage (over round-robin) that calibration buys, and the
     mechanism (the simulator-derived router's token skew vs JSQ's, paired by trace)."""
@@ -99,7 +100,7 @@ def calibration_headline(runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any
         return runs[(runs.policy == policy) & (runs.cost_model == cost_model)]
 
     r_cal, r_sim = of("marginal_cost", "calibrated"), of("marginal_cost", "sim_derived")
-    out: list[dict[str, Any]] = [
+    out: list[HeadlineRow] = [
         {"key": "calib_calibrated_goodput", "ours": ctx.goodput(r_cal), "runs": ctx.run_ids(r_cal)},
         {"key": "calib_simderived_goodput", "ours": ctx.goodput(r_sim), "runs": ctx.run_ids(r_sim)},
         {"key": "calib_goodput_gain", "ours": ctx.difference(r_cal, r_sim).scaled(100.0), "kind": "ordering",

@@ -23,6 +23,7 @@ from repro.paper import reference as paper_reference
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Labelled, Section
 
 ABLATION_FEATURES = (
@@ -173,7 +174,7 @@ def term_figure(terms: pd.DataFrame, point_labels: Mapping[str, str], *, title: 
     return fig
 
 
-def ablation_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any]]:
+def ablation_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[HeadlineRow]:
     """Headline rows in the reference's own conventions (the length rows are *losses*, positive; the others
     the change without the term), in goodput points, each a paired difference over the same traces with its
     95 % interval (an ordering on the paper's side; "nothing measurable" is a claimed tie within 2 points);
@@ -183,7 +184,7 @@ def ablation_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> li
         return runs[(runs.operating_point == op) & (runs.cost_model == cm) & (runs.variant == variant)]
 
     t = tab.set_index(["operating_point", "cost_model", "feature"])
-    out: list[dict[str, Any]] = []
+    out: list[HeadlineRow] = []
 
     def change(op: str, cm: str, feat: str, loss: bool = False) -> dict[str, Any] | None:
         if (op, cm, feat) not in t.index:

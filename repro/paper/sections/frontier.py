@@ -8,7 +8,7 @@ starved 1p2d (0.292 vs round-robin's 0.680: the scarcity inversion). Goodput a f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,7 @@ from repro.paper.grids import gpus, paper_value, policy_summary
 from repro.paper.verdicts import Estimate, Outcomes
 
 if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Section
 
 SHAPES = ("1p2d", "1p3d", "2p2d", "2p3d", "2p4d", "3p3d", "3p4d", "4p4d")
@@ -69,7 +70,7 @@ def saving_statistics(groups: Outcomes, at_gpus: int = 6, tol: float = 0.0) -> d
 
 
 def frontier_headline(shapes: pd.DataFrame, front: pd.DataFrame, runs: pd.DataFrame, ctx: Section,
-                      tol: float = 0.0) -> list[dict[str, Any]]:
+                      tol: float = 0.0) -> list[HeadlineRow]:
     """Headline rows: the frontier at 5 and 6 GPUs (the best shape's runs, with their 95 % interval), the
     GPU saving over round-robin (its interval: the frontier recomputed on each resample), the 1p2d
     goodputs and the scarcity inversion as round-robin minus the learned router at 1p2d, paired by
@@ -78,7 +79,7 @@ def frontier_headline(shapes: pd.DataFrame, front: pd.DataFrame, runs: pd.DataFr
         return runs[(runs.topology == topology) & (runs.policy == policy)]
 
     f = front.set_index(["gpus", "policy"])
-    out: list[dict[str, Any]] = []
+    out: list[HeadlineRow] = []
     for g, key in ((5, "fig4_mc_5gpu"), (6, "fig4_mc_6gpu")):
         if (g, "marginal_cost") in f.index:
             best = of(str(f.loc[(g, "marginal_cost"), "best_shape"]), "marginal_cost")

@@ -7,7 +7,7 @@ collapses on long-prompt documents (0.585, 1.1 s P99 TTFT) while every load-awar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,7 @@ from repro.routing.policies import PAPER_POLICIES
 from repro.vocab import WORKLOADS
 
 if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Section
 
 LOAD_AWARE = ("least_loaded", "length_threshold", "marginal_cost")
@@ -47,7 +48,7 @@ def heterogeneity_table(runs: pd.DataFrame) -> pd.DataFrame:
     return tab.reset_index(drop=True)
 
 
-def heterogeneity_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any]]:
+def heterogeneity_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[HeadlineRow]:
     """Headline rows, each with its 95 % interval: Fig. 3's stated cells, the documents tail, and the
     orderings as paired goodput differences where all four policies ran on the workload (positive:
     the paper's side)."""
@@ -55,7 +56,7 @@ def heterogeneity_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) 
         return runs[(runs.policy == policy) & (runs.workload == workload)]
 
     t = tab.set_index(["policy", "workload"])
-    out: list[dict[str, Any]] = [{"key": k, "ours": ctx.goodput(of(*pw)), "runs": ctx.run_ids(of(*pw))}
+    out: list[HeadlineRow] = [{"key": k, "ours": ctx.goodput(of(*pw)), "runs": ctx.run_ids(of(*pw))}
                                  for pw, k in FIG3_KEYS.items() if pw in t.index]
     if ("round_robin", "documents") in t.index:
         rr = of("round_robin", "documents").sort_values("seed")

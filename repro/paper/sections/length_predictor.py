@@ -7,12 +7,15 @@ Lengths in tokens.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from repro.paper.verdicts import Estimate, resample
+
+if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
 
 PLOT_GROUPS = ("sharegpt", "chat", "reasoning", "documents")
 """Held-out groups shown in the figure, in order."""
@@ -63,7 +66,7 @@ def plotted_points(points: pd.DataFrame, scale: str, seed: int) -> pd.DataFrame:
     return pd.concat(shown, ignore_index=True)
 
 
-def predictor_headline(table: pd.DataFrame, points: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+def predictor_headline(table: pd.DataFrame, points: pd.DataFrame | None = None) -> list[HeadlineRow]:
     """Headline rows on the pooled families: the learned model's Spearman rho and MAE (tokens), the
     constant's MAE. With ``points`` (`predictor_accuracy`'s, every held-out request) each carries a 95 %
     interval from a bootstrap over the pooled held-out requests; the values are the table's."""

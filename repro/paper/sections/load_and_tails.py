@@ -22,6 +22,7 @@ from repro.paper.verdicts import Estimate, over_traces, resample, wilson
 from repro.routing.policies import PAPER_POLICIES
 
 if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Section
 
 RATE_FRACTIONS = (0.25, 0.4, 0.55, 0.7, 0.85, 1.0)
@@ -148,12 +149,12 @@ def rolling_estimates(timeline: pd.DataFrame, q: float = 95) -> dict[str, Estima
 
 
 def load_and_tails_headline(sweep: pd.DataFrame, op: pd.DataFrame, burst: pd.DataFrame, runs: pd.DataFrame,
-                            ctx: Section, timeline: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+                            ctx: Section, timeline: pd.DataFrame | None = None) -> list[HeadlineRow]:
     """Headline rows of Figs. 5-7: round-robin's goodput (with its 95 % interval) and P99 TTFT at light load
     and at the operating point, P99 TTFT per policy there, whether the learned router has the lowest P99
     TTFT (the best other policy's minus ours, paired by trace: an ordering), and the burst train's rolling
     P95 TTFT and the share of windows held at or above round-robin (Wilson's interval over windows)."""
-    out: list[dict[str, Any]] = []
+    out: list[HeadlineRow] = []
     rr_runs = runs[runs.policy == "round_robin"]
     if len(rr_runs):
         light, sat = rr_runs[rr_runs.rate == rr_runs.rate.min()], rr_runs[rr_runs.rate == rr_runs.rate.max()]

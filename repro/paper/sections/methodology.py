@@ -6,7 +6,7 @@ per-workload saturation search (each family driven where round-robin is mid-coll
 from __future__ import annotations
 
 import textwrap
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from repro.live.gates import GateResult, GatesReport
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Section
 
 PROBE_REQUESTS = (1000, 4000)
@@ -51,7 +52,7 @@ def check_gates(ctx: Section) -> tuple[str, pd.DataFrame | None]:
     return render_text(report), gates_table(report)
 
 
-def saturation_headline(rates: pd.DataFrame, searched: bool = True) -> list[dict[str, Any]]:
+def saturation_headline(rates: pd.DataFrame, searched: bool = True) -> list[HeadlineRow]:
     """One headline row per workload: its saturation rate (req/s) with the interval of rates that meet the
     search's criterion (`repro.experiment.saturation.rate_band`: round-robin's goodput within the band
     around its target). Rates given rather than searched (``searched`` False: a live quick run checks

@@ -19,6 +19,7 @@ from repro.paper.plans import FULL_SEEDS
 from repro.routing.policies import PAPER_POLICIES
 
 if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Section
 
 
@@ -56,12 +57,12 @@ def table_two(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def table_two_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any]]:
+def table_two_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[HeadlineRow]:
     """Headline rows, each with its 95 % interval (`Section.goodput`, `Section.difference`): the learned
     router's mean and per-trace goodput, JSQ's worst trace, and the learned router's paired margin over
     the best baseline (ordering; positive: the learned router is better)."""
     mc = runs[runs.policy == "marginal_cost"]
-    out: list[dict[str, Any]] = [{"key": "table2_mc_mean", "ours": ctx.goodput(mc), "runs": ctx.run_ids(mc),
+    out: list[HeadlineRow] = [{"key": "table2_mc_mean", "ours": ctx.goodput(mc), "runs": ctx.run_ids(mc),
                                   "meaning": f"mean goodput over {mc.seed.nunique()} trace(s)"}]
     first = sorted(mc.seed)[:len(FULL_SEEDS)]  # the paper's Table II lists its three traces
     for i, seed in enumerate(first, start=1):

@@ -7,7 +7,7 @@ vs 0.835), at width 6 the policies reconverge (0.858 vs 0.860 for round-robin). 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,7 @@ from repro.errors import ConfigError
 from repro.paper.grids import PAPER_POLICY_RANK, paper_value, policy_summary
 
 if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Section
 
 WIDTHS = (3, 4, 6)
@@ -56,7 +57,7 @@ WIDTH_CLAIMS = {3: (0, "width3_mc", "width3_ll", "ties JSQ"), 4: (1, "width4_mc"
 reference keys; the paper's words)."""
 
 
-def width_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any]]:
+def width_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[HeadlineRow]:
     """Headline rows, each with its 95 % interval: the stated (width, policy) goodputs, and per width the
     learned router's margin over the best baseline there, paired by trace (an ordering: a lead or a tie)."""
     runs = runs.assign(decode_width=[int(t.split("p")[1].rstrip("d")) for t in runs.topology])
@@ -65,7 +66,7 @@ def width_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[
         return runs[(runs.decode_width == width) & (runs.policy == policy)]
 
     t = tab.set_index(["decode_width", "policy"])
-    out: list[dict[str, Any]] = [{"key": k, "ours": ctx.goodput(of(*wp)), "runs": ctx.run_ids(of(*wp))}
+    out: list[HeadlineRow] = [{"key": k, "ours": ctx.goodput(of(*wp)), "runs": ctx.run_ids(of(*wp))}
                                  for wp, k in WIDTH_KEYS.items() if wp in t.index]
     for w, g in tab.groupby("decode_width"):
         others = [p for p in g.policy if p != "marginal_cost"]

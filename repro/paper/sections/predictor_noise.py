@@ -9,7 +9,7 @@ over 0 to 150% error and still beats the heuristic at the worst. Goodput a fract
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,7 @@ from repro.experiment.spec import RunSpec
 from repro.paper import reference as paper_reference
 
 if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Labelled, Section
 
 NOISE_LEVELS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
@@ -63,7 +64,7 @@ def noise_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def noise_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[dict[str, Any]]:
+def noise_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[HeadlineRow]:
     """The router's lowest and highest goodput over the noise levels (each with its 95 % interval), the range
     between them (a paired difference in points), the largest noise injected (an input), and router vs
     heuristic at the worst noise (paired; an ordering, the paper: the router still wins)."""
@@ -76,7 +77,7 @@ def noise_headline(tab: pd.DataFrame, runs: pd.DataFrame, ctx: Section) -> list[
     worst = float(mc.noise.max())
     paper_range = (paper_reference.lookup("fig9_goodput_hi") - paper_reference.lookup("fig9_goodput_lo")) * 100.0
     r_lo, r_hi, r_worst = of("marginal_cost", x_lo), of("marginal_cost", x_hi), of("marginal_cost", worst)
-    out: list[dict[str, Any]] = [
+    out: list[HeadlineRow] = [
         {"key": "fig9_goodput_lo", "ours": ctx.goodput(r_lo), "runs": ctx.run_ids(r_lo),
          "meaning": f"the router's lowest goodput over the noise levels (at {100 * x_lo:g}% error)"},
         {"key": "fig9_goodput_hi", "ours": ctx.goodput(r_hi), "runs": ctx.run_ids(r_hi),

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -53,7 +53,9 @@ from repro.vocab import WORKLOADS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from repro.paper.section import Section
+    from repro.experiment.metrics import DecisionTimeSummary
+    from repro.paper.headline import HeadlineRow
+    from repro.paper.section import Labelled, Section
 
 LEARNED = "marginal_cost"
 """The paper's router: the policy whose place a contender takes."""
@@ -72,8 +74,48 @@ TABLE_COLUMNS = ("policy", "claim", "section", "comparison", "key", "setting", "
                  "paper", "unit", "verdict", "reason", "rival", "interval", "traces", "requests", "runs")
 """The columns of `Scorecard.table` (and of ``scorecard.csv``)."""
 
-Plan = Callable[["Section"], list[Any]]
-Headline = Callable[["Section", pd.DataFrame], list[dict[str, Any]]]
+Plan = Callable[["Section"], "list[RunSpec] | list[Labelled]"]
+"""A group's specs with the paper's router, given a `Section`: plain specs, or ``(labels, spec)`` pairs."""
+Headline = Callable[["Section", pd.DataFrame], "list[HeadlineRow]"]
+"""A group's section's headline rows from the group's runs."""
+
+
+class ScorecardRow(TypedDict, total=False):
+    """One row of `Scorecard.table` (`TABLE_COLUMNS`): a ``comparison`` (`COMPARISONS`, or `NOT_RUN` with only
+    the required keys and the ``reason``) of ``policy`` in ``claim``'s ``setting`` on ``metric``. ``ours`` with
+    its 95 % interval ``ours_lo`` / ``ours_hi`` in ``unit`` (a paired difference, positive: the policy is
+    better; as the router: the section's quantity), ``paper`` NaN for a comparison, ``rival`` the policy
+    compared with, ``runs`` the run ids (space-separated)."""
+
+    policy: Required[str]
+    claim: Required[str]
+    section: Required[str]
+    comparison: Required[str]
+    key: Required[str]
+    setting: Required[str]
+    metric: Required[str]
+    verdict: Required[str]
+    reason: Required[str]
+    ours: float
+    ours_lo: float
+    ours_hi: float
+    paper: float
+    unit: str
+    rival: str
+    interval: str
+    traces: int
+    requests: int
+    runs: str
+
+
+class PolicyReads(TypedDict, total=False):
+    """What a policy reads (`reads`, which gives all three): whether its decisions change with the predicted
+    length (``predictions``) and with the router's cost model (``cost_model``), and its decision times in the
+    probe run (``decision_time``, microseconds on this machine)."""
+
+    predictions: bool
+    cost_model: bool
+    decision_time: DecisionTimeSummary
 
 
 @dataclass(frozen=True)
@@ -100,97 +142,97 @@ class ClaimGroup:
 
 
 # ---- the groups: each section's specs and headline -------------------------------------------------
-def _table2(ctx: Section) -> list[Any]:
+def _table2(ctx: Section) -> list[RunSpec] | list[Labelled]:
     from repro.paper.sections import mixed_goodput
 
     return mixed_goodput.table_two_specs(ctx, ctx.rate)
 
 
-def _table2_rows(ctx: Section, runs: pd.DataFrame) -> list[dict[str, Any]]:
+def _table2_rows(ctx: Section, runs: pd.DataFrame) -> list[HeadlineRow]:
     from repro.paper.sections import mixed_goodput
 
     return mixed_goodput.table_two_headline(mixed_goodput.table_two(runs), runs, ctx)
 
 
-def _calibration(ctx: Section) -> list[Any]:
+def _calibration(ctx: Section) -> list[RunSpec] | list[Labelled]:
     from repro.paper.sections import calibration_value
 
     return calibration_value.calibration_specs(ctx, ctx.rate)
 
 
-def _calibration_rows(ctx: Section, runs: pd.DataFrame) -> list[dict[str, Any]]:
+def _calibration_rows(ctx: Section, runs: pd.DataFrame) -> list[HeadlineRow]:
     from repro.paper.sections import calibration_value
 
     return calibration_value.calibration_headline(runs, ctx)
 
 
-def _workloads(ctx: Section) -> list[Any]:
+def _workloads(ctx: Section) -> list[RunSpec] | list[Labelled]:
     return specs_grid(ctx, workloads=WORKLOADS, rates=dict(ctx.rates), policies=PAPER_POLICIES)
 
 
-def _workloads_rows(ctx: Section, runs: pd.DataFrame) -> list[dict[str, Any]]:
+def _workloads_rows(ctx: Section, runs: pd.DataFrame) -> list[HeadlineRow]:
     from repro.paper.sections import heterogeneity
 
     return heterogeneity.heterogeneity_headline(heterogeneity.heterogeneity_table(runs), runs, ctx)
 
 
-def _widths(ctx: Section) -> list[Any]:
+def _widths(ctx: Section) -> list[RunSpec] | list[Labelled]:
     from repro.paper.sections import pool_width
 
     return specs_grid(ctx, rates=ctx.rate, topologies=pool_width.width_topologies(), policies=PAPER_POLICIES)
 
 
-def _widths_rows(ctx: Section, runs: pd.DataFrame) -> list[dict[str, Any]]:
+def _widths_rows(ctx: Section, runs: pd.DataFrame) -> list[HeadlineRow]:
     from repro.paper.sections import pool_width
 
     return pool_width.width_headline(pool_width.width_table(runs), runs, ctx)
 
 
-def _scarcity(ctx: Section) -> list[Any]:
+def _scarcity(ctx: Section) -> list[RunSpec] | list[Labelled]:
     return specs_grid(ctx, rates=ctx.rate, topologies=("1p2d",), policies=PAPER_POLICIES)
 
 
-def _scarcity_rows(ctx: Section, runs: pd.DataFrame) -> list[dict[str, Any]]:
+def _scarcity_rows(ctx: Section, runs: pd.DataFrame) -> list[HeadlineRow]:
     from repro.paper.sections import frontier
 
     shapes, front = frontier.frontier_table(runs)
     return frontier.frontier_headline(shapes, front, runs, ctx)
 
 
-def _load(ctx: Section) -> list[Any]:
+def _load(ctx: Section) -> list[RunSpec] | list[Labelled]:
     from repro.paper.sections import load_and_tails
 
     fractions = ctx.pick("rate_fractions", [], load_and_tails.RATE_FRACTIONS)
     return load_and_tails.load_sweep_specs(ctx, ctx.rate, fractions)
 
 
-def _load_rows(ctx: Section, runs: pd.DataFrame) -> list[dict[str, Any]]:
+def _load_rows(ctx: Section, runs: pd.DataFrame) -> list[HeadlineRow]:
     from repro.paper.sections import load_and_tails as lt
 
     sweep, op = lt.load_sweep_table(runs, float(runs.rate.max())), lt.operating_point_table(runs)
     return lt.load_and_tails_headline(sweep, op, pd.DataFrame({"policy": []}), runs, ctx)
 
 
-def _length(ctx: Section) -> list[Any]:
+def _length(ctx: Section) -> list[RunSpec] | list[Labelled]:
     from repro.paper.sections import feature_ablation
 
     return feature_ablation.ablation_specs(ctx, feature_ablation.ablation_rates(ctx.rate), uncalibrated_features=(),
                                            features=["length"])
 
 
-def _length_rows(ctx: Section, runs: pd.DataFrame) -> list[dict[str, Any]]:
+def _length_rows(ctx: Section, runs: pd.DataFrame) -> list[HeadlineRow]:
     from repro.paper.sections import feature_ablation
 
     return feature_ablation.ablation_headline(feature_ablation.ablation_table(runs), runs, ctx)
 
 
-def _noise(ctx: Section) -> list[Any]:
+def _noise(ctx: Section) -> list[RunSpec] | list[Labelled]:
     from repro.paper.sections import predictor_noise
 
     return predictor_noise.noise_specs(ctx, ctx.rate, noise_levels=NOISE_LEVELS)
 
 
-def _noise_rows(ctx: Section, runs: pd.DataFrame) -> list[dict[str, Any]]:
+def _noise_rows(ctx: Section, runs: pd.DataFrame) -> list[HeadlineRow]:
     from repro.paper.sections import predictor_noise
 
     return predictor_noise.noise_headline(predictor_noise.noise_table(runs), runs, ctx)
@@ -240,7 +282,7 @@ def check_policies(policies: Sequence[str]) -> list[str]:
     return out
 
 
-def reads(policy: str, *, rate: float = 24.0, n_requests: int = 400, seed: int = 1) -> dict[str, Any]:
+def reads(policy: str, *, rate: float = 24.0, n_requests: int = 400, seed: int = 1) -> PolicyReads:
     """Whether ``policy``'s decisions depend on the predictor and on the router's cost model: a simulated
     run of mixed on 2p4d at ``rate`` req/s (``n_requests``, trace ``seed``) against the same with 150 %
     predictor error (``predictions``) and with the uncalibrated cost model (``cost_model``). Identical
@@ -263,7 +305,7 @@ def reads(policy: str, *, rate: float = 24.0, n_requests: int = 400, seed: int =
             "cost_model": not same(base.replace(cost_model="sim_derived")), "decision_time": timing}
 
 
-def applies(group: ClaimGroup, policy: str, read: dict[str, Any]) -> tuple[bool, str]:
+def applies(group: ClaimGroup, policy: str, read: PolicyReads) -> tuple[bool, str]:
     """Whether ``group`` is run for ``policy`` (``read``: `reads`), and if not, why."""
     if group.reads == "options":
         need = {"use_length"}
@@ -277,7 +319,7 @@ def applies(group: ClaimGroup, policy: str, read: dict[str, Any]) -> tuple[bool,
     return True, ""
 
 
-def contender_specs(items: Sequence[Any], policy: str) -> list[Any]:
+def contender_specs(items: Sequence[RunSpec] | Sequence[Labelled], policy: str) -> list[RunSpec] | list[Labelled]:
     """The learned router's items (specs, or ``(labels, spec)`` pairs) with ``policy`` in its place, keeping
     the router's options only where ``policy`` takes them (the other items are left out)."""
     takes = set(constructor_params(policy_class(policy)))
@@ -310,9 +352,9 @@ def _setting_text(settings: Sequence[str], values: Sequence[Any]) -> str:
     return ", ".join(f"{s}={fmt(v)}" for s, v in zip(settings, values, strict=True)) or "the section's setting"
 
 
-def _comparisons(ctx: Section, group: ClaimGroup, runs: pd.DataFrame, policy: str) -> list[dict[str, Any]]:
+def _comparisons(ctx: Section, group: ClaimGroup, runs: pd.DataFrame, policy: str) -> list[ScorecardRow]:
     """Per setting of ``group`` and metric: ``policy`` vs the paper's router and vs the best baseline."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ScorecardRow] = []
     plain = runs[runs.policy.isin((*PAPER_POLICIES, policy))]
     if "variant" in plain.columns:  # an ablation's variants of the router: its full form only
         plain = plain[plain.variant.fillna("full") == "full"]
@@ -341,7 +383,7 @@ def _comparisons(ctx: Section, group: ClaimGroup, runs: pd.DataFrame, policy: st
 
 
 def _row(group: ClaimGroup, policy: str, comparison: str, metric: str, setting: str, est: Estimate, unit: str,
-         rival: str, runs: Sequence[str]) -> dict[str, Any]:
+         rival: str, runs: Sequence[str]) -> ScorecardRow:
     j = compare(est, unit)
     versus = "the paper's router" if comparison == VS_ROUTER else f"the best baseline (now {rival})"
     better = "lower" if metric != "goodput" else "higher"
@@ -352,7 +394,7 @@ def _row(group: ClaimGroup, policy: str, comparison: str, metric: str, setting: 
             "interval": est.method, "traces": est.traces, "requests": est.requests, "runs": " ".join(runs)}
 
 
-def _as_router_rows(ctx: Section, group: ClaimGroup, runs: pd.DataFrame, policy: str) -> list[dict[str, Any]]:
+def _as_router_rows(ctx: Section, group: ClaimGroup, runs: pd.DataFrame, policy: str) -> list[ScorecardRow]:
     from repro.paper import reference as paper_reference
 
     ref = paper_reference.load().set_index("key")
@@ -383,7 +425,7 @@ class Scorecard:
     table: pd.DataFrame
     runs: pd.DataFrame
     policies: list[str]
-    read: dict[str, dict[str, Any]]
+    read: dict[str, PolicyReads]
     skipped: dict[str, dict[str, str]]
     conditions: str = ""
     """Backend, scale, traces and requests of the runs (one line)."""
@@ -494,7 +536,7 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
                 out.append({"policy": p, "claim": name, AS_ROUTER: f"not run: {mine.reason.iloc[0]}",
                             VS_ROUTER: "", VS_BASELINE: ""})
                 continue
-            row: dict[str, Any] = {"policy": p, "claim": name}
+            row: dict[str, str] = {"policy": p, "claim": name}
             for kind in COMPARISONS:
                 v = mine[mine.comparison == kind].verdict.tolist()
                 if kind == AS_ROUTER:
@@ -537,7 +579,7 @@ def score_section(ctx: Section, policies: Sequence[str], claims: Sequence[str] =
                           "workloads=WORKLOADS, rate=0.0) finds them)")
     read = {p: reads(p, rate=ctx.rate) for p in (*policies, LEARNED)}
     skipped: dict[str, dict[str, str]] = {p: {} for p in policies}
-    rows: list[dict[str, Any]] = []
+    rows: list[ScorecardRow] = []
     frames = []
     for name in groups:
         group = GROUPS[name]

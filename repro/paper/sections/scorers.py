@@ -37,7 +37,8 @@ from repro.vocab import WORKLOADS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from repro.paper.section import Section
+    from repro.paper.headline import HeadlineRow
+    from repro.paper.section import Labelled, Section
 
 FORMULAS = ("marginal_cost", "marginal_cost_prior", "marginal_cost_prefill_anchor", "marginal_cost_backlog_tpot",
             "marginal_cost_batching")
@@ -50,6 +51,8 @@ CLAIMS: dict[str, tuple[str, ...]] = {name: GROUPS[name].keys for name in (
 router's lead, calibration's worth and its mechanism, the per-workload orderings, the width claims,
 greedy concentration at 1p2d, length as the load-bearing feature, robustness to predictor noise); the
 groups as the scorecard makes them (`repro.paper.sections.scorecard.GROUPS`)."""
+ClaimPlan = tuple[Callable[[], "list[RunSpec] | list[Labelled]"], Callable[[pd.DataFrame], "list[HeadlineRow]"]]
+"""A claim group's section specs with the learned router, and its headline rows from the runs (`claim_plans`)."""
 
 
 def _check_formulas(formulas: Sequence[str]) -> list[str]:
@@ -60,7 +63,7 @@ def _check_formulas(formulas: Sequence[str]) -> list[str]:
     return list(formulas)
 
 
-def _swap(items: Sequence[Any], formula: str) -> list[Any]:
+def _swap(items: Sequence[RunSpec] | Sequence[Labelled], formula: str) -> list[RunSpec] | list[Labelled]:
     """The specs (or ``(labels, spec)`` pairs) with the learned router replaced by ``formula``, keeping its
     options (an ablation's switch) when the formula takes them."""
     def one(spec: RunSpec) -> RunSpec:
@@ -74,7 +77,7 @@ def _relabel(runs: pd.DataFrame, formula: str) -> pd.DataFrame:
     return runs.assign(policy=runs.policy.replace({formula: LEARNED})) if formula != LEARNED else runs
 
 
-def claim_plans(ctx: Section) -> dict[str, tuple[Callable[[], list[Any]], Callable[[pd.DataFrame], list[dict]]]]:
+def claim_plans(ctx: Section) -> dict[str, ClaimPlan]:
     """Claim group -> (the section's specs with the learned router, its headline rows from the runs)
     (`repro.paper.sections.scorecard.GROUPS`). ``ctx`` set up with every workload's operating rate
     (``ctx.rates``; mixed's is ``ctx.rate``)."""
@@ -82,14 +85,14 @@ def claim_plans(ctx: Section) -> dict[str, tuple[Callable[[], list[Any]], Callab
     if missing:
         raise ConfigError(f"{ctx.notebook}: no operating rate for {missing} (set the section up with every workload)")
 
-    def plan(group: ClaimGroup) -> tuple[Callable[[], list[Any]], Callable[[pd.DataFrame], list[dict]]]:
+    def plan(group: ClaimGroup) -> ClaimPlan:
         return (lambda: group.specs(ctx)), (lambda runs: group.headline(ctx, runs))
 
     return {name: plan(GROUPS[name]) for name in CLAIMS}
 
 
 def scorer_rows(ctx: Section, formulas: Sequence[str] = FORMULAS,
-                claims: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+                claims: Sequence[str] | None = None) -> tuple[list[HeadlineRow], pd.DataFrame]:
     """Every claim of `CLAIMS` (or ``claims``) measured for every formula: ``(headline rows, runs)``.
 
     A row is the section's own row for the formula's runs, keyed ``<key>@<formula>``, with the
@@ -103,7 +106,7 @@ def scorer_rows(ctx: Section, formulas: Sequence[str] = FORMULAS,
         raise ConfigError(f"parameter 'claims' = {unknown!r} unknown; allowed: {list(CLAIMS)}")
     plans = claim_plans(ctx)
     ref = paper_reference.load().set_index("key")
-    rows: list[dict[str, Any]] = []
+    rows: list[HeadlineRow] = []
     frames = []
     for group in groups:
         make_specs, headline = plans[group]
@@ -125,14 +128,14 @@ def scorer_rows(ctx: Section, formulas: Sequence[str] = FORMULAS,
     return rows, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _judged(rows: list[dict[str, Any]], notebook: str = "14_scorers") -> pd.DataFrame:
+def _judged(rows: list[HeadlineRow], notebook: str = "14_scorers") -> pd.DataFrame:
     """The rows judged (`repro.paper.headline.headline_frame`), their keys split into section key and formula."""
     judged = headline_frame(rows, notebook)
     judged[["section_key", "formula"]] = judged.key.str.split("@", n=1, expand=True)
     return judged
 
 
-def scorer_table(rows: list[dict[str, Any]], notebook: str = "14_scorers") -> pd.DataFrame:
+def scorer_table(rows: list[HeadlineRow], notebook: str = "14_scorers") -> pd.DataFrame:
     """The judged rows side by side: one row per (claim group, section key), per formula its value
     with its interval and its verdict (`repro.paper.headline.headline_frame`)."""
     judged = _judged(rows, notebook)
@@ -152,7 +155,7 @@ def scorer_table(rows: list[dict[str, Any]], notebook: str = "14_scorers") -> pd
     return pd.DataFrame(out)
 
 
-def scorer_figure(rows: list[dict[str, Any]], title: str) -> Figure:
+def scorer_figure(rows: list[HeadlineRow], title: str) -> Figure:
     """A forest plot: per claim row that is a difference (an ordering, or the calibration gain), each
     formula's value with its 95 % interval (goodput differences in points), zero marked, the paper's
     value as a black cross where it states one. Absolute goodputs are left to the table."""

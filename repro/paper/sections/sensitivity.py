@@ -54,6 +54,7 @@ from repro.vocab import DEFAULT_PROFILE
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Labelled, Section
 
 _PROFILE = Physics.load(DEFAULT_PROFILE)
@@ -299,7 +300,7 @@ def run_sensitivity(ctx: Section, sweep: Mapping[str, Sequence[float]] = SWEEP, 
     return runs, sensitivity_table(runs, sim, idle_requests=n_requests)
 
 
-def sensitivity_headline(tab: pd.DataFrame) -> list[dict[str, Any]]:
+def sensitivity_headline(tab: pd.DataFrame) -> list[HeadlineRow]:
     """Headline rows, one per ordering: its smallest paired difference over the sweep (the point where the
     paper's side is weakest), with that point's 95 % interval, an ordering on the paper's side (claim
     +1; the paper states the orderings, not these numbers)."""

@@ -30,6 +30,7 @@ from repro.routing.policies import PAPER_POLICIES
 from repro.vocab import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
+    from repro.paper.headline import HeadlineRow
     from repro.paper.section import Labelled, Section
 
 SIM_MODELS = ("serial", "batching")
@@ -316,7 +317,7 @@ key (a paper_reference key) -> summary column."""
 def sim_vs_hardware_headline(summary: pd.DataFrame, calib: pd.DataFrame, physics: pd.DataFrame,
                              primary: str, *, reference: str, calib_runs: pd.DataFrame | None = None,
                              ctx: Section | None = None,
-                             estimates: Mapping[str, Mapping[str, Estimate]] | None = None) -> list[dict[str, Any]]:
+                             estimates: Mapping[str, Mapping[str, Estimate]] | None = None) -> list[HeadlineRow]:
     """Headline rows of §VI. ``primary`` names the model row whose residual stands for ``sim_grid_mar``;
     ``reference`` is `reference_name`: with the sim backend's stand-in (`SIM_REFERENCE`) the serial rows
     compare two simulators and get their own keys (`SERIAL_VS_BATCHING_SIM`, paper NaN), against a live
@@ -327,10 +328,10 @@ def sim_vs_hardware_headline(summary: pd.DataFrame, calib: pd.DataFrame, physics
     s = summary.set_index("model")
     given = estimates or {}
 
-    def e(model: str, col: str) -> Any:
+    def e(model: str, col: str) -> float | Estimate:
         return given.get(model, {}).get(col, s.loc[model, col])
 
-    out: list[dict[str, Any]] = []
+    out: list[HeadlineRow] = []
     if primary in s.index:
         out += [{"key": "sim_grid_mar", "ours": e(primary, "mean_abs_residual")},
                 {"key": "sim_grid_winners_reproduced", "ours": e(primary, "winners_reproduced")}]
@@ -358,8 +359,8 @@ def sim_vs_hardware_headline(summary: pd.DataFrame, calib: pd.DataFrame, physics
     for (sv, bl), r in c.iterrows():
         if sv != "batching":
             continue
-        gain: Any = r.calibration_gain_points
-        p99: tuple[Any, Any] = (r.ttft_p99_calibrated_s, r.ttft_p99_sim_derived_s)
+        gain: float | Estimate = r.calibration_gain_points
+        p99: tuple[float | Estimate, float | Estimate] = (r.ttft_p99_calibrated_s, r.ttft_p99_sim_derived_s)
         ids: list[str] = []
         if calib_runs is not None and ctx is not None:  # paired by trace, with their intervals
             g = calib_runs[(calib_runs.service == sv) & (calib_runs.backlog == bl)]
@@ -380,7 +381,7 @@ def sim_vs_hardware_headline(summary: pd.DataFrame, calib: pd.DataFrame, physics
 
 
 def rate_headline(anchors: Mapping[str, Mapping[str, Anchor]], rates: Mapping[str, float],
-                  workload: str = "mixed") -> list[dict[str, Any]]:
+                  workload: str = "mixed") -> list[HeadlineRow]:
     """§VI's "24.6 against the hardware's 24.0": the batching simulator's re-anchored rate on ``workload``
     beside the reference's; no rows when that anchor was not found (its rate would mean nothing)."""
     a = anchors.get("batching", {}).get(workload)
