@@ -246,7 +246,7 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
     if cluster and not Path(cluster).exists() and not (CLUSTERS_DIR / f"{cluster}.yaml").exists():
         raise ConfigError(f"paper: --cluster {cluster!r}: no such file")
     if policies:
-        from repro.paper.sections.scorecard import check_policies
+        from repro.paper.contenders import check_policies
 
         policies = check_policies(policies)
     nbs = [nb for nb in select(only) if nb.stem not in ON_REQUEST or only or policies]

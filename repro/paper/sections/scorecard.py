@@ -43,6 +43,15 @@ import pandas as pd
 from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
 from repro.paper import figures
+from repro.paper.contenders import (
+    BASELINES,
+    LEARNED,
+    PolicyReads,
+    as_router,
+    check_policies,
+    contender_specs,
+    reads,
+)
 from repro.paper.grids import policy_summary, specs_grid
 from repro.paper.headline import headline_frame
 from repro.paper.verdicts import Estimate, compare
@@ -53,14 +62,9 @@ from repro.vocab import WORKLOADS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from repro.experiment.metrics import DecisionTimeSummary
     from repro.paper.headline import HeadlineRow
     from repro.paper.section import Labelled, Section
 
-LEARNED = "marginal_cost"
-"""The paper's router: the policy whose place a contender takes."""
-BASELINES = tuple(p for p in PAPER_POLICIES if p != LEARNED)
-"""The paper's three baselines."""
 NOISE_LEVELS = (0.0, 1.5)
 """Fig. 9's ends: the predictor as shipped and 150 % injected error."""
 AS_ROUTER, VS_ROUTER, VS_BASELINE = "as the router", "vs the paper's router", "vs the best baseline"
@@ -106,16 +110,6 @@ class ScorecardRow(TypedDict, total=False):
     traces: int
     requests: int
     runs: str
-
-
-class PolicyReads(TypedDict, total=False):
-    """What a policy reads (`reads`, which gives all three): whether its decisions change with the predicted
-    length (``predictions``) and with the router's cost model (``cost_model``), and its decision times in the
-    probe run (``decision_time``, microseconds on this machine)."""
-
-    predictions: bool
-    cost_model: bool
-    decision_time: DecisionTimeSummary
 
 
 @dataclass(frozen=True)
@@ -263,48 +257,7 @@ GROUPS: dict[str, ClaimGroup] = {g.name: g for g in (
 """Claim group -> how its section makes and judges it, in the paper's order."""
 
 
-# ---- what a policy reads ---------------------------------------------------------------------------
-def check_policies(policies: Sequence[str]) -> list[str]:
-    """The contenders as given, each resolved (`repro.routing.policies.policy_class`: a registered name or
-    an import path ``pkg.mod:Class``; a bad one raises `ConfigError` naming it). Not the paper's router
-    itself, and each once."""
-    out: list[str] = []
-    for p in policies:
-        if not isinstance(p, str) or not p.strip():
-            raise ConfigError(f"parameter 'policies' = {list(policies)!r}: each must be a policy name or an import "
-                              "path 'pkg.module:Class'")
-        if p == LEARNED:
-            raise ConfigError(f"parameter 'policies': {LEARNED!r} is the paper's router, what every policy is scored "
-                              "against; name another policy (yours by import path 'pkg.module:Class')")
-        policy_class(p)
-        if p not in out:
-            out.append(p)
-    return out
-
-
-def reads(policy: str, *, rate: float = 24.0, n_requests: int = 400, seed: int = 1) -> PolicyReads:
-    """Whether ``policy``'s decisions depend on the predictor and on the router's cost model: a simulated
-    run of mixed on 2p4d at ``rate`` req/s (``n_requests``, trace ``seed``) against the same with 150 %
-    predictor error (``predictions``) and with the uncalibrated cost model (``cost_model``). Identical
-    placements mean it does not read them (through ``RequestInfo`` or the ledger, which prices
-    backlog with the cost model and charges the predicted length). Also ``decision_time``: the wall
-    time of its decisions in the first run (`repro.routing.router.DecisionTimes`: p50, p99, max in
-    microseconds, on this machine: a report, not a result)."""
-    from repro.experiment.runner import simulate_timed
-
-    base = RunSpec(policy=policy, workload="mixed", topology="2p4d", rate=float(rate), n_requests=int(n_requests),
-                   seed=int(seed))
-    cols = ["request_id", "prefill_instance", "decode_instance"]
-    journal, timing = simulate_timed(base)
-    plain = journal[cols].reset_index(drop=True)
-
-    def same(spec: RunSpec) -> bool:
-        return plain.equals(simulate_timed(spec)[0][cols].reset_index(drop=True))
-
-    return {"predictions": not same(base.replace(predictor_noise=1.5, predictor_seed=int(seed))),
-            "cost_model": not same(base.replace(cost_model="sim_derived")), "decision_time": timing}
-
-
+# ---- which groups a policy is run in ----------------------------------------------------------------
 def applies(group: ClaimGroup, policy: str, read: PolicyReads) -> tuple[bool, str]:
     """Whether ``group`` is run for ``policy`` (``read``: `reads`), and if not, why."""
     if group.reads == "options":
@@ -317,31 +270,6 @@ def applies(group: ClaimGroup, policy: str, read: PolicyReads) -> tuple[bool, st
                 "cost_model": "the router's cost model (its decisions are identical with the uncalibrated one)"}
         return False, f"does not read {what[group.reads]}"
     return True, ""
-
-
-def contender_specs(items: Sequence[RunSpec] | Sequence[Labelled], policy: str) -> list[RunSpec] | list[Labelled]:
-    """The learned router's items (specs, or ``(labels, spec)`` pairs) with ``policy`` in its place, keeping
-    the router's options only where ``policy`` takes them (the other items are left out)."""
-    takes = set(constructor_params(policy_class(policy)))
-
-    def one(spec: RunSpec) -> RunSpec:
-        opts = {k: v for k, v in spec.policy_options.items() if k in takes}
-        return spec.replace(policy=policy, policy_options=opts)
-
-    out = []
-    for it in items:
-        spec = it[1] if isinstance(it, tuple) else it
-        if spec.policy != LEARNED:
-            continue
-        out.append((it[0], one(spec)) if isinstance(it, tuple) else one(spec))
-    return out
-
-
-def as_router(runs: pd.DataFrame, policy: str) -> pd.DataFrame:
-    """The paper's policies' runs with ``policy``'s in the learned router's place (relabelled
-    ``marginal_cost``), so that a section's own code judges them; other contenders' runs left out."""
-    keep = runs[runs.policy.isin([b for b in BASELINES if b != policy]) | (runs.policy == policy)]
-    return keep.assign(policy=keep.policy.replace({policy: LEARNED}))
 
 
 # ---- the scorecard -----------------------------------------------------------------------------------
