@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from repro.cluster.launchers import launch
+from repro.emulator.engine import _EARLY_WAKE_S
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
 from repro.live.calibration_bench import (
@@ -62,8 +63,11 @@ def test_recovers_the_profile_within_10_percent(tmp_path):
     assert pre["prompt_tokens"].min() == 64 and pre["prompt_tokens"].max() == 8000
     per_length = pre.groupby("prompt_tokens").size()
     assert per_length.min() >= 1 and per_length.max() - per_length.min() <= 1  # whole rounds (how many: machine speed)
-    # client-side latency includes the HTTP round trip: never below the engine's account
-    assert (pre["client_s"] >= pre["engine_s"] * 0.999).all()
+    # client-side latency includes the HTTP round trip: never below the engine's account, but for the
+    # emulator's early wake (it delivers a step up to _EARLY_WAKE_S of wall time before its stamped end, so
+    # that timer rounding leaves delivery unbiased: x K in physics seconds); the median includes the trip
+    assert (pre["client_s"] >= pre["engine_s"] - _EARLY_WAKE_S * K).all()
+    assert (pre["client_s"] - pre["engine_s"]).median() > 0
     dec = raw[raw.phase == "decode"]
     assert sorted(dec["concurrency"].unique()) == [1, 2, 4, 8]
     assert (dec["mean_context"] == 800).all()
