@@ -4,6 +4,7 @@ run id, and they move the simulated prefill and transfer times, and the calibrat
 import numpy as np
 import pytest
 
+from repro.engine.mechanisms import UNSEEN_BY_CALIBRATION
 from repro.engine.physics import OVERRIDABLE, Physics, check_overrides
 from repro.errors import ConfigError
 from repro.experiment.inputs import engine_pools, router_cost_model, truth_cost_model
@@ -16,7 +17,7 @@ FAST = {"prefill_per_token_s": 3.0e-5, "transfer_bandwidth_bytes_per_s": 5.0e10}
 
 
 def test_every_overridable_parameter_calibrates_a_cost_model_constant():
-    assert set(PHYSICS_TO_COST_MODEL) | {"decode_per_seq_s"} == set(OVERRIDABLE)
+    assert set(PHYSICS_TO_COST_MODEL) | {"decode_per_seq_s"} | set(UNSEEN_BY_CALIBRATION) == set(OVERRIDABLE)
     shipped = CostModel.from_physics(Physics.load())
     for p, c in PHYSICS_TO_COST_MODEL.items():
         assert getattr(shipped, c) == getattr(Physics.load(), p)  # the same value, the same unit

@@ -21,6 +21,7 @@ from repro.cli.gates import gates_cli
 from repro.cli.identify import identify_cli
 from repro.cli.info import native, policies
 from repro.cli.loadgen import loadgen_cli
+from repro.cli.models import models_cli
 from repro.cli.paper import paper_cli
 from repro.cli.proxy import proxy
 from repro.cli.report import report_cli
@@ -34,7 +35,8 @@ for _name, _fn in (("run", run), ("saturate", saturate), ("anchor", anchor), ("p
 app.add_typer(data_app(), name="data")
 for _name, _fn in (("proxy", proxy), ("loadgen", loadgen_cli), ("gates", gates_cli), ("calibrate", calibrate_cli),
                    ("paper", paper_cli), ("report", report_cli), ("conclusion", conclusion_cmd),
-                   ("compare", compare_cli), ("validate", validate_cli), ("identify", identify_cli)):
+                   ("compare", compare_cli), ("validate", validate_cli), ("identify", identify_cli),
+                   ("models", models_cli)):
     command(app, _fn, _name)
 app.add_typer(cluster_app, name="cluster", help="Bring a cluster up or down, or show it.")
 app.command("emulator", help="Run one emulated vLLM engine (options as python -m repro.emulator --help).",

@@ -127,6 +127,7 @@ class AsyncEngine:
         self.cfg = cfg
         self.physics = physics or cfg.physics()
         self.K = float(cfg.time_scale)
+        self.link_free_s = 0.0  # mechanism shared_link: when this engine's KV link is next free (physics s)
         self.faults = Faults.parse(cfg.faults)
         self.model_name = cfg.served_model_name or self.physics.model
         self.engine_id = cfg.engine_id
@@ -339,6 +340,18 @@ class AsyncEngine:
                 os._exit(0)  # graceful shutdown did not finish: leave anyway
 
     # ---- P/D: decode side --------------------------------------------------------------------
+    def _pull_duration_s(self, tokens: int) -> float:
+        """A KV pull's duration (physics s) from now: with mechanism ``shared_link`` it waits for the
+        pulls before it to be through this engine's link (FCFS), as the simulator's."""
+        ph = self.physics
+        if not ph.transfer_link_shared:
+            return ph.transfer_time_s(tokens)
+        now = self.now()
+        start = max(now, self.link_free_s)
+        wire = tokens * ph.kv_bytes_per_token / ph.transfer_bandwidth_bytes_per_s
+        self.link_free_s = start + wire
+        return start - now + ph.transfer_latency_s + wire
+
     async def _pull(self, seq: Seq) -> None:
         params = seq.info["remote"]
         ok = False
@@ -351,7 +364,7 @@ class AsyncEngine:
                 "num_tokens": seq.transfer_tokens,
                 "prompt_tokens": seq.P,
                 "prompt_digest": prompt_digest(seq.prompt_ids),
-                "duration_s": self.physics.transfer_time_s(seq.transfer_tokens),
+                "duration_s": self._pull_duration_s(seq.transfer_tokens),
                 "requester_engine_id": self.engine_id,
             }
             # The transfer starts now and ends duration/K wall seconds later; the prefill engine

@@ -71,6 +71,18 @@ class Physics:
     b**2`` (attention over the chunk, and kernels whose efficiency falls with the batch, as measured on
     the tiny CPU engines: `repro.live.calibration_bench.prefill_curve`). 0 (the default, and every
     shipped GPU profile's): the paper's linear model."""
+    prefill_step_share: float = 1.0
+    """Mechanism ``request_path`` (`repro.engine.mechanisms`): the share of ``prefill_base_s`` that is the
+    prefill engine's own step (one forward pass, shared by every prompt of the batch); the rest,
+    ``serving_path_s``, is each request's own time outside the engine's step loop (the API server's HTTP
+    and tokenization, the proxy's hops, the response), not shared by a batch and occupying no engine.
+    1 (the default): the whole base is a step's, as the paper's §VI model."""
+    serving_path_sigma: float = 0.0
+    """Mechanism ``path_tail``: the per-request serving path is lognormal with this sigma (mean
+    ``serving_path_s``; a request's draw is a fixed function of its id). 0: every request's the same."""
+    transfer_link_shared: int = 0
+    """Mechanism ``shared_link``: 1 = a decode engine pulls one KV cache at a time over its link (NIXL
+    reads into one engine queue FCFS behind each other's bytes); 0: concurrent pulls do not interact."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     stated_slo: tuple[float, float] | None = field(default=None, compare=False, repr=False)
     """The testbed's stated SLO targets (tight TTFT, tight TPOT; s), from the profile's optional ``slo``
@@ -79,13 +91,24 @@ class Physics:
     # ---- timing -----------------------------------------------------------------------------
     def prefill_time_s(self, batch_tokens: int) -> float:
         """Duration of one prefill step over ``batch_tokens`` prompt tokens (s)."""
-        return (self.prefill_base_s + self.prefill_per_token_s * batch_tokens
+        return (self.prefill_step_base_s + self.prefill_per_token_s * batch_tokens
                 + self.prefill_per_token2_s * batch_tokens * batch_tokens)
+
+    @property
+    def prefill_step_base_s(self) -> float:
+        """The fixed part of one prefill step: ``prefill_base_s`` x ``prefill_step_share`` (s)."""
+        share = self.prefill_step_share
+        return self.prefill_base_s if share == 1.0 else self.prefill_base_s * share
+
+    @property
+    def serving_path_s(self) -> float:
+        """Each request's mean time outside the engine's steps (s): ``prefill_base_s`` x (1 - share)."""
+        return self.prefill_base_s * (1.0 - self.prefill_step_share)
 
     def prefill_request_time_s(self, prompt_tokens: int) -> float:
         """Duration of an unbatched prefill of one prompt, chunked by the token budget (s)."""
         steps = max(1, math.ceil(prompt_tokens / self.max_num_batched_tokens))
-        out = steps * self.prefill_base_s + self.prefill_per_token_s * prompt_tokens
+        out = steps * self.prefill_step_base_s + self.serving_path_s + self.prefill_per_token_s * prompt_tokens
         if self.prefill_per_token2_s:
             full, last = divmod(prompt_tokens, self.max_num_batched_tokens)
             out += self.prefill_per_token2_s * (full * self.max_num_batched_tokens ** 2 + last * last)
@@ -143,7 +166,8 @@ class Physics:
                                   f"exceeds the lone-sequence decode step it is part of "
                                   f"({self.decode_base_s + self.decode_per_seq_s:g} s)")
             checked = {**checked, "decode_base_s": base}
-        return replace(self, **checked)
+        ints = {k: int(round(v)) for k, v in checked.items() if _NUMERIC_FIELDS[k] is int}
+        return replace(self, **{**checked, **ints})
 
     # ---- persistence ------------------------------------------------------------------------
     @classmethod
@@ -230,7 +254,8 @@ _NUMERIC_FIELDS: dict[str, type] = {
 }
 PARAMETERS: tuple[str, ...] = tuple(_NUMERIC_FIELDS)
 """The numeric parameters of a profile (``params`` in its file), in field order."""
-_OPTIONAL: dict[str, float] = {"prefill_per_token2_s": 0.0}
+_OPTIONAL: dict[str, float] = {"prefill_per_token2_s": 0.0, "prefill_step_share": 1.0, "serving_path_sigma": 0.0,
+                               "transfer_link_shared": 0}
 """Parameters a profile file may leave out (their value then), and `Physics.to_dict` leaves out at it."""
 _MINIMA: dict[str, float] = {name: 0.0 for name in _NUMERIC_FIELDS}
 _MINIMA.update(
@@ -249,14 +274,21 @@ OVERRIDABLE: dict[str, tuple[float, float]] = {
     "decode_per_seq_s": (0.0, 1e-2),
     "transfer_bandwidth_bytes_per_s": (1e8, 1e13),
     "transfer_latency_s": (0.0, 1.0),
+    "max_num_batched_tokens": (256, 65536),
+    "prefill_step_share": (0.05, 1.0),
+    "serving_path_sigma": (0.0, 2.0),
+    "transfer_link_shared": (0, 1),
 }
 """The profile parameters a run may override (`check_overrides`; a spec's ``physics`` field) and the
 allowed range of each (s/token, s per sequence per decode step, bytes/s, s): the estimates the paper
 does not state (the A40 profile's sources say "estimate (paper silent)"), for sensitivity sweeps and
-`repro identify`. The ranges only exclude nonsense (a prefill of 0.1 us to 10 ms per token; up to 10 ms
-per sequence-step; a link of 100 MB/s to 10 TB/s; up to 1 s of transfer setup);
-a sweep's plausible range is its own (`repro.paper.sections.sensitivity`). Constants the paper states
-(prefill base, decode, KV bytes per token, KV budget) are not overridable."""
+`repro identify`, and the switches of the engine's mechanisms (`repro.engine.mechanisms`: the prefill
+step's share of the stated base, the serving path's tail, a shared KV link; the scheduler's token budget
+``max_num_batched_tokens``, an integer: vLLM's default depends on the GPU). The ranges only exclude
+nonsense (a prefill of 0.1 us to 10 ms per token; up to 10 ms per sequence-step; a link of 100 MB/s to
+10 TB/s; up to 1 s of transfer setup); a sweep's plausible range is its own
+(`repro.paper.sections.sensitivity`). Constants the paper states (prefill base, decode, KV bytes per token,
+KV budget) are not overridable."""
 
 
 def check_overrides(raw: Any, where: str = "spec: field 'physics'") -> dict[str, float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from repro.engine.mechanisms import STEP_SHARE_FLOOR
 from repro.errors import ConfigError
 
 A40_BF16_DENSE_FLOPS = 149.7e12
@@ -52,6 +53,11 @@ BOUNDS: dict[str, Bound] = {b.name: b for b in (
     Bound("reasoning_mult_median", 0.5, 16.0, "x", "a reasoning answer's multiplier; outputs are clipped to 8,192 "
           "tokens"),
     Bound("mixed_burstiness", 0.05, 4.0, "gamma shape", "the arrival process' accepted range"),
+    Bound("prefill_step_share", STEP_SHARE_FLOOR, 1.0, "share of 0.0667 s",
+          "a prefill step reads the weights once (6.17 GB at 696 GB/s = 8.9 ms, 13 % of the stated base) and is "
+          "at most the whole base"),
+    Bound("serving_path_sigma", 0.0, 2.0, "lognormal shape", "non-negative; the accepted range"),
+    Bound("documents_sigma", 0.0, 2.0, "lognormal shape", "the generator's accepted range"),
 )}
 """Each fittable constant's physical bound (`check`)."""
 

@@ -45,14 +45,16 @@ class MemberTask:
     rows: tuple[Target, ...]
 
 
-def searched_rate(task: MemberTask, workload: str, seed: int) -> float:
-    """The testbed's saturation rate of ``workload`` on 2p4d (round-robin mid-collapse, the paper's protocol)."""
+def searched_rate(task: MemberTask, workload: str, seed: int, n_requests: int = SEARCH_REQUESTS) -> float:
+    """The testbed's saturation rate of ``workload`` on 2p4d (round-robin mid-collapse, the paper's protocol),
+    probed with ``n_requests`` per run: the requests of the rows the rate sets (a rate searched on fewer
+    requests than it is judged with lands elsewhere: a shorter trace fills fewer queues)."""
     from repro.experiment.runner import SimTask, simulate_output
     from repro.experiment.saturation import saturation_search
     from repro.experiment.spec import RunSpec
 
     base = RunSpec(backend="sim", workload=workload, topology="2p4d", profile=task.profile, seed=seed,
-                   n_requests=SEARCH_REQUESTS, policy="round_robin",
+                   n_requests=n_requests, policy="round_robin",
                    physics=dict(task.settings.get("physics", {})) or None,
                    workloads=dict(task.settings.get("workloads", {})) or None)
 
@@ -69,7 +71,7 @@ def predict_member(task: MemberTask) -> dict[str, float]:
     for t in task.rows:
         for name in t.rate_names():
             if name not in known and name not in searched:
-                searched[name] = searched_rate(task, name.removeprefix("rate_"), t.seeds[0])
+                searched[name] = searched_rate(task, name.removeprefix("rate_"), t.seeds[0], t.n_requests)
     problem = Problem(task.profile, (), (), physical_bounds=False)  # the rows' rates: the settings' and the searched
     values = simulate_values(task.rows, target_specs(problem, task.settings, task.rows, rates=searched))
     return {**values, **{f"rate:{k}": v for k, v in searched.items()}}
@@ -88,11 +90,13 @@ def holds(t: Target, value: float) -> bool:
 
 def predict(members: pd.DataFrame, space: Sequence[Any], profile: str, rows: Sequence[Target], *,
             stated: Mapping[str, float] | None = None, reference: str | None = None,
-            executor: Executor | None = None) -> pd.DataFrame:
+            executor: Executor | None = None,
+            fixed: tuple[Mapping[str, float], Mapping[str, float]] = ({}, {})) -> pd.DataFrame:
     """Long table: member, key, value for each testbed of ``members`` (an ensemble frame: one column per
     parameter; its rates: the fitted ones and the ``stated`` ones, req/s) and, with ``reference``, that
     profile as it is (member ``reference``), every rate of which its own saturation search finds (as the
-    main job on that profile did)."""
+    main job on that profile did). ``fixed``: the physics and workload overrides the model's mechanisms fix
+    on every testbed of the ensemble (`repro.identify.fit.Problem.fixed`)."""
     from repro.experiment.executor import shared_executor
     from repro.identify.space import settings
 
@@ -101,6 +105,8 @@ def predict(members: pd.DataFrame, space: Sequence[Any], profile: str, rows: Seq
         x = [p.to_internal(float(m[p.name])) for p in space]
         s = settings(space, x)
         s["rate"] = {**(stated or {}), **s["rate"]}
+        s["physics"] = {**fixed[0], **s["physics"]}
+        s["workloads"] = {**fixed[1], **s["workloads"]}
         tasks.append(MemberTask(f"m{i:02d}", profile, s, tuple(rows)))
     if reference is not None:
         tasks.append(MemberTask("reference", reference, {}, tuple(rows)))

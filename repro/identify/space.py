@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from repro.engine.mechanisms import CATALOGUE as MECHANISMS
+from repro.engine.mechanisms import Mechanism
 from repro.engine.physics import OVERRIDABLE
 from repro.errors import ConfigError
 from repro.workload.params import FITTABLE
@@ -105,11 +107,25 @@ PAPER_SPACE: tuple[Parameter, ...] = (
     Parameter("rate_documents", "rate", 2.0, 32.0, "req/s",
               "documents' operating point (not stated): from a twelfth of mixed's 24 req/s to above it "
               "(documents' prompts are the heaviest prefill load)"),
+    Parameter("rate_fig5_light", "rate", 2.0, 24.0, "req/s",
+              "Fig. 5's lowest rate (not stated: 'under a rising request rate'): from a twelfth of the operating "
+              "point up to it"),
+    Parameter("rate_fig5_top", "rate", 24.0, 48.0, "req/s",
+              "Fig. 5's top rate (not stated): at or above the operating point, since its P99 TTFT (0.56 s) lies "
+              "above Fig. 6's at the operating point (0.337 s); up to twice it"),
 )
 """The A40 testbed's unknowns (the rest of the profile is stated by the paper, or vLLM's settings; the
 per-sequence decode cost follows from the stated batch-8 penalty, `DECODE_PER_SEQ`)."""
 
-CATALOGUE: tuple[Parameter, ...] = (*PAPER_SPACE[:1], DECODE_PER_SEQ, *PAPER_SPACE[1:])
+def mechanism_space(mechs: Sequence[Mechanism]) -> tuple[Parameter, ...]:
+    """The parameters the mechanisms ``mechs`` free (`repro.engine.mechanisms.Mechanism.free`)."""
+    return tuple(Parameter(f.name, f.kind, f.lo, f.hi, f.unit, f.reason, f.log) for m in mechs for f in m.free)
+
+
+MECHANISM_SPACE: tuple[Parameter, ...] = mechanism_space(MECHANISMS)
+"""Every mechanism's free parameters (`repro identify --mechanisms` adds a model's to the fit)."""
+
+CATALOGUE: tuple[Parameter, ...] = (*PAPER_SPACE[:1], DECODE_PER_SEQ, *PAPER_SPACE[1:], *MECHANISM_SPACE)
 """Every parameter `repro identify --params` may name."""
 
 

@@ -7,9 +7,11 @@ same table from their own cluster's baseline runs). Columns:
 key          the number's name (a `data/paper_reference.csv` key for the paper's)
 workload     ``chat`` | ``reasoning`` | ``documents`` | ``mixed``
 topology     e.g. ``2p4d``
-policy       the policy that was measured (training rows: baselines only, never the router under study);
+policy       the policy that was measured (training rows: baselines only, never the router under study,
+             `check_training`);
              a prediction may name two, ``a-b``: the paired difference a minus b (an ordering)
-rate         req/s: a number, ``@name`` (a fitted rate, `repro.identify.space`), or ``F*@name`` / ``F*R``
+rate         req/s: a number, ``@name`` (a fitted rate, `repro.identify.space`, or a stated one:
+             ``repro identify --stated-rate name=R``), or ``F*@name`` / ``F*R``
 seeds        the traces, space-separated (``1 2 3``); the statistic is taken over them
 n_requests   requests per run
 metric       a run summary column: ``goodput``, ``ttft_p99_s``, ``preempted_fraction``, ...
@@ -18,6 +20,8 @@ value        the measured number (the metric's unit: a fraction, seconds)
 sd           its noise (same unit; for a time, relative: 0.15 = 15 %); with the simulator's own trace noise
              this is the yardstick of the fit (`repro.identify.fit`)
 source       where the number comes from (the paper's section and figure, or the user's run)
+bound        optional: ``at_least`` | ``at_most``: the number is a bound the paper states ("every load-aware
+             policy holds >= 0.695"), met by any value on its side (residual 0 there)
 claim        optional, for a prediction: ``value`` (default for one policy), ``ordering`` (default for two:
              the paper's gap, its sign the claim) or ``tie`` (the paper says the two are level)
 ============ ==========================================================================================
@@ -44,6 +48,7 @@ COLUMNS = ("key", "workload", "topology", "policy", "rate", "seeds", "n_requests
            "value", "sd", "source")
 STATISTICS = ("mean", "min", "max")
 CLAIMS = ("value", "ordering", "tie")
+BOUNDS = ("at_least", "at_most")
 _RATE = re.compile(r"^\s*(?:(?P<factor>[0-9.eE+-]+)\s*\*\s*)?(?P<ref>@[A-Za-z_][A-Za-z0-9_]*|[0-9.eE+-]+)\s*$")
 
 
@@ -65,6 +70,8 @@ class Target:
     source: str = ""
     claim: str = ""
     """``value`` | ``ordering`` | ``tie`` (`CLAIMS`); empty: ``value`` for one policy, ``ordering`` for two."""
+    bound: str = ""
+    """``at_least`` | ``at_most`` (`BOUNDS`): a stated bound, met on its side; empty: a number."""
 
     @property
     def claim_kind(self) -> str:
@@ -97,9 +104,13 @@ class Target:
         return float({"mean": np.mean, "min": np.min, "max": np.max}[self.statistic](vals))
 
     def residual(self, simulated: float) -> float:
-        """(simulated - measured) / sd, on a log scale for times. NaN or a non-positive time: +inf."""
+        """(simulated - measured) / sd, on a log scale for times; 0 on the allowed side of a bound. NaN or a
+        non-positive time: +inf."""
         if not math.isfinite(simulated):
             return math.inf
+        if (self.bound == "at_least" and simulated >= self.value) or (self.bound == "at_most"
+                                                                      and simulated <= self.value):
+            return 0.0
         if self.log_scale:
             if simulated <= 0 or self.value <= 0:
                 return math.inf
@@ -156,9 +167,13 @@ def targets_from_frame(df: pd.DataFrame, origin: str = "targets") -> list[Target
             raise ConfigError(f"{where}: column 'claim' = {claim!r}; allowed: {list(CLAIMS)} (or empty)")
         if claim in ("ordering", "tie") and len(policies) != 2:
             raise ConfigError(f"{where}: column 'claim' = {claim!r} needs two policies ('a-b')")
+        bound = str(row.get("bound", "") or "").strip()
+        if bound and bound not in BOUNDS:
+            raise ConfigError(f"{where}: column 'bound' = {bound!r}; allowed: {list(BOUNDS)} (or empty)")
         t = Target(key=key, workload=row["workload"], topology=str(row["topology"]).strip(), policies=policies,
                    rate=str(row["rate"]).strip(), seeds=seeds, n_requests=n, metric=str(row["metric"]).strip(),
-                   statistic=row["statistic"], value=value, sd=sd, source=str(row.get("source", "")), claim=claim)
+                   statistic=row["statistic"], value=value, sd=sd, source=str(row.get("source", "")), claim=claim,
+                   bound=bound)
         if t.log_scale and value <= 0:
             raise ConfigError(f"{where}: a time ({t.metric}) must be > 0")
         out.append(t)
@@ -170,6 +185,52 @@ def targets_from_frame(df: pd.DataFrame, origin: str = "targets") -> list[Target
 def policies_named(targets: Sequence[Target]) -> set[str]:
     """Every policy the rows measure."""
     return {p for t in targets for p in t.policies}
+
+
+ROUTER = "marginal_cost"
+"""The paper's router: it and its readings (``marginal_cost*``) are always predicted, never fitted."""
+
+
+def _is_router(policy: str) -> bool:
+    return policy.startswith(ROUTER)
+
+
+def predicted_policies(predictions: Sequence[Target]) -> set[str]:
+    """The policies a prediction table is about: the paper's router (``marginal_cost``, always), every policy
+    a prediction row measures alone, and of a pair ``a-b`` each member that is not a baseline (the paper's
+    round-robin, least-loaded and length-threshold, or a production router: `repro.routing.policies`), a
+    pair's baseline being the yardstick the training table may well measure."""
+    from repro.routing.policies import PAPER_POLICIES, PRODUCTION_POLICIES
+
+    baselines = {p for p in PAPER_POLICIES if not _is_router(p)} | set(PRODUCTION_POLICIES)
+    out = {ROUTER}
+    for t in predictions:
+        out |= set(t.policies) if len(t.policies) == 1 else {p for p in t.policies if p not in baselines}
+    return out
+
+
+def rows_about(rows: Sequence[Target], policies: set[str]) -> list[Target]:
+    """The rows that measure one of ``policies`` (or a reading of the paper's router), alone or in a pair."""
+    return [t for t in rows if any(p in policies or _is_router(p) for p in t.policies)]
+
+
+def check_training(rows: Sequence[Target], predictions: Sequence[Target], *, origin: str,
+                   shipped: bool = False) -> list[str]:
+    """A training table must hold no row about a policy being predicted (`predicted_policies`): its numbers
+    would be fitted, and the prediction would no longer be one. In the shipped paper table (``shipped``)
+    such a row is a `ConfigError`; in a user's table, each such row is returned as a warning (one line
+    naming the rows and the policies) for the caller to show. Empty: the table holds baselines only."""
+    policies = predicted_policies(predictions)
+    about = rows_about(rows, policies)
+    if not about:
+        return []
+    named = sorted({p for t in about for p in t.policies if p in policies or _is_router(p)})
+    text = (f"{origin}: training row(s) {[t.key for t in about]} measure {named}, a policy being predicted "
+            f"(predicted: {sorted(policies)}); their numbers are fitted, so the predictions about it are no longer "
+            "predictions")
+    if shipped:
+        raise ConfigError(f"identify: {text}; the paper's training table must hold baselines only")
+    return [f"{text}; drop those rows, or read the predictions as fitted"]
 
 
 def measure(targets: Sequence[Target], *, backend: str, profile: str, cluster: str | None = None,
@@ -215,4 +276,5 @@ def to_frame(targets: Sequence[Target]) -> pd.DataFrame:
     return pd.DataFrame([{"key": t.key, "workload": t.workload, "topology": t.topology, "policy": "-".join(t.policies),
                           "rate": t.rate, "seeds": " ".join(map(str, t.seeds)), "n_requests": t.n_requests,
                           "metric": t.metric, "statistic": t.statistic, "value": t.value, "sd": t.sd,
-                          "source": t.source, "claim": t.claim} for t in targets], columns=[*COLUMNS, "claim"])
+                          "source": t.source, "claim": t.claim, "bound": t.bound} for t in targets],
+                        columns=[*COLUMNS, "claim", "bound"])

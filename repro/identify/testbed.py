@@ -3,8 +3,8 @@ SLO targets) and the fit report beside it.
 
 The profile (``data/hardware/<name>.json``) is the base profile with each fitted constant replaced by
 its best value, whose ``source`` says "identified from" the training rows, with the ensemble's range
-and what the numbers say of it (identified / loose). Its ``workloads`` section holds the workload
-generator's parameters (`repro.workload.params`), its ``slo`` section the stated SLO targets (the
+and what the numbers say of it (identified / at a bound / loose). Its ``workloads`` section holds the
+workload generator's parameters (`repro.workload.params`), its ``slo`` section the stated SLO targets (the
 base profile's, which a different prefill constant must not move: the paper states them), and its
 ``identified`` section the rows, the fitted rates and the fit's figures. The report folder
 (``data/identify/<name>/``) holds ``history.csv`` (every visited vector), ``ensemble.csv``,
@@ -50,10 +50,14 @@ def _shown(path: Path) -> str:
 
 
 def identified_source(ident: Identification, report: str, par: pd.Series) -> str:
+    from repro.identify.fit import status_words
+
     keys = ", ".join(t.key for t in ident.problem.targets)
+    cut = par.get("cut", "")
+    status = status_words(str(par["status"]), cut if isinstance(cut, str) else "")
     return (f"identified from {len(ident.problem.targets)} measured baseline numbers ({keys}) by repro identify: "
             f"best {par['best']:.4g}, ensemble [{par['ensemble_lo']:.4g}, {par['ensemble_hi']:.4g}] of the prior "
-            f"[{par['prior_lo']:.4g}, {par['prior_hi']:.4g}] ({par['status']}); report {report}")
+            f"[{par['prior_lo']:.4g}, {par['prior_hi']:.4g}] ({status}); report {report}")
 
 
 def profile_dict(ident: Identification, name: str, size: int = ENSEMBLE_SIZE, report: str = "",
@@ -70,8 +74,15 @@ def profile_dict(ident: Identification, name: str, size: int = ENSEMBLE_SIZE, re
                           f"baseline numbers (repro identify; {report}).").strip()
     pars = ident.parameters(size).set_index("parameter")
     best = ident.best
+    from repro.engine.mechanisms import resolve
+
+    mechs = resolve(ident.problem.mechanisms)
+    fixed_p, fixed_w = ident.problem.fixed
     physics = {p.name: float(best[p.name]) for p in ident.problem.space if p.kind == "physics"}
-    fitted = base.with_estimates(physics)
+    fitted = base.with_estimates({**fixed_p, **physics})
+    for m in mechs:
+        for pname in m.fixed_physics:
+            raw["params"][pname] = {"value": getattr(fitted, pname), "source": f"mechanism {m.name}: {m.source}"}
     for pname in physics:
         raw["params"][pname] = {"value": getattr(fitted, pname),
                                 "source": identified_source(ident, report, pars.loc[pname])}
@@ -86,6 +97,8 @@ def profile_dict(ident: Identification, name: str, size: int = ENSEMBLE_SIZE, re
     for wname in SOURCES:
         if wname in pars.index and pars.loc[wname, "kind"] == "workloads":
             section[wname] = {"value": float(best[wname]), "source": identified_source(ident, report, pars.loc[wname])}
+        elif wname in fixed_w:
+            section[wname] = {"value": float(fixed_w[wname]), "source": "fixed by the model's mechanisms"}
         else:
             value = getattr(workloads, wname)
             src = old.get(wname, {}).get("source") if value != getattr(ESTIMATED, wname) else SOURCES[wname]
@@ -100,6 +113,7 @@ def profile_dict(ident: Identification, name: str, size: int = ENSEMBLE_SIZE, re
                          "source": f"stated (paper §IV-B: 39.7 ms tight), as the base profile {base_name}'s"}}
     raw["identified"] = {
         "base_profile": ident.problem.profile,
+        "mechanisms": [m.name for m in mechs],
         "training_keys": [t.key for t in ident.problem.targets],
         "inputs": list(inputs),
         "stated_rates": dict(stated_rates or {}),
@@ -118,6 +132,7 @@ def write(ident: Identification, name: str, *, size: int = ENSEMBLE_SIZE, profil
     """Write the profile and the report folder; returns the paths written by what they hold."""
     out = out_dir or report_dir(name)
     out.mkdir(parents=True, exist_ok=True)
+    Path(profile_dir).mkdir(parents=True, exist_ok=True)
     paths = {"profile": Path(profile_dir) / f"{name}.json", "history": out / "history.csv",
              "ensemble": out / "ensemble.csv", "parameters": out / "parameters.csv",
              "residuals": out / "residuals.csv", "fit": out / "fit.json"}
@@ -133,9 +148,10 @@ def write(ident: Identification, name: str, *, size: int = ENSEMBLE_SIZE, profil
     fit = {"name": name, "base_profile": ident.problem.profile, "parameters": [p.name for p in ident.problem.space],
            "targets": [t.key for t in ident.problem.targets], "chi2": float(ident.best["chi2"]), "dof": ident.dof,
            "birge": ident.birge, "threshold": ident.threshold, "level": ident.level,
-           "ensemble_size": len(ident.ensemble(size)),
+           "ensemble_size": len(ident.ensemble(size)), "fit_quality": ident.fit_quality(),
            "goodput_mean_abs_residual": float(goodput["residual"].abs().mean()) if len(goodput) else math.nan,
-           "optimizer": ident.optimizer, **(extra or {})}
+           "optimizer": ident.optimizer, "model": ident.problem.model, "mechanisms": list(ident.problem.mechanisms),
+           **(extra or {})}
     paths["fit"].write_text(json.dumps(fit, indent=2, default=str) + "\n")
     return paths
 

@@ -71,9 +71,10 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
                    "the baseline numbers it was fitted to): never counted as reproduced.")
     robust = head.get("robustness", pd.Series("", index=head.index)).astype(object).fillna("").astype(str)
     if (robust != "").any():
-        out.append("across plausible testbeds: the paper's claim of a row checked on each testbed that fits the "
-                   "paper's baseline numbers within their noise (`repro identify`, data/identify/): a verdict that "
-                   "depends on the testbed rests on constants the paper does not state.")
+        out.append("across plausible testbeds: the paper's claim of a row checked on each testbed of the identified "
+                   "ensemble, those that fit the paper's baseline numbers about as well as the best "
+                   "(`repro identify`, data/identify/; its fit.json says whether the best is within the numbers' "
+                   "noise): a verdict that depends on the testbed rests on constants the paper does not state.")
     if ((head.kind == "ordering") & (head.verdict == "within noise")).any():
         out.append("within noise: the paired 95% interval holds both zero and the paper's gap, so the data cannot "
                    "decide, whichever point estimate is larger (the row says about how many traces would).")

@@ -57,10 +57,13 @@ TTFT_REFERENCE_TOKENS = (PAPER_TTFT_TIGHT_S - _PAPER["base"] - _PAPER["xfer_late
 
 PHYSICS_TO_COST_MODEL = {"prefill_per_token_s": "tau_pre_per_token_s",
                          "transfer_bandwidth_bytes_per_s": "xfer_bandwidth_bytes_per_s",
-                         "transfer_latency_s": "xfer_latency_s"}
+                         "transfer_latency_s": "xfer_latency_s",
+                         "max_num_batched_tokens": "max_num_batched_tokens"}
 """Each overridable physics parameter (`repro.engine.physics.OVERRIDABLE`) -> the cost-model constant
-`CostModel.from_physics` calibrates from it (the same value, the same unit); ``decode_per_seq_s``
-moves the concurrency slope instead (`CostModel.with_physics`)."""
+`CostModel.from_physics` calibrates from it (the same value, the same unit; the token budget is an engine
+setting the router reads); ``decode_per_seq_s`` moves the concurrency slope instead (`CostModel.with_physics`).
+The mechanisms' shapes (`repro.engine.mechanisms.UNSEEN_BY_CALIBRATION`) calibrate nothing: a calibration
+times whole requests, so it prices the stated prefill base whichever part of it is the engine's step."""
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from heapq import heappush
 import numpy as np
 import pandas as pd
 
+from repro.engine.mechanisms import path_factors
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
 from repro.journal_schema import FIELD_NAMES
@@ -67,6 +68,7 @@ _PRE_STEP_END = 0
 _TRANSFER_DONE = 1
 _DEC_NEXT = 2
 _ARRIVAL = 3
+_HANDOFF = 4  # x = request: its prefill response has come back through the serving path (mechanism request_path)
 
 
 class _Prefill:
@@ -274,6 +276,14 @@ class Simulator:
         )
         if config.backlog == "oracle":
             router.oracle_backlog = self._oracle_backlog
+        # mechanism request_path: each request's serving path (s) after its prefill step, per prefill engine's
+        # physics; path_tail: a lognormal factor per request, a fixed function of its id (`path_factors`)
+        self.path_s = [e.phys.serving_path_s for e in self.pre]
+        sigmas = [e.phys.serving_path_sigma for e in self.pre]
+        self.path_factor: list[float] = (path_factors(self.ids, self.arrival, max(sigmas)) if any(sigmas) else [])
+        # mechanism shared_link: when each decode engine's link is next free (s)
+        self.link_shared = [d.phys.transfer_link_shared >= 1 for d in self.dec]
+        self.link_free_s = [0.0] * len(self.dec)
 
     # ---- event plumbing -------------------------------------------------------------------
     # An event is pushed as heappush(self._events, (time_s, kind, next(self._seq), x, y, z)), written
@@ -306,6 +316,8 @@ class Simulator:
                         decode_boundary(d, x, z)
                 elif kind == _TRANSFER_DONE:
                     transfer_done(x, y, z)
+                elif kind == _HANDOFF:
+                    self._handoff(x)
                 else:
                     prefill_step_end(x)
             elif i < n:
@@ -402,21 +414,31 @@ class Simulator:
             if prefill_left[r] == 0:
                 done.append(r)
         e.batch = []
+        path = self.path_s[p]
         for r in done:
             e.queue.popleft()  # completed requests are exactly the front of the queue
-            self.t_pre_end[r] = now
-            self.router.prefill_done(self.ids[r], now)
-            d = self.d_of[r]
-            dd = self.dec[d]
-            dd.waiting.append(r)
-            dd.queued_output_tokens += self.out[r]
-            if dd.n_running:  # a busy engine schedules new requests at its next step boundary (vLLM)
-                if not dd.admit_pending:
-                    dd.admit_pending = True
-                    self._decode_schedule(dd, d)
+            if path > 0.0:  # mechanism request_path: the response travels the serving path first
+                delay = path * self.path_factor[r] if self.path_factor else path
+                heappush(self._events, (now + delay, _HANDOFF, next(self._seq), r, 0, 0))
             else:
-                self._decode_admit(dd, d)
+                self._handoff(r)
         self._prefill_start(p)
+
+    def _handoff(self, r: int) -> None:
+        """Request ``r``'s prefill is done as the router sees it: hand it to its decode engine."""
+        now = self.now
+        self.t_pre_end[r] = now
+        self.router.prefill_done(self.ids[r], now)
+        d = self.d_of[r]
+        dd = self.dec[d]
+        dd.waiting.append(r)
+        dd.queued_output_tokens += self.out[r]
+        if dd.n_running:  # a busy engine schedules new requests at its next step boundary (vLLM)
+            if not dd.admit_pending:
+                dd.admit_pending = True
+                self._decode_schedule(dd, d)
+        else:
+            self._decode_admit(dd, d)
 
     # ---- decode ----------------------------------------------------------------------------
     def _decode_admit(self, d: _Decode, di: int, schedule: bool = True) -> None:
@@ -445,6 +467,12 @@ class Simulator:
             if self.pulled[r]:  # preempted after its pull: it joins at the next boundary and its context is
                 d.recompute[r] = need  # recomputed inside that step (`_decode_boundary`)
                 delay = 0.0
+            elif self.link_shared[di]:  # mechanism shared_link: the pull waits for the engine's link
+                ph = self.pre[self.p_of[r]].phys
+                start = max(now, self.link_free_s[di])
+                wire = prompt[r] * ph.kv_bytes_per_token / ph.transfer_bandwidth_bytes_per_s
+                self.link_free_s[di] = start + wire
+                delay = start - now + ph.transfer_latency_s + wire
             else:  # pull the prompt's KV from the prefill engine, which still holds it
                 delay = self.pre[self.p_of[r]].phys.transfer_time_s(prompt[r])
             heappush(self._events, (now + delay, _TRANSFER_DONE, next(self._seq), r, di, self.epoch[r]))
@@ -623,7 +651,7 @@ class Simulator:
             if queued <= 0:
                 return rest
             steps = math.ceil(queued / ph.max_num_batched_tokens)
-            return rest + steps * ph.prefill_base_s + ph.prefill_per_token_s * queued
+            return rest + steps * ph.prefill_step_base_s + ph.prefill_per_token_s * queued
         d = self.dec[i]
         v_now = d.origin_step + d.steps_done_by(now)
         remaining = d.sum_finish_step - d.n_running * v_now + d.queued_output_tokens

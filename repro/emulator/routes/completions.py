@@ -35,6 +35,7 @@ from repro.emulator.routes.params import (
 )
 from repro.emulator.routes.state import EmulatorState, emulator_state
 from repro.emulator.seq import ABORTED, FINISHED, Seq
+from repro.engine.mechanisms import path_factors
 
 try:  # orjson is much faster for the per-chunk encoding; plain json works too
     import orjson
@@ -198,6 +199,11 @@ async def full_body(state: EmulatorState, c: Completion, request: Request) -> Re
         engine.log_request(c.request_id, seq)
     if seq.state == ABORTED:
         return error_response("Request was aborted", "InternalServerError", 500)
+    path = engine.physics.serving_path_s
+    if seq.prefill_only and path > 0.0:  # mechanism request_path: the answer's own time outside the engine
+        sigma = engine.physics.serving_path_sigma
+        factor = path_factors([c.rid], [0.0], sigma)[0] if sigma else 1.0
+        await asyncio.sleep(path * factor / engine.K)
     n_gen = seq.g
     text = c.text(0, n_gen)
     kv_out = handoff_params(state, seq, c.rid, request)

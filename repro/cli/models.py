@@ -1,0 +1,105 @@
+"""`repro models`: choose the testbed's mechanisms by the paper's baseline numbers alone (`repro.identify.selection`),
+and search each model for the widest documents gap between the baselines it allows (`repro.identify.separation`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from repro.engine.mechanisms import CATALOGUE as MECHANISMS
+from repro.errors import ConfigError
+
+DEFAULT_MODELS = ("base", "request_path", "request_path+path_tail", "vllm_budget+request_path+document_tail",
+                  "vllm_budget+request_path+path_tail+shared_link+document_tail")
+"""The models `repro models` fits by default: the base model, each mechanism the documents' and Fig. 5's
+numbers could bear on, and the whole catalogue."""
+OUT = "data/identify/models"
+TARGETS = "data/identify/paper_baselines.csv"
+
+
+def models_cli(
+    models: str = typer.Option(",".join(DEFAULT_MODELS), "--models",
+                               help="comma-separated models, each its mechanisms joined by '+' ('base': none; "
+                                    f"mechanisms: {', '.join(m.name for m in MECHANISMS)})"),
+    targets: Path = typer.Option(Path(TARGETS), "--targets", help="the baseline numbers (repro.identify.targets)"),
+    profile: str = typer.Option("a40-qwen2.5-3b", "--profile", help="the base hardware profile"),
+    popsize: int = typer.Option(3, "--popsize", min=2, max=50, help="differential evolution: vectors per parameter"),
+    generations: int = typer.Option(6, "--generations", min=0, max=500, help="generations after the initial one"),
+    seed: int = typer.Option(0, "--seed", min=0, help="the searches' seed (the same for every model)"),
+    gap_search: bool = typer.Option(True, "--gap-search/--no-gap-search",
+                                    help="also search each model for the widest documents gap it allows"),
+    out_dir: Path = typer.Option(Path(OUT), "--out-dir", help="one folder per model, and models.csv"),
+    executor: str = typer.Option("", "--executor", help="local | serial | ray (default $REPRO_EXECUTOR or local)"),
+    jobs: int = typer.Option(0, "--jobs", min=0, help="worker processes (0: one per core)"),
+    ray_address: str = typer.Option("", "--ray-address", help="a Ray cluster's address (implies --executor ray)"),
+) -> None:
+    """Fit each model of the mechanism catalogue to the same baseline-only table with the same search budget,
+    score the fits (chi-square per degree of freedom, AIC, BIC, leave-one-figure-out prediction error, the
+    documents gap between baselines) and write models.csv, best by cross-validation first. Every search is
+    journaled: an interrupted run, rerun with the same options, resumes."""
+    from repro.engine.mechanisms import resolve
+    from repro.experiment.executor import make_executor, settings_from_env
+    from repro.identify import selection, separation, testbed
+    from repro.identify.fit import Problem, identify
+    from repro.identify.space import PAPER_SPACE, mechanism_space
+    from repro.identify.targets import load_targets
+    from repro.paths import user_path
+
+    rows = tuple(load_targets(user_path(targets, default=TARGETS)))
+    specs = [m.strip() for m in models.split(",") if m.strip()]
+    if not specs:
+        raise ConfigError("models: --models names no model")
+    out = user_path(out_dir, default=OUT)
+    console = Console()
+    kind, env_jobs, address = settings_from_env()
+    ex = make_executor("ray" if ray_address else (executor or kind), jobs or env_jobs, ray_address or address)
+    scores, gaps = [], []
+    try:
+        for spec in specs:
+            mechs = resolve([] if spec == "base" else spec.split("+"))
+            space = (*PAPER_SPACE, *mechanism_space(mechs))
+            problem = Problem(profile, rows, space, stated={"rate_mixed": 24.0},
+                              mechanisms=tuple(m.name for m in mechs))
+            folder = out / problem.model
+            folder.mkdir(parents=True, exist_ok=True)
+            t0 = time.monotonic()
+            console.print(f"model {problem.model}: {len(space)} parameters, {len(rows)} numbers")
+            ident = identify(problem, executor=ex, popsize=popsize, generations=generations, seed=seed,
+                             journal=folder / f"search-{problem.fingerprint()}.jsonl")
+            wall = time.monotonic() - t0
+            testbed.write(ident, problem.model.replace("+", "-"), profile_dir=folder, out_dir=folder,
+                          extra={"fit_wall_s": wall, "executor": ex.describe()},
+                          inputs=("saturation_rate_mixed",), stated_rates={"rate_mixed": 24.0})
+            sc = selection.score(problem.model, ident.history, rows, len(space))
+            sc["fit_wall_s"] = round(wall)
+            scores.append(sc)
+            selection.leave_one_figure_out(ident.history, rows).to_csv(folder / "lofo.csv", index=False)
+            console.print(f"  chi2/dof {sc['chi2_per_dof']:.2f}, held-out chi2 {sc['cv_chi2']:.1f}, documents gap "
+                          f"{sc['docs_gap']:+.3f} ({wall:.0f} s)")
+            if gap_search:
+                g0 = time.monotonic()
+                gp = separation.GapProblem(mechs, profile)
+                hist = separation.search(gp, executor=ex, journal=folder / "gap-search.jsonl")
+                hist.to_csv(folder / "gap_search.csv", index=False)
+                summ = separation.summary(hist)
+                summ["wall_s"] = round(time.monotonic() - g0)
+                gaps.append(summ)
+                console.print(f"  widest documents gap with round-robin at 0.585 +- 0.03: {summ['widest_gap']:+.3f} "
+                              f"({summ['feasible']} of {summ['vectors']} vectors feasible)")
+    finally:
+        ex.close()
+    tab = selection.table(scores)
+    tab.to_csv(out / "models.csv", index=False)
+    if gaps:
+        import pandas as pd
+
+        pd.DataFrame(gaps).to_csv(out / "separation.csv", index=False)
+    (out / "selection.json").write_text(json.dumps({
+        "targets": str(targets), "profile": profile, "popsize": popsize, "generations": generations, "seed": seed,
+        "chosen_by_cv": str(tab.iloc[0]["model"])}, indent=2) + "\n")
+    console.print(tab[["model", "k", "chi2_per_dof", "aic", "bic", "cv_chi2", "docs_gap", "akaike_weight",
+                       "cv_weight"]].to_string(index=False))

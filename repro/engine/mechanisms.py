@@ -1,0 +1,158 @@
+"""The catalogue of engine and workload mechanisms a testbed may be built with.
+
+A `Mechanism` is a named, switchable part of the truth (`repro.engine.physics.Physics`) or of the workload
+generator (`repro.workload.params`): what it fixes when switched on, which of its parameters a fit frees
+(each with a prior range and the reason for it), and the source it rests on (vLLM 0.12's code, the A40's
+datasheet, the paper). Off, every mechanism leaves the profile as shipped, so today's journals stay byte for
+byte (`tests/test_mechanisms.py`). `repro identify --mechanisms NAME,...` builds a model from them;
+docs/IDENTIFY.md ("Mechanisms") has the catalogue with its sources and what the paper's baseline numbers say
+of each.
+
+Units: seconds, tokens, bytes; shares are fractions of the stated prefill base (0.0667 s, paper §VI).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+from repro.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Free:
+    """A mechanism's parameter a fit may free: its kind (``physics`` | ``workloads``), prior and reason."""
+
+    name: str
+    kind: str
+    lo: float
+    hi: float
+    unit: str
+    reason: str
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One switchable mechanism: ``fixed`` physics / workload overrides when on, ``free`` parameters, sources."""
+
+    name: str
+    title: str
+    models: str
+    source: str
+    fixed_physics: Mapping[str, float] = field(default_factory=dict)
+    fixed_workloads: Mapping[str, float] = field(default_factory=dict)
+    free: tuple[Free, ...] = ()
+    requires: tuple[str, ...] = ()
+
+
+WEIGHTS_READ_S = 6.17e9 / 696e9
+"""One forward pass of Qwen2.5-3B reads its BF16 weights once: 6.17 GB at the A40's 696 GB/s (s). A
+prefill step over a short prompt cannot take less."""
+
+STEP_SHARE_FLOOR = WEIGHTS_READ_S / 0.0667
+"""The least share of the stated 0.0667 s prefill base a step can be (`WEIGHTS_READ_S` of it: 0.133)."""
+
+CATALOGUE: tuple[Mechanism, ...] = (
+    Mechanism(
+        "vllm_budget", "vLLM's own token budget on an A40",
+        "each scheduler step batches at most 2,048 tokens (prompts chunked by it), as unmodified vLLM 0.12 "
+        "sets it for `vllm serve` on a GPU under 70 GiB; off: the profile's pinned 8,192",
+        "vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults: device memory < 70 GiB (the A40 has 48 GB) -> "
+        "max_num_batched_tokens {LLM_CLASS: 8192, OPENAI_API_SERVER: 2048}, max_num_seqs 256; the paper runs "
+        "'unmodified vLLM 0.12 engines' (§IV-A) and states no budget",
+        fixed_physics={"max_num_batched_tokens": 2048}),
+    Mechanism(
+        "request_path", "The prefill base split between the step and the request",
+        "of the stated prefill base (0.0667 s), the share `prefill_step_share` is the engine's step (one "
+        "forward pass, shared by the batch); the rest is each request's own time outside the step loop (HTTP, "
+        "tokenization and the response in the API server process, the proxy's hops), not shared and occupying "
+        "no engine",
+        "vllm/v1/engine/async_llm.py AsyncLLM.generate and vllm/v1/engine/processor.py Processor.process_inputs "
+        "(tokenization in the API server process, per request), vllm/v1/engine/core.py EngineCore.step (one "
+        "forward pass per step for the whole batch), vllm/v1/engine/output_processor.py (detokenization per "
+        "request); the paper's decode step on the same engine is 0.013237 s (§VI), and a step's forward pass "
+        f"reads the weights once ({WEIGHTS_READ_S * 1e3:.1f} ms at 696 GB/s): a 67-ms step over a short prompt "
+        "would be five such passes",
+        free=(Free("prefill_step_share", "physics", STEP_SHARE_FLOOR, 1.0, "share of 0.0667 s",
+                   f"from one weights read ({WEIGHTS_READ_S * 1e3:.1f} ms, the A40's bandwidth) to the whole stated "
+                   "base (the paper's §VI model)"),)),
+    Mechanism(
+        "path_tail", "A serving path with a tail",
+        "each request's serving path is lognormal (shape `serving_path_sigma`, mean as `request_path` sets "
+        "it): load-independent SLO misses from slow HTTP hops, tokenization of long prompts, event-loop stalls",
+        "vllm/entrypoints/openai/api_server.py (one asyncio event loop per API server: a request's HTTP, "
+        "tokenization and streaming wait behind every other request's), the paper's round-robin losing 12 % "
+        "of its requests at its lightest load (Fig. 5: 0.880)",
+        free=(Free("serving_path_sigma", "physics", 0.0, 1.5, "lognormal shape",
+                   "from none to a path whose p99 is ~10x its median"),),
+        requires=("request_path",)),
+    Mechanism(
+        "shared_link", "KV pulls that share a decode engine's link",
+        "a decode engine pulls one prompt's KV at a time (FCFS by admission): concurrent NIXL reads into one "
+        "GPU queue behind each other's bytes",
+        "vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py NixlConnectorWorker.start_load_kv -> "
+        "_read_blocks (one NIXL READ per request, all into the decode GPU over its one PCIe Gen4 x16 link)",
+        fixed_physics={"transfer_link_shared": 1}),
+    Mechanism(
+        "document_tail", "Documents with a long tail",
+        "the documents' prompt lengths spread wider (`documents_sigma` freed): a long prompt, chunked by the "
+        "token budget, holds its prefill engine for several steps, and every prompt behind it waits",
+        "vllm/v1/core/sched/scheduler.py Scheduler.schedule (RUNNING requests, a long prompt's next chunk among "
+        "them, are scheduled before WAITING ones: head-of-line blocking on one engine); the paper's Table I "
+        "(the workloads' lengths) is lost",
+        free=(Free("documents_sigma", "workloads", 0.3, 1.5, "lognormal shape",
+                   "from lengths within ~1.5x of the median to a tail of 40x (clipped at 8,192 tokens)"),)),
+)
+"""Every mechanism `repro identify --mechanisms` may name. Present in every model (not switchable, listed in
+docs/IDENTIFY.md): continuous batching in both stages, chunked prefill, the decode step's KV read per context
+token, recompute preemption."""
+
+UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared")
+"""Physics switches a calibration cannot see (it times whole requests): the router's constants stay."""
+
+BY_NAME: dict[str, Mechanism] = {m.name: m for m in CATALOGUE}
+
+
+def resolve(names: Sequence[str]) -> tuple[Mechanism, ...]:
+    """The mechanisms named (in catalogue order); an unknown name, or one without what it requires, is a
+    `ConfigError` naming the allowed."""
+    bad = [n for n in names if n not in BY_NAME]
+    if bad:
+        raise ConfigError(f"mechanisms: unknown {bad}; allowed: {sorted(BY_NAME)}")
+    chosen = {n for n in names}
+    for n in chosen:
+        missing = [r for r in BY_NAME[n].requires if r not in chosen]
+        if missing:
+            raise ConfigError(f"mechanisms: {n!r} needs {missing} switched on too")
+    return tuple(m for m in CATALOGUE if m.name in chosen)
+
+
+def fixed_overrides(mechs: Sequence[Mechanism]) -> tuple[dict[str, float], dict[str, float]]:
+    """The physics and workload overrides the mechanisms fix when on."""
+    physics: dict[str, float] = {}
+    workloads: dict[str, float] = {}
+    for m in mechs:
+        physics.update(m.fixed_physics)
+        workloads.update(m.fixed_workloads)
+    return physics, workloads
+
+
+def model_name(mechs: Sequence[Mechanism]) -> str:
+    """A model's name: its mechanisms joined by ``+`` (``base`` for none)."""
+    return "+".join(m.name for m in mechs) or "base"
+
+
+def path_factors(ids: list[str], arrivals: list[float], sigma: float) -> list[float]:
+    """Mechanism ``path_tail``: each request's serving-path factor, lognormal with mean 1 and shape
+    ``sigma``, a fixed function of the request's id and arrival time (the same request, the same draw,
+    whatever the policy; another trace's request of the same id, another draw)."""
+    dist = NormalDist()
+    out: list[float] = []
+    for rid, at in zip(ids, arrivals, strict=True):
+        u = (zlib.crc32(f"{rid}@{at!r}".encode()) + 0.5) / 4294967296.0
+        out.append(math.exp(sigma * dist.inv_cdf(u) - 0.5 * sigma * sigma))
+    return out

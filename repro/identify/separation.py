@@ -1,0 +1,142 @@
+"""How far apart can the paper's baselines be on a model? The documents gap, searched for.
+
+The paper states of its baselines on documents (§V-C): round-robin "collapses to 0.585 with 1.1 s tails while
+every load-aware policy holds >= 0.695", a gap of at least +0.11 between baselines. A model of the testbed
+(a set of mechanisms, `repro.engine.mechanisms`) that cannot open that gap anywhere inside its physical
+bounds, with round-robin where the paper has it, cannot reproduce the paper's routing results, however its
+constants are fitted. `search` looks for the widest gap a model allows: SciPy's differential evolution over
+the model's whole prior box (the unstated constants of `repro.identify.space.PAPER_SPACE` that bear on
+documents, the documents' rate, and the mechanisms' free parameters), maximising
+
+    gap = min(load-aware baselines' goodput) - round-robin's goodput
+
+among the vectors whose round-robin goodput lies within ``2 x sd`` of the paper's 0.585 (a vector outside
+is penalised by its distance). Every visited vector is kept; `summary` reports the widest feasible gap and
+where it was found. A search finds a lower bound on what a model allows, never the maximum: the report says
+how many vectors it visited.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from repro.engine.mechanisms import Mechanism, fixed_overrides, model_name
+from repro.identify.space import PAPER_SPACE, Parameter, settings
+
+PAPER_RR = 0.585
+"""Round-robin's documents goodput (§V-C)."""
+PAPER_FLOOR = 0.695
+"""The least goodput of a load-aware policy on documents (§V-C: "every load-aware policy holds >= 0.695")."""
+PAPER_RR_TAIL_S = 1.1
+"""Round-robin's P99 TTFT on documents (s, §V-C)."""
+SD = 0.015
+"""A three-trace mean's noise (the training table's)."""
+LOAD_AWARE = ("least_loaded", "length_threshold")
+"""The paper's load-aware baselines (the router is left out: it is what the testbed predicts)."""
+
+
+@dataclass(frozen=True)
+class GapProblem:
+    """A model and what to search: its mechanisms, the base profile, the runs' size."""
+
+    mechanisms: tuple[Mechanism, ...]
+    profile: str
+    topology: str = "2p4d"
+    seeds: tuple[int, ...] = (1, 2, 3)
+    n_requests: int = 2000
+
+    @property
+    def space(self) -> tuple[Parameter, ...]:
+        keep = ("prefill_per_token_s", "transfer_bandwidth_bytes_per_s", "transfer_latency_s",
+                "documents_median_tokens", "rate_documents")
+        out = [p for p in PAPER_SPACE if p.name in keep]
+        for m in self.mechanisms:
+            out += [Parameter(f.name, f.kind, f.lo, f.hi, f.unit, f.reason, f.log) for f in m.free]
+        return tuple(out)
+
+    @property
+    def name(self) -> str:
+        return model_name(self.mechanisms)
+
+
+def evaluate(problem: GapProblem, x: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """Each baseline's documents goodput (mean over the seeds) and round-robin's P99 TTFT under ``x`` (a
+    top-level function: the executor's workers run it)."""
+    from repro.experiment.runner import SimTask, simulate_output
+    from repro.experiment.spec import RunSpec
+
+    s = settings(problem.space, x)
+    fixed_p, fixed_w = fixed_overrides(problem.mechanisms)
+    physics = {**fixed_p, **s["physics"]}
+    workloads = {**fixed_w, **s["workloads"]}
+    out: dict[str, float] = {}
+    for pol in ("round_robin", *LOAD_AWARE):
+        runs = [simulate_output(SimTask(RunSpec(
+            backend="sim", workload="documents", topology=problem.topology, profile=problem.profile, seed=seed,
+            rate=s["rate"]["rate_documents"], n_requests=problem.n_requests, policy=pol, physics=physics or None,
+            workloads=workloads or None), journal=False)).summary for seed in problem.seeds]
+        out[pol] = float(np.mean([r["goodput"] for r in runs]))
+        if pol == "round_robin":
+            out["rr_ttft_p99_s"] = float(np.mean([r["ttft_p99_s"] for r in runs]))
+    out["gap"] = min(out[p] for p in LOAD_AWARE) - out["round_robin"]
+    return out
+
+
+def penalised(values: dict[str, float]) -> float:
+    """The objective (minimised): minus the gap, plus 10 x how far round-robin lies beyond 2 sd of 0.585."""
+    off = max(0.0, abs(values["round_robin"] - PAPER_RR) - 2 * SD)
+    return -values["gap"] + 10.0 * off
+
+
+def search(problem: GapProblem, *, executor: Any = None, popsize: int = 5, generations: int = 6,
+           seed: int = 0, journal: Path | None = None) -> pd.DataFrame:
+    """Differential evolution over the model's box (`repro.identify.search.evolve`; ``journal``: resume from
+    and append to it); every visited vector with its numbers (``feasible``: round-robin within 2 sd of the
+    paper's)."""
+    from repro.identify.search import evolve
+
+    space = problem.space
+    rows: list[dict[str, Any]] = []
+
+    def record(x: np.ndarray, vals: dict[str, float]) -> float:
+        v = vals or {"round_robin": math.nan, "gap": math.nan}
+        row: dict[str, Any] = {p.name: p.to_value(float(u)) for p, u in zip(space, x, strict=True)}
+        row.update(v)
+        obj = penalised(v) if all(math.isfinite(v.get(k, math.nan)) for k in ("round_robin", "gap")) else 1e6
+        row["objective"] = obj
+        rows.append(row)
+        return obj
+
+    evolve([p.internal_bounds for p in space], functools.partial(evaluate, problem), record, executor=executor,
+           popsize=popsize, generations=generations, seed=seed, journal=journal)
+    hist = pd.DataFrame(rows)
+    hist.insert(0, "model", problem.name)
+    hist["feasible"] = (hist["round_robin"] - PAPER_RR).abs() <= 2 * SD
+    return hist
+
+
+def summary(hist: pd.DataFrame) -> dict[str, Any]:
+    """The widest feasible gap a model's search found, and where (NaN when no vector was feasible)."""
+    feas = hist[hist["feasible"]]
+    out: dict[str, Any] = {"model": hist["model"].iloc[0], "vectors": len(hist), "feasible": len(feas),
+                           "widest_gap": math.nan, "rr": math.nan, "load_aware_min": math.nan,
+                           "rr_ttft_p99_s": math.nan, "at": ""}
+    if len(feas):
+        best = feas.loc[feas["gap"].idxmax()]
+        out.update(widest_gap=float(best["gap"]), rr=float(best["round_robin"]),
+                   load_aware_min=float(min(best[p] for p in LOAD_AWARE)),
+                   rr_ttft_p99_s=float(best["rr_ttft_p99_s"]),
+                   at="; ".join(f"{c}={best[c]:.4g}" for c in hist.columns
+                                if c not in ("model", "round_robin", "gap", "objective", "feasible", "rr_ttft_p99_s",
+                                             *LOAD_AWARE)))
+    out["widest_gap_any"] = float(hist["gap"].max())
+    out["reaches_paper"] = bool(out["widest_gap"] >= (PAPER_FLOOR - PAPER_RR) - 2 * SD * math.sqrt(2))
+    return out
