@@ -47,6 +47,11 @@ summary = read_summary(res, backend=backend, scale=scale)
 display(Markdown(conclusion_markdown(summary)))
 
 # %%
+from repro.paper.figures import claims_forest  # noqa: E402
+
+display(claims_forest(summary))
+
+# %%
 table = overview_table(summary, fig)
 display(Markdown(markdown(table)))
 

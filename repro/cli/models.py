@@ -13,7 +13,7 @@ from rich.console import Console
 from repro.engine.mechanisms import CATALOGUE as MECHANISMS
 from repro.errors import ConfigError
 
-DEFAULT_MODELS = ("base", "request_path", "request_path+path_tail", "vllm_budget+request_path+document_tail",
+DEFAULT_MODELS = ("base", "request_path+path_tail", "vllm_budget+request_path+document_tail",
                   "vllm_budget+request_path+path_tail+shared_link+document_tail")
 """The models `repro models` fits by default: the base model, each mechanism the documents' and Fig. 5's
 numbers could bear on, and the whole catalogue."""
@@ -97,7 +97,13 @@ def models_cli(
     if gaps:
         import pandas as pd
 
+        from repro.identify import certificate
+
         pd.DataFrame(gaps).to_csv(out / "separation.csv", index=False)
+        cert = certificate.documents_set(gaps, separation.PAPER_FLOOR - separation.PAPER_RR, separation.SD)
+        path = certificate.write([cert] if cert else [], out / "certificate.json")
+        console.print(f"certificate: {'the documents facts, no model satisfies them together' if cert else 'none'}"
+                      f" ({path})")
     (out / "selection.json").write_text(json.dumps({
         "targets": str(targets), "profile": profile, "popsize": popsize, "generations": generations, "seed": seed,
         "chosen_by_cv": str(tab.iloc[0]["model"])}, indent=2) + "\n")

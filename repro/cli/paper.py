@@ -30,24 +30,18 @@ def _status_table(status: dict[str, tuple[str, float | None]], backend: str, sca
 
 
 def claims_table(summary: pd.DataFrame) -> Table:
-    """The paper's headline claims (`repro.paper.claims.HEADLINE_CLAIMS`) as a Rich table: each claim's
-    verdict, the row it rests on (ours [95 % interval] vs the paper) and why."""
-    from repro.paper.claims import claim_verdicts
-    from repro.paper.verdicts import Estimate
+    """The paper's headline claims (`repro.paper.claims.HEADLINE_CLAIMS`) as a Rich table, the conclusion on one
+    screen (`repro.paper.claims.conclusion_table`): each claim's verdict (the weakest of its rows), the deciding
+    row with ours [interval] vs the paper's, and one sentence why."""
+    from repro.paper.claims import conclusion_table
 
     colours = {"reproduced": "green", "not reproduced": "red", "contradicted": "bold red", "within noise": "yellow"}
-    by_key = summary.drop_duplicates("key").set_index("key")
-    t = Table(title="the paper's headline claims: ours [95% interval] vs the paper")
-    for c in ("claim", "verdict", "row", "ours [95% CI]", "paper", "why"):
-        t.add_column(c, justify="right" if c in ("ours [95% CI]", "paper") else "left", overflow="fold")
-    for v in claim_verdicts(summary).itertuples():
-        if not v.key:
-            t.add_row(v.title, v.verdict, "", "", "", "not measured in this run")
-            continue
-        r = by_key.loc[v.key]
-        ours = Estimate(float(r.ours), float(r.ours_lo), float(r.ours_hi)).text(4)
-        t.add_row(v.title, f"[{colours.get(v.verdict, 'default')}]{v.verdict}[/]", v.key, ours,
-                  "" if pd.isna(r.paper) else f"{float(r.paper):.4g}", v.reason)
+    t = Table(title="the paper's headline claims: each the weakest of its rows")
+    for c in ("claim", "verdict", "deciding row", "ours vs the paper's", "why"):
+        t.add_column(c, overflow="fold")
+    for r in conclusion_table(summary).to_dict("records"):
+        t.add_row(r["claim"], f"[{colours.get(r['verdict'], 'default')}]{r['verdict']}[/]", r["row"],
+                  r["ours vs paper"], r["why"])
     return t
 
 

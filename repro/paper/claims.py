@@ -14,12 +14,14 @@ verdict; `conclusion_markdown` is the written conclusion at the top of report.ht
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from repro.paper.verdicts import VERDICTS, Estimate
+from repro.paper.rules import VERDICTS
+from repro.paper.verdicts import Estimate
 from repro.routing.policies import READINGS
 
 GROUPS = ("headline", "testbed", "variants", "robustness", "inputs", "context")
@@ -50,16 +52,17 @@ class Claim:
 _HARDWARE = ("the A40 profile's estimated constants (prefill per token, KV transfer bandwidth and latency, the "
              "per-sequence decode cost: the paper states none of them), our reading of the router where §III-A's "
              "formula is lost (the ledger counts decode work down from the decode start; TPOT is the per-token time "
-             "of the batch a request joins) and the operating point found by round-robin's saturation search, "
-             "where our decode engines' KV budget fills (the paper's never does, §V-G; each row's kv_budget)")
+             "of the batch a request joins) and the operating point found by round-robin's saturation search")
 _CONSTANTS = _HARDWARE + ", and our workload generators (Table I does not survive in the paper's text)"
+# Whether the runs behind a claim filled a decode engine's KV budget (the paper's never does, §V-G) is not
+# written here: the conclusion computes it from the rows' kv_budget column (`kv_sentence`).
 
 HEADLINE_CLAIMS: tuple[Claim, ...] = (
     Claim("lead", "Table II: the learned router leads on mixed bursty traffic",
           "the learned router has the highest mean goodput over three traces (0.864; JSQ 0.835 at the same width, "
           "a 0.029 lead), the smallest spread, and beats round-robin and the heuristic on every trace",
-          ("table2_mc_minus_best_baseline", "table2_mc_mean", "table2_mc_trace1", "table2_mc_trace2",
-           "table2_mc_trace3", "width4_mc_margin", "fig3_mc_minus_best_other_mixed"),
+          ("table2_mc_minus_best_baseline", "table2_mc_mean", "table2_mc_spread", "width4_mc_margin",
+           "fig3_mc_minus_best_other_mixed"),
           _CONSTANTS, ("sensitivity_table2_lead_min", "table2_mc_minus_best_baseline@marginal_cost_batching")),
     Claim("calibration", "§V-B: calibration matters",
           "with simulator-derived constants the same router scores 0.819 instead of 0.864: calibration alone is "
@@ -114,13 +117,11 @@ HEADLINE_CLAIMS: tuple[Claim, ...] = (
 
 HEADLINE_KEYS = frozenset(k for c in HEADLINE_CLAIMS for k in c.keys)
 
-ALIASES = {
-    "fig9_goodput_hi": "table2_mc_mean",  # Fig. 9's exact-length point is Table II's run
-    "sim_miscal_ttft_p99_calibrated": "fig6_mc_ttft_p99",  # §VI's calibrated P99 is Fig. 6's operating point
-    "sim_calib_goodput_gain": "calib_goodput_gain",  # §VI's calibration gain is §V-B's, on fewer traces
-}
-"""Rows that measure again what an earlier row measures (another section, or fewer traces): the tally
-counts the claim once, under the row named here (`same_claim`)."""
+ALIASES: dict[str, str] = {}
+"""Rows that measure again what an earlier row measures for the same sentence of the paper (none today: §VI's
+calibration gain, +0.1, and its calibrated P99, 0.899 s, are other sentences than §V-B's and Fig. 6's, and Fig.
+9's 0.880 another than Table II's 0.864, though some share runs): the tally counts the claim once, under the
+row named here (`same_claim`)."""
 
 PAPER_SCORER = "marginal_cost"
 PRIOR_READINGS = READINGS[1:]
@@ -196,64 +197,136 @@ def _row_text(r: pd.Series) -> str:
     return f"`{r['key']}` {est.text(3)}{unit}{paper}{how}: {r['verdict']}"
 
 
+WEAKNESS = {"contradicted": 0, "not reproduced": 1, "within noise": 2, "reproduced": 3}
+"""The aggregation rule's order (weakest first): a claim is what the weakest of its judged rows is."""
+
+AGGREGATION = ("a claim's verdict is the weakest of the verdicts of the rows that state it (the paper's sentence "
+               "asserts every one of them): contradicted, then not reproduced, then within noise, then reproduced; "
+               "inputs and rows the paper states no number for are not judged and do not count")
+"""The written aggregation rule (shown in the conclusion)."""
+
+
 def claim_verdicts(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per headline claim: id, title, verdict (its first row's), the row it rests on, and that
-    row's reason; ``missing`` when the run does not have that first row."""
+    """One row per headline claim: id, title, its verdict by `AGGREGATION` over its rows, the deciding row
+    (the weakest; the first of the claim's keys among equals) with that row's reason, and the count of its
+    judged rows per verdict; ``missing`` when the run has none of its rows judged."""
     by_key = summary.drop_duplicates("key").set_index("key")
     out = []
     for c in HEADLINE_CLAIMS:
-        have = [k for k in c.keys if k in by_key.index]
-        if c.keys[0] not in by_key.index:
-            out.append({"claim": c.id, "title": c.title, "verdict": "missing", "key": "", "reason": ""})
+        judged = [k for k in c.keys if k in by_key.index and str(by_key.loc[k, "verdict"]) in WEAKNESS]
+        if not judged:
+            out.append({"claim": c.id, "title": c.title, "verdict": "missing", "key": "", "reason": "",
+                        "rows": ""})
             continue
-        r = by_key.loc[have[0]]
-        out.append({"claim": c.id, "title": c.title, "verdict": str(r["verdict"]), "key": have[0],
-                    "reason": "" if pd.isna(r.get("reason", "")) else str(r.get("reason", ""))})
+        key = min(judged, key=lambda k: (WEAKNESS[str(by_key.loc[k, "verdict"])], c.keys.index(k)))
+        r = by_key.loc[key]
+        counts = pd.Series([str(by_key.loc[k, "verdict"]) for k in judged]).value_counts()
+        out.append({"claim": c.id, "title": c.title, "verdict": str(r["verdict"]), "key": key,
+                    "reason": "" if pd.isna(r.get("reason", "")) else str(r.get("reason", "")),
+                    "rows": ", ".join(f"{int(counts[v])} {v}" for v in WEAKNESS if v in counts)})
     return pd.DataFrame(out)
 
 
-def conclusion_markdown(summary: pd.DataFrame, *, heading: str = "## Conclusion", with_tally: bool = True) -> str:
-    """The written conclusion of a run, from its ``summary.csv`` alone: the conditions, the grouped
-    tally, then one paragraph per headline claim (what the paper says, what we measure with its
-    interval, the verdict and why, the rows it rests on, what it rests on, and the rows that vary it)."""
+def kv_sentence(summary: pd.DataFrame, keys: tuple[str, ...]) -> str:
+    """Whether the runs behind these rows filled a decode engine's KV budget, from their ``kv_budget`` column
+    (the paper's never does, §V-G); "" when the summary cannot tell."""
+    if "kv_budget" not in summary.columns:
+        return ""
+    rows = summary[summary["key"].isin(keys)]
+    if rows.empty:
+        return ""
+    full = rows[rows["kv_budget"].astype(object).fillna("").astype(str) != ""]
+    if full.empty:
+        return "its runs never filled a decode engine's KV budget, as the paper's never did (§V-G)"
+    return (f"the runs of {len(full)} of its {len(rows)} rows filled a decode engine's KV budget (requests preempted), "
+            f"which the paper's never did (§V-G): {', '.join(f'`{k}`' for k in full['key'])}")
+
+
+def _deciding(r: pd.Series) -> str:
+    """The deciding row's number against the paper's: ``0.808 [0.804, 0.812] vs 0.864``."""
+    est = Estimate(float(r["ours"]), float(r["ours_lo"]), float(r["ours_hi"]))
+    unit = "" if pd.isna(r.get("unit")) or r.get("unit") in ("", "fraction") else f" {r['unit']}"
+    paper = "the paper states the ordering" if pd.isna(r["paper"]) else f"{float(r['paper']):.4g}"
+    return f"{est.text(3)}{unit} vs {paper}"
+
+
+def _why(v: str, reason: str) -> str:
+    """One sentence why, from the deciding row's reason (its first clause)."""
+    plain = re.sub(r" \((se|with the paper's noise|the paper states)[^)]*\)", "", reason or "")
+    head = plain.split("; ", 1)[0]
+    return head[:1].upper() + head[1:] if head else {"missing": "Not measured in this run."}.get(v, "")
+
+
+def conclusion_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The conclusion on one screen: per claim, its verdict, the deciding row and its number against the
+    paper's, and one sentence why."""
+    from repro.identify.certificate import note_for
+
+    by_key = summary.drop_duplicates("key").set_index("key", drop=False)
+    rows = []
+    for c, v in zip(HEADLINE_CLAIMS, claim_verdicts(summary).itertuples(), strict=True):
+        deciding = _deciding(by_key.loc[v.key]) if v.key else ""
+        why = _why(v.verdict, v.reason)
+        cert = next((n for k in c.keys if k in by_key.index and (n := note_for(k))), "")
+        if cert:
+            why += f". {cert[:1].upper()}{cert[1:]}"
+        rows.append({"claim": v.title, "verdict": v.verdict, "row": v.key, "ours vs paper": deciding,
+                     "why": why, "rows": v.rows})
+    return pd.DataFrame(rows)
+
+
+def conclusion_markdown(summary: pd.DataFrame, *, heading: str = "## Conclusion", with_tally: bool = True,
+                        figure: str = "") -> str:
+    """The written conclusion of a run, from its ``summary.csv`` alone: the conditions, the claims on one screen
+    (`conclusion_table`: verdict, the deciding number with its interval against the paper's, one sentence why),
+    the aggregation rule, ``figure`` (markdown or HTML of the forest plot, when given), then the details folded:
+    the grouped tally and one paragraph per headline claim (what the paper says, every row with its interval and
+    verdict, what it rests on, whether its runs filled the KV budget, the rows that vary those choices)."""
     by_key = summary.drop_duplicates("key").set_index("key", drop=False)
     ctx = summary.iloc[0] if len(summary) else pd.Series(dtype=object)
     cond = ", ".join(f"{c} {ctx[c]}" for c in ("backend", "scale", "commit") if c in ctx and not pd.isna(ctx[c]))
-    head = [heading, "",
-            f"*Written by `repro.paper.claims` from this run's summary.csv ({cond}). Each number is ours with its "
-            "95 % interval; each verdict compares that interval with the paper's stated number or gap "
-            "(docs/VERDICTS.md).*", ""]
     verdicts = claim_verdicts(summary)
     counts = verdicts.verdict.value_counts()
     order = [v for v in (*VERDICTS, "missing") if v in counts.index]
-    head += [f"**In sum:** of the paper's {len(verdicts)} headline claims about its router, "
-             + ", ".join(f"{int(counts[v])} {'not measured' if v == 'missing' else v}" for v in order)
-             + " (each judged by the row it rests on, below with its other rows). Each rests on modelling choices of "
-               "ours, named in its paragraph with the rows that vary them.", ""]
+    head = [heading, "",
+            f"*Written by `repro.paper.claims` from this run's summary.csv ({cond}). Each number is ours with its "
+            "interval (the interval column of the summary says how it was made and what it covers); each verdict "
+            "compares it with the paper's stated number or gap (docs/VERDICTS.md).*", "",
+            f"**In sum:** of the paper's {len(verdicts)} headline claims about its router, "
+            + ", ".join(f"{int(counts[v])} {'not measured' if v == 'missing' else v}" for v in order) + ".", ""]
+    tab = conclusion_table(summary)
+    head += ["| claim | verdict | deciding row: ours vs the paper's | why |", "|---|---|---|---|"]
+    for r in tab.to_dict("records"):
+        cell = f"`{r['row']}` {r['ours vs paper']}" if r["row"] else "not measured"
+        head.append(f"| {r['claim']} | **{r['verdict']}** | {cell} | {r['why']} |")
+    head += ["", f"*Aggregation: {AGGREGATION}.*", ""]
+    if figure:
+        head += [figure, ""]
+    head += ["<details><summary>Details: every row of each claim, what it rests on, the readings, the tally"
+             "</summary>", ""]
     if with_tally:
         head += ["**The tally, each measurement once:**", ""] + [f"- {line}" for line in tally_text(summary)] + [""]
     for c, v in zip(HEADLINE_CLAIMS, verdicts.itertuples(), strict=True):
         have = [k for k in c.keys if k in by_key.index]
-        if c.keys[0] not in by_key.index:
+        if v.verdict == "missing":
             some = "; ".join(_row_text(by_key.loc[k]) for k in have)
             head += [f"**{c.title}: not measured in this run.** The paper: {c.paper}."
                      + (f" Rows of it that were: {some}." if some else ""), ""]
             continue
-        main = by_key.loc[have[0]]
-        others = "; ".join(_row_text(by_key.loc[k]) for k in have[1:])
+        rows_text = "; ".join(_row_text(by_key.loc[k]) for k in have)
         varied = [k for k in c.varied_by if k in by_key.index]
         vary = "; ".join(_row_text(by_key.loc[k]) for k in varied)
-        text = (f"**{c.title}: {v.verdict}.** The paper: {c.paper}. We measure {_row_text(main)}"
-                f"{' (' + v.reason + ')' if v.reason else ''}.")
-        if others:
-            text += f" Its other rows: {others}."
-        text += f" It rests on {c.rests_on}."
+        text = (f"**{c.title}: {v.verdict}** ({v.rows}; decided by `{v.key}`: {v.reason}). The paper: {c.paper}. "
+                f"Its rows: {rows_text}. It rests on {c.rests_on}")
+        kv = kv_sentence(summary, tuple(have))
+        text += f"; {kv}." if kv else "."
         if vary:
             text += f" Rows that vary them: {vary}."
         readings = reading_changes(summary, c)
         if readings:
             text += f" Under the router's prior readings (notebook 14): {readings}."
         head += [text, ""]
+    head += ["</details>"]
     return "\n".join(head).rstrip() + "\n"
 
 

@@ -34,7 +34,8 @@ from repro.paper.claims import GROUP_TITLES, claim_verdicts, own_rows, tally
 from repro.paper.findings import VERDICT_MARK
 from repro.paper.overview import markdown
 from repro.paper.report import SCRIPT, STYLE, figure_html
-from repro.paper.verdicts import VERDICTS, Estimate
+from repro.paper.rules import VERDICTS
+from repro.paper.verdicts import Estimate
 
 __all__ = ["Comparison", "Side", "compare", "figures_of", "join", "read_side"]
 

@@ -495,3 +495,61 @@ def traces_label(seeds: Sequence[int]) -> str:
     return f"{len(seeds)} trace" + ("" if len(seeds) == 1 else "s")
 
 
+
+
+VERDICT_COLORS = {"reproduced": "#1a9850", "not reproduced": "#d73027", "contradicted": "#7f0000",
+                  "within noise": "#fdae61"}
+"""One colour per judged verdict, everywhere a verdict is drawn."""
+
+
+def claims_forest(summary: pd.DataFrame, *, width_in: float = 9.0) -> Figure:
+    """The conclusion's forest plot: for each headline claim (`repro.paper.claims.HEADLINE_CLAIMS`), each of its
+    judged rows with a paper number (not zero) as ours / the paper's (1 = the paper; its interval scaled the same;
+    a negative ratio: the other side of zero), coloured by the row's verdict, the claim's deciding row in bold."""
+    from repro.paper.claims import HEADLINE_CLAIMS, claim_verdicts
+
+    by_key = summary.drop_duplicates("key").set_index("key")
+    deciding = dict(zip(claim_verdicts(summary)["claim"], claim_verdicts(summary)["key"], strict=True))
+    items: list[tuple[str, str, float, float, float, str, bool]] = []
+    for c in HEADLINE_CLAIMS:
+        for k in c.keys:
+            if k not in by_key.index:
+                continue
+            r = by_key.loc[k]
+            paper = float(r["paper"])
+            if str(r["verdict"]) not in VERDICT_COLORS or not math.isfinite(paper) or paper == 0:
+                continue
+            items.append((c.title, k, float(r["ours"]) / paper, float(r["ours_lo"]) / paper,
+                          float(r["ours_hi"]) / paper, str(r["verdict"]), k == deciding.get(c.id)))
+    fig, ax = plt.subplots(figsize=(width_in, 0.28 * max(len(items), 4) + 1.4))
+    y = 0.0
+    ticks, labels = [], []
+    last = None
+    for title, key, v, lo, hi, verdict, main in items:
+        if title != last:
+            y -= 0.6
+            ax.text(-0.02, y, title, transform=ax.get_yaxis_transform(), ha="right", va="center",
+                    fontsize=8, fontweight="bold")
+            y -= 0.8
+            last = title
+        lo, hi = sorted((lo, hi))
+        colour = VERDICT_COLORS[verdict]
+        if math.isfinite(lo) and math.isfinite(hi):
+            ax.plot([lo, hi], [y, y], color=colour, lw=2.5 if main else 1.5)
+        ax.plot([v], [y], "o", color=colour, ms=6 if main else 4, mec="black" if main else colour)
+        ticks.append(y)
+        labels.append(key + ("  (deciding)" if main else ""))
+        y -= 1.0
+    ax.axvline(1.0, color="black", lw=1, ls="--")
+    ax.axvline(0.0, color="grey", lw=0.8, ls=":")
+    ax.set_yticks(ticks, labels, fontsize=7)
+    ax.set_xlabel("ours / the paper's number (1 = the paper's; 0 = no effect)")
+    finite = [x for it in items for x in it[2:5] if math.isfinite(x)]
+    if finite:
+        span_lo, span_hi = max(min(finite), -3.0), min(max(finite), 4.0)
+        ax.set_xlim(min(span_lo, -0.1) - 0.1, max(span_hi, 1.1) + 0.1)
+    handles = [plt.Line2D([0], [0], color=c, marker="o", lw=2, label=v) for v, c in VERDICT_COLORS.items()]
+    ax.legend(handles=handles, loc="lower right", fontsize=7, frameon=True)
+    ax.set_title("The paper's claims: each row ours / the paper's, with its interval", fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -1,7 +1,7 @@
 """A section's **Findings**: its verdict table and the caveats that follow from how it was measured.
 
 `findings_markdown` turns a notebook's judged headline rows (`repro.paper.headline`) into Markdown:
-one line per claim (ours with its 95 % interval, the paper's value, the verdict), a tally, and
+one line per claim (ours with its interval, the paper's value, the verdict), a tally, and
 caveats derived from the backend, the scale, the traces and requests behind the numbers and the
 live runs' validity. `repro.paper.section.Section.findings` shows it as the notebook's last cell.
 """
@@ -11,16 +11,18 @@ from __future__ import annotations
 import pandas as pd
 
 from repro.paper.figures import num
-from repro.paper.verdicts import VERDICTS, Estimate
+from repro.paper.rules import VERDICTS
+from repro.paper.verdicts import Estimate
 
 VERDICT_MARK = {"reproduced": "✅ reproduced", "not reproduced": "❌ not reproduced", "contradicted": "⛔ contradicted",
                 "within noise": "〰 within noise", "input": "▫ input", "context": "· context"}
 
 
 def verdict_lines(head: pd.DataFrame) -> list[str]:
-    """The Markdown table of judged rows: claim, ours [95 % CI], paper, verdict, why (with, where the row was
-    predicted across the identified testbed's ensemble, its robustness)."""
-    lines = ["| claim | ours [95% CI] | paper | verdict | why |", "|---|---:|---:|---|---|"]
+    """The Markdown table of judged rows: claim, ours [interval], paper, verdict, why (with, where the row was
+    predicted across the identified testbed's ensemble, its robustness). Each interval is its method's (the
+    row's ``interval``), 95 % where that method's coverage was measured at 95 %; the caveats name the others."""
+    lines = ["| claim | ours [interval] | paper | verdict | why |", "|---|---:|---:|---|---|"]
     for r in head.itertuples():
         est = Estimate(float(r.ours), float(r.ours_lo), float(r.ours_hi))
         unit = "" if pd.isna(r.unit) or r.unit in ("fraction", "") else f" {r.unit}"
@@ -47,8 +49,14 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
         out.append("one trace: intervals are a block bootstrap over its requests only; trace-to-trace variation "
                    "(the paper's Table II spread) is not in them.")
     elif traces < 5:
-        out.append(f"{traces} traces: t intervals with {traces - 1} degrees of freedom are wide (they keep their 95 % "
-                   "coverage; more traces narrow them).")
+        out.append(f"{traces} traces: t intervals with {traces - 1} degrees of freedom are wide (more traces narrow "
+                   "them).")
+    short = [(str(r.key), str(r.interval).split("[coverage: ", 1)[1].rstrip("]"))
+             for r in head.itertuples() if "[coverage: " in str(getattr(r, "interval", ""))]
+    if short:
+        notes = "; ".join(f"`{k}`: {n}" for k, n in short)
+        out.append(f"intervals that do not cover 95 % of the population in every tested condition "
+                   f"(repro.paper.coverage, docs/VERDICTS.md): {notes}.")
     if backend == "sim":
         out.append("sim: the deterministic simulator on the A40 testbed identified from the paper's baseline numbers "
                    "(`repro identify`, docs/IDENTIFY.md); the same seed gives the same numbers on every machine. It "
@@ -76,8 +84,9 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
                    "(`repro identify`, data/identify/; its fit.json says whether the best is within the numbers' "
                    "noise): a verdict that depends on the testbed rests on constants the paper does not state.")
     if ((head.kind == "ordering") & (head.verdict == "within noise")).any():
-        out.append("within noise: the paired 95% interval holds both zero and the paper's gap, so the data cannot "
-                   "decide, whichever point estimate is larger (the row says about how many traces would).")
+        out.append("within noise: the paired interval neither shows the paper's direction and size nor a difference "
+                   "from them, so the data cannot decide, whichever point estimate is larger (the row says about "
+                   "how many traces would, or that the paper's own noise keeps any number from deciding).")
     return out
 
 

@@ -2,7 +2,7 @@
 
 A section's headline function returns rows (`HeadlineRow` dicts); `write_headline` fills in what the reference
 knows (`data/paper_reference.csv`: the paper's value, unit, meaning by key), judges each row
-(`repro.paper.verdicts.verdict`) and writes ``<results_dir>/<NN>_headline.csv`` with
+(`repro.paper.rules.judge`) and writes ``<results_dir>/<NN>_headline.csv`` with
 `HEADLINE_COLUMNS`. A row's fields:
 
 ``key``
@@ -18,7 +18,11 @@ knows (`data/paper_reference.csv`: the paper's value, unit, meaning by key), jud
     an ordering's side of zero in the paper (+1: A better, -1: B better) when ``paper`` is not the
     paper's gap (NaN: the paper states the ordering, not the number).
 ``tolerance``
-    the band for a value claim (default `repro.paper.verdicts.default_tolerance`).
+    the equivalence margin of a value (default `repro.paper.rules.equivalence_margin`), an ordering's size
+    band, a tie's margin.
+``paper_traces``
+    the traces the paper's number rests on (default 3, its headline protocol; 1 for one trace's value such as
+    a worst trace): the paper's own noise (`repro.paper.rules.paper_noise`).
 ``runs``
     the run ids the number rests on (a run feeding several rows is named in each, once).
 ``group``
@@ -47,8 +51,8 @@ from typing import Required, TypedDict
 import pandas as pd
 
 from repro.paper.claims import group_of
+from repro.paper.rules import judge as judge_verdict
 from repro.paper.verdicts import Estimate
-from repro.paper.verdicts import judge as judge_verdict
 
 HEADLINE_COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "verdict", "reason", "group", "kind",
                     "unit", "meaning", "interval", "traces", "requests", "measured", "kv_budget", "robustness", "runs")
@@ -73,6 +77,7 @@ class HeadlineRow(TypedDict, total=False):
     claim: float
     """An ordering's side of zero in the paper (+1: A better, -1: B better, 0: a tie)."""
     tolerance: float | None
+    paper_traces: int
     runs: Sequence[str]
     """The run ids the number rests on."""
     group: str
@@ -84,7 +89,7 @@ class HeadlineRow(TypedDict, total=False):
 class JudgedRow(TypedDict):
     """A headline row judged (`judge`): the columns of `HEADLINE_COLUMNS` but ``notebook``. ``ours`` with its
     95 % interval ``ours_lo`` / ``ours_hi`` (NaN without one) in ``unit``; ``paper`` NaN when the paper states
-    no number; ``verdict`` one of `repro.paper.verdicts.VERDICTS`, ``reason`` why; ``interval`` the interval's
+    no number; ``verdict`` one of `repro.paper.rules.VERDICTS`, ``reason`` why; ``interval`` the interval's
     method; ``traces`` / ``requests`` it rests on; ``runs`` the run ids, space-separated."""
 
     key: str
@@ -129,18 +134,37 @@ def judge(row: HeadlineRow, ref: pd.DataFrame | None = None, measured: str = "",
     fitted = bool(testbed) and kind != "input" and key.partition("@")[0] in fitted_keys(testbed)
     if fitted:
         kind = "input"
-    j = judge_verdict(kind, est, float(paper), unit=unit, tolerance=row.get("tolerance"), claim=row.get("claim"))
+    j = judge_verdict(kind, est, float(paper), unit=unit, tolerance=row.get("tolerance"), claim=row.get("claim"),
+                      paper_traces=int(row.get("paper_traces", 3)))
     reason = (f"the testbed {testbed} was identified from this number (repro identify): an input, not a result"
               if fitted else j.reason)
+    from repro.identify.certificate import note_for
+
+    cert = note_for(key)
+    if cert and kind != "input":
+        reason += f"; {cert}"
+    kv = str(row.get("kv_budget", "") or "")
+    if kv.startswith(PREEMPTION_FLAG_WORD):
+        reason += (f"; flagged: its runs preempt more than {PREEMPTION_FLAG:.0%} of requests where the paper says "
+                   "the KV budget never fills (§V-G)")
     return {"key": key, "ours": est.value, "ours_lo": est.lo, "ours_hi": est.hi, "paper": float(paper),
             "verdict": j.verdict, "reason": reason, "group": row.get("group") or group_of(key, kind, float(paper)),
             "kind": kind, "unit": unit, "meaning": meaning,
             "interval": "none: an input (given, not measured)" if kind == "input" and est.method == "none"
-            else est.method,
+            else _interval_text(est.method),
             "traces": est.traces, "requests": est.requests, "measured": row.get("measured", measured),
             "kv_budget": row.get("kv_budget", ""),
             "robustness": row.get("robustness", robustness_of(testbed, key) if testbed else ""),
             "runs": " ".join(dict.fromkeys(runs))}
+
+
+def _interval_text(method: str) -> str:
+    """A row's ``interval``: its method, and where that method does not cover 95 % of the population in every
+    tested condition, what it covers (`repro.paper.coverage.coverage_note`)."""
+    from repro.paper.coverage import coverage_note
+
+    note = coverage_note(method)
+    return f"{method} [coverage: {note}]" if note else method
 
 
 def kv_budget_note(preempted: Sequence[float]) -> str:
@@ -150,8 +174,17 @@ def kv_budget_note(preempted: Sequence[float]) -> str:
     full = [x for x in known if x > 0]
     if not full:
         return ""
-    return (f"filled in {len(full)} of {len(known)} runs ({100 * sum(known) / len(known):.2g} % of requests "
+    share = sum(known) / len(known)
+    flag = f"{PREEMPTION_FLAG_WORD}: " if share > PREEMPTION_FLAG else ""
+    return (f"{flag}filled in {len(full)} of {len(known)} runs ({100 * share:.2g} % of requests "
             f"preempted; the paper: never saturates, §V-G)")
+
+
+PREEMPTION_FLAG = 0.03
+"""A row whose runs preempt more than this share of their requests (mean over runs) works in a regime the paper
+says its testbed never reached (§V-G: "the 60k-token KV budget never saturates"): its ``kv_budget`` starts
+with `PREEMPTION_FLAG_WORD` and its reason says so."""
+PREEMPTION_FLAG_WORD = "FLAGGED"
 
 
 def headline_frame(rows: Sequence[HeadlineRow], notebook: str, measured: str = "", testbed: str = "") -> pd.DataFrame:

@@ -54,7 +54,7 @@ LIVE_QUICK_REQUESTS = LIVE_REQUESTS[0]
 FULL_SEEDS = (1, 2, 3)  # the paper's three arrival traces (live full; per-trace rows of Table II)
 SIM_FULL_SEEDS = tuple(range(1, 11))  # sim full: ten traces, the trace level of every interval a real sample
 LIVE_QUICK_SEEDS = (1,)
-SEARCH_MAX_REQUESTS = 1000  # requests per probe of a notebook's operating-rate search (at most)
+SEARCH_MAX_REQUESTS = 1000  # requests per probe of a live notebook's operating-rate search (at most; sim: the rows')
 VLLM_QUICK_PROBE_REQUESTS = 60  # vllm quick: requests per probe at most (fewer at low rates, see VLLM_QUICK_PROBE_S)
 VLLM_QUICK_PROBE_S = 120.0  # vllm quick: a probe's arrivals span about this many seconds (at least 20 requests)
 VLLM_QUICK_REQUESTS = 60  # vllm quick: requests per measured run (real engines serve in real time)
@@ -143,9 +143,11 @@ def probe_size(backend: str, scale: str, n_requests: int, rate: float) -> int:
 
 
 def probe_requests(backend: str, scale: str, n_requests: int) -> int:
-    """Requests per probe of a saturation search: ``n_requests`` capped at `SEARCH_MAX_REQUESTS`, and
-    at `VLLM_QUICK_PROBE_REQUESTS` on ``vllm`` at quick scale (`probe_size` sizes each probe by its rate)."""
-    n = min(int(n_requests), SEARCH_MAX_REQUESTS)
+    """Requests per probe of a saturation search: on ``sim``, ``n_requests`` itself (an operating point is
+    searched with the requests of the rows it sets: a shorter trace fills fewer queues and lands elsewhere, and
+    a simulated probe costs a fraction of a second); live, capped at `SEARCH_MAX_REQUESTS`, and at
+    `VLLM_QUICK_PROBE_REQUESTS` on ``vllm`` at quick scale (`probe_size` sizes each probe by its rate)."""
+    n = int(n_requests) if backend == "sim" else min(int(n_requests), SEARCH_MAX_REQUESTS)
     if backend == "vllm" and scale == "quick":
         n = min(n, VLLM_QUICK_PROBE_REQUESTS)
     return n

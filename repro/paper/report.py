@@ -23,7 +23,8 @@ from repro.errors import ConfigError
 from repro.paper.claims import GROUP_TITLES, conclusion_markdown, tally
 from repro.paper.figures import num
 from repro.paper.findings import VERDICT_MARK
-from repro.paper.verdicts import VERDICTS, Estimate
+from repro.paper.rules import VERDICTS
+from repro.paper.verdicts import Estimate
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1100px;color:#222;
@@ -94,12 +95,48 @@ def tally_table(summary: pd.DataFrame) -> str:
     return f"<table class=tally>{head}{''.join(rows)}</table>"
 
 
+def certificate_html() -> str:
+    """The certificate's sets of the paper's facts no model of the mechanism catalogue satisfies together
+    (`repro.identify.certificate`), with their evidence; "" when there is none."""
+    from repro.identify.certificate import load
+
+    sets = load()
+    if not sets:
+        return ""
+    items = "".join(
+        f"<li><b>{html.escape('; '.join(f'{f.text} ({f.section})' for f in s.facts))}</b>. "
+        f"{html.escape(s.evidence)} Rows resting on it: {html.escape(', '.join(s.rows))}.</li>" for s in sets)
+    return (f"<section id=certificate><h2>Facts no model of ours satisfies together</h2><p>The simulated verdicts "
+            f"below rest on a testbed chosen from our mechanism catalogue (docs/IDENTIFY.md). No model of that "
+            f"catalogue, inside the A40's physical bounds, satisfies these sets of the paper's stated facts together; "
+            f"a verdict resting on one says so.</p><ul>{items}</ul></section>")
+
+
+def forest_html(summary: pd.DataFrame) -> str:
+    """The conclusion's forest plot (`repro.paper.figures.claims_forest`), embedded as a PNG data URI."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from repro.paper.figures import claims_forest
+
+    fig = claims_forest(summary)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return (f"<figure><img class=fig alt='the claims, ours over the paper' src='data:image/png;base64,{data}'>"
+            "<figcaption>Each claim's rows: ours / the paper's number with its interval, coloured by verdict; "
+            "the deciding row in bold.</figcaption></figure>")
+
+
 def conclusion_html(summary: pd.DataFrame) -> str:
-    """The written conclusion (`repro.paper.claims.conclusion_markdown`) rendered to HTML."""
+    """The written conclusion (`repro.paper.claims.conclusion_markdown`: the claims on one screen, the forest
+    plot, the details folded) rendered to HTML."""
     from markdown_it import MarkdownIt
 
-    text = conclusion_markdown(summary, heading="## Conclusion", with_tally=False)
-    return f"<section id=conclusion>{MarkdownIt('commonmark').render(text)}</section>"
+    text = conclusion_markdown(summary, heading="## Conclusion", with_tally=False, figure=forest_html(summary))
+    return f"<section id=conclusion>{MarkdownIt('commonmark').enable('table').render(text)}</section>"
 
 
 def figure_html(path: Path) -> str:
@@ -183,11 +220,13 @@ def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str
 
     basis = (f"<p class=ctx id=rests-on>{html.escape(rests_on(results_dir, DEFAULT_PROFILE))}</p>"
              if backend == "sim" else "")
+    basis += certificate_html()
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p class=ctx>backend <b>{backend}</b>, scale <b>{scale}</b>, commit <code>{commit}</code>, "
             f"{len(summary)} headline rows, {len(figs)} figures. Each measurement counted once "
-            f"in the tally (rows that repeat another say so). Intervals: 95%, see each row.</p>{basis}"
+            f"in the tally (rows that repeat another say so). Intervals: each row's interval column says its method "
+            f"and what it covers.</p>{basis}"
             f"{conclusion_html(summary)}<h2 id=tally>The tally</h2>{tally_table(summary)}{scorecard}"
             f"<p id=figures-status>figures not checked (no script)</p>"
             f"{''.join(sections)}{validation_section(results_dir)}<script>{SCRIPT}</script></body></html>")

@@ -20,10 +20,10 @@ __all__ = ["collect_headlines", "commit_id", "default_dirs", "own_rows", "tally"
 
 SUMMARY_CONTEXT = ("same_as", "backend", "scale", "commit")
 """What ``summary.csv`` adds to `repro.paper.headline.HEADLINE_COLUMNS`: ``same_as`` (the first key
-that is the same measurement: the same runs and value, or the same value and interval to 12 digits,
-or a row that measures an earlier row's claim again (`repro.paper.claims.same_claim`: Fig. 9's
-exact-length point is Table II's run, notebook 14's ``X@marginal_cost`` is ``X``); one measurement
-feeding several claims is counted once), and the
+that is the same measurement of the same sentence: the same runs and value, or the same value and interval
+to 12 digits, against the same paper number; or notebook 14's ``X@marginal_cost``, which is ``X`` measured
+again (`repro.paper.claims.same_claim`); a measurement that two sentences of the paper state with different
+numbers counts for each), and the
 conditions of the whole run (backend, scale, the commit of the code, ``-dirty`` when it had
 uncommitted changes). Traces, requests, validity and run ids are per row."""
 
@@ -53,12 +53,13 @@ def collect_headlines(names: Sequence[str], results_dir: Path, *, backend: str =
     all_keys = set(out.key.astype(str))
     for r in out.itertuples():
         runs = "" if pd.isna(getattr(r, "runs", "")) else str(r.runs)
+        paper = "" if pd.isna(r.paper) else round(float(r.paper), 12)  # the same sentence: the same paper number
         keys = []
         if runs:
-            keys.append(("runs", runs, round(float(r.ours), 12)))
+            keys.append(("runs", runs, round(float(r.ours), 12), paper))
         if not (pd.isna(r.ours_lo) or pd.isna(r.ours_hi)) and float(r.ours_hi) > float(r.ours_lo):
             keys.append(("interval", str(r.unit), round(float(r.ours), 12), round(float(r.ours_lo), 12),
-                         round(float(r.ours_hi), 12)))
+                         round(float(r.ours_hi), 12), paper))
         hit = next((first[k] for k in keys if k in first), None) or same_claim(str(r.key), all_keys) or r.key
         for k in keys:
             first.setdefault(k, hit)
@@ -69,7 +70,7 @@ def collect_headlines(names: Sequence[str], results_dir: Path, *, backend: str =
 
 def verdict_counts(summary: pd.DataFrame) -> dict[str, int]:
     """Rows per verdict, each measurement once (rows with ``same_as`` left out)."""
-    from repro.paper.verdicts import VERDICTS
+    from repro.paper.rules import VERDICTS
 
     own = own_rows(summary)
     return {v: int((own.verdict == v).sum()) for v in VERDICTS}

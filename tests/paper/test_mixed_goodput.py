@@ -18,7 +18,13 @@ def test_table_two_small_grid(section):
     assert mc.mean_goodput == pytest.approx(np.mean([mc.trace1_goodput, mc.trace2_goodput]))
     rows = {r["key"]: r for r in nb.table_two_headline(tab, runs, ctx)}
     assert set(rows) == {"table2_mc_mean", "table2_mc_trace1", "table2_mc_trace2", "table2_ll_worst",
-                         "table2_mc_minus_best_baseline"}
+                         "table2_mc_minus_best_baseline", "table2_mc_spread"}
+    # our trace i is not the paper's trace i: shown, not compared; the spread over traces is judged instead
+    assert np.isnan(rows["table2_mc_trace1"]["paper"]) and "Not compared" in rows["table2_mc_trace1"]["meaning"]
+    spread = rows["table2_mc_spread"]["ours"]
+    sd = np.std([mc.trace1_goodput, mc.trace2_goodput], ddof=1) / np.std([0.860, 0.877, 0.855], ddof=1)
+    assert spread.value == pytest.approx(sd) and spread.lo < spread.value < spread.hi
+    assert spread.hi / spread.lo > 10  # the paper's three traces (2 degrees of freedom) pin no spread
     # the mean's interval rests on both traces' requests; each trace's on its own 200
     mean, t1 = rows["table2_mc_mean"]["ours"], rows["table2_mc_trace1"]["ours"]
     assert mean.value == pytest.approx(mc.mean_goodput) and (mean.traces, mean.requests) == (2, 400)

@@ -114,7 +114,8 @@ def test_vllm_searches_its_own_rates_with_probes_sized_by_duration():
     assert scale.probe_size("vllm", "quick", 60, 0.05) == 20
     assert scale.probe_size("vllm", "quick", 60, 4.0) == 60
     assert scale.probe_size("emulated", "quick", 200, 0.25) == 200
-    assert scale.probe_size("sim", "full", 4000, 1.0) == scale.SEARCH_MAX_REQUESTS
+    assert scale.probe_size("sim", "full", 4000, 1.0) == 4000  # sim: the rows' own requests
+    assert scale.probe_size("emulated", "full", 4000, 1.0) == scale.SEARCH_MAX_REQUESTS
 
 
 def test_light_rate_of_a_search_comes_from_the_cluster_calibration(tmp_path):

@@ -40,22 +40,24 @@ def _run_dirs(tmp_path, n_figures=2):
 def test_report_is_one_offline_page_with_every_row_and_figure(tmp_path):
     res, fig = _run_dirs(tmp_path)
     page = build_report(res, fig)
-    assert page.count("<img class=fig") == 2 and page.count("data:image/png;base64,") == 2
+    # the two figures, and the conclusion's forest plot
+    assert page.count("<img class=fig") == 3 and page.count("data:image/png;base64,") == 3
+    assert "the claims, ours over the paper" in page
     assert not re.search(r"(src|href)=['\"]?(https?:)?//", page)  # nothing fetched
     assert "table2_mc_mean" in page and "0.810 [0.790, 0.830]" in page
-    # the same measurement under another key is said to be one, and counted once in the tally
+    # the same measurement of the same sentence under another key is said to be one, and counted once in the tally
     assert "same measurement as <code>table2_mc_mean</code>" in page
-    # the grouped tally counts it once: one reproduced headline row, one not reproduced testbed row
-    assert re.search(r"<td>headline: [^<]*</td><td class=num>1</td>", page)
+    # the grouped tally counts it once: one not reproduced headline row, one not reproduced testbed row
+    assert re.search(r"<td>headline: [^<]*</td><td class=num></td><td class=num>1</td>", page)
     assert re.search(r"<td>testbed: [^<]*</td><td class=num></td><td class=num>1</td>", page)
-    assert re.search(r"<td>all</td><td class=num>1</td><td class=num>1</td>(<td class=num></td>){4}"
+    assert re.search(r"<td>all</td><td class=num></td><td class=num>2</td>(<td class=num></td>){4}"
                      r"<td class=num>2</td>", page)
-    # the written conclusion comes first, one paragraph per headline claim, with the verdict's reason
+    # the written conclusion comes first: the claims on one screen, then the details folded
     assert page.index("id=conclusion") < page.index("id=tally") < page.index("id='nb04'")
-    assert "Table II: the learned router leads on mixed bursty traffic: not measured in this run" in page
-    assert "Rows of it that were: <code>table2_mc_mean</code> 0.810 [0.790, 0.830] (paper 0.864)" in page
+    assert page.index("<td>Table II: the learned router leads on mixed bursty traffic</td>") < page.index("<details>")
+    assert "Its rows: <code>table2_mc_mean</code> 0.810 [0.790, 0.830] (paper 0.864)" in page
     assert "Fig. 9: robust to predictor error: not measured in this run" in page
-    assert "precise null" in page  # x_gap's reason
+    assert "size smaller" in page  # x_gap's reason
     assert "backend <b>sim</b>, scale <b>full</b>, commit <code>abc</code>" in page
     assert write_report(res, fig).read_text() == page  # deterministic: no clock time in it
 

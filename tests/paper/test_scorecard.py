@@ -9,9 +9,10 @@ import pytest
 from repro.errors import ConfigError
 from repro.paper import runner as paper
 from repro.paper.report import build_report
+from repro.paper.rules import COMPARISON_VERDICTS, compare
 from repro.paper.section import Section
 from repro.paper.sections import scorecard as sc
-from repro.paper.verdicts import COMPARISON_VERDICTS, Estimate, compare
+from repro.paper.verdicts import Estimate
 
 CLONE = "tests.contenders:RouterClone"
 RR_CLONE = "tests.contenders:RoundRobinClone"

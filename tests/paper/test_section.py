@@ -166,7 +166,13 @@ def test_a_row_whose_runs_filled_the_kv_budget_says_so(section, tmp_path):
     ctx.write_headline([{"key": "a_full", "ours": 0.5, "runs": ctx.run_ids(runs.iloc[:1])},
                         {"key": "a_light", "ours": 0.5, "runs": ctx.run_ids(runs.iloc[1:])}])
     head = pd.read_csv(tmp_path / "00_headline.csv", keep_default_na=False).set_index("key")
-    assert head.loc["a_full", "kv_budget"].startswith("filled in 1 of 1 runs")
+    assert head.loc["a_full", "kv_budget"].removeprefix("FLAGGED: ").startswith("filled in 1 of 1 runs")
     assert head.loc["a_light", "kv_budget"] == ""
     assert "KV budget filled" in str(ctx.findings().data if hasattr(ctx.findings(), "data") else ctx.findings())
     assert kv_budget_note([float("nan")]) == "" and kv_budget_note([0.0, 0.02]).startswith("filled in 1 of 2 runs")
+    # more than a few percent preempted where the paper's budget never fills: flagged, in the row and its reason
+    assert kv_budget_note([0.10, 0.02]).startswith("FLAGGED: filled in 2 of 2 runs")
+    from repro.paper.headline import judge
+
+    judged = judge({"key": "x", "ours": 0.5, "paper": 0.6, "kv_budget": kv_budget_note([0.2])})
+    assert "flagged: its runs preempt more than 3%" in judged["reason"]

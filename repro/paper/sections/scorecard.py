@@ -12,7 +12,7 @@ policy in its place (`contender_specs`). Three kinds of row come out per policy 
 ``as the router``
     the section's own headline rows for the group, computed with your policy's runs where the
     paper's router's were: the paper's claims about its router, asked of yours, judged by the
-    same rule table (`repro.paper.verdicts.judge`). Key ``<section key>@<policy>``.
+    same rule table (`repro.paper.rules.judge`). Key ``<section key>@<policy>``.
 ``vs the paper's router``
     your policy minus the paper's router in each setting of the group (a workload, a pool shape, a
     load, a noise level, a cost model), paired trace by trace (goodput paired by request:
@@ -21,7 +21,7 @@ policy in its place (`contender_specs`). Three kinds of row come out per policy 
     your policy minus the best of the paper's three baselines in that setting, picked after the
     fact (selection-aware: `repro.paper.verdicts.least_of`), positive = yours beats all three.
 
-A comparison row's verdict (`repro.paper.verdicts.compare`): ``better`` / ``worse`` (the interval
+A comparison row's verdict (`repro.paper.rules.compare`): ``better`` / ``worse`` (the interval
 excludes zero), ``tie`` (the whole interval within the tie margin), ``within noise`` (with about
 how many traces would decide it). Goodput is a fraction, TTFT in seconds.
 
@@ -54,7 +54,8 @@ from repro.paper.contenders import (
 )
 from repro.paper.grids import policy_summary, specs_grid
 from repro.paper.headline import headline_frame
-from repro.paper.verdicts import Estimate, compare
+from repro.paper.rules import compare
+from repro.paper.verdicts import Estimate
 from repro.routing.policies import PAPER_POLICIES, policy_class
 from repro.routing.policies.base import constructor_params
 from repro.vocab import WORKLOADS

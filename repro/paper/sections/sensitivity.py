@@ -47,7 +47,7 @@ import pandas as pd
 from repro.engine.physics import Physics
 from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
-from repro.paper.plans import FULL_SEEDS, SEARCH_MAX_REQUESTS
+from repro.paper.plans import FULL_SEEDS
 from repro.paper.verdicts import Estimate
 from repro.vocab import DEFAULT_PROFILE
 
@@ -182,7 +182,7 @@ def sweep_points(sweep: Mapping[str, Sequence[float]] = SWEEP) -> list[Point]:
 def point_rates(ctx: Section, points: Sequence[Point], n_requests: int) -> dict[Hardware, float]:
     """The operating rate (req/s) of each distinct hardware of ``points``: the saturation search (round-robin
     mid-collapse on mixed 2p4d, `repro.experiment.saturation.saturation_search`) on ``ctx``'s first trace,
-    probes of min(``n_requests``, `SEARCH_MAX_REQUESTS`) requests. Keyed by `Point.hardware`."""
+    probes of ``n_requests`` requests (the rows' own: a shorter probe lands elsewhere). Keyed by `Point.hardware`."""
     from repro.experiment.saturation import saturation_search
 
     rates: dict[Hardware, float] = {}
@@ -191,7 +191,7 @@ def point_rates(ctx: Section, points: Sequence[Point], n_requests: int) -> dict[
         if k in rates:
             continue
         base = RunSpec.from_flat(workload="mixed", topology="2p4d", seed=int(ctx.seeds[0]),
-                                 n_requests=min(int(n_requests), SEARCH_MAX_REQUESTS), physics=p.physics)
+                                 n_requests=int(n_requests), physics=p.physics)
         rates[k] = float(saturation_search(base).rate)
     return rates
 
