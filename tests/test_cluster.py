@@ -20,6 +20,7 @@ from repro.cli.cluster import cluster_app
 from repro.cluster.launchers import launch
 from repro.cluster.launchers.vllm import KV_TRANSFER_CONFIG, VllmLauncher
 from repro.cluster.topology import parse_topology
+from repro.engine.physics import Physics
 from repro.errors import ConfigError
 from repro.vocab import DEFAULT_PROFILE
 from tests.conftest import default_sigint
@@ -116,7 +117,9 @@ def test_vllm_commands_2p4d_on_one_node():
         assert json.loads(a["--kv-transfer-config"]) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
         assert a["--kv-transfer-config"] == KV_TRANSFER_CONFIG
         assert a["--num-gpu-blocks-override"] == "3751"  # 60,000 tokens / 16 + 1 reserved block
-        assert a["--max-num-batched-tokens"] == "8192" and a["--max-num-seqs"] == "256"
+        # vLLM's own budget on an A40 (the profile's mechanism vllm_budget): the launch and the physics agree
+        assert a["--max-num-batched-tokens"] == str(Physics.load().max_num_batched_tokens) == "2048"
+        assert a["--max-num-seqs"] == "256"
         assert a["--dtype"] == "bfloat16" and a["--block-size"] == "16"
     assert len(side_ports) == 6
     line = lau.command_lines()[0]

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -84,8 +86,8 @@ def test_ledger_books_its_cost_models_price_of_the_requests_in_flight(cm):
     the model's raw constants."""
     base, per_tok, dec, lat = cm.tau_pre_base_s, cm.tau_pre_per_token_s, cm.tau_dec_s, cm.xfer_latency_s
 
-    def pre(L):  # one chunk: all prompts here are below max_num_batched_tokens
-        return base + per_tok * L
+    def pre(L):  # chunked by the token budget, as the engine (a base per chunk)
+        return math.ceil(L / cm.max_num_batched_tokens) * base + per_tok * L
 
     def xfer(L):
         return lat + L * cm.kv_bytes_per_token / cm.xfer_bandwidth_bytes_per_s

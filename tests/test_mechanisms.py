@@ -34,12 +34,15 @@ def test_resolve_checks_names_and_requirements():
 
 
 def test_a_mechanism_off_is_the_profile_as_shipped():
-    """A profile file never names a mechanism's switch at its off value: what loads is what was shipped."""
-    raw = PHYS.to_dict()
+    """A profile that does not name a mechanism's switch has it off, and writes it back without it: what loads is
+    what was shipped (the estimated profile names none; the identified one states its model's)."""
+    est = Physics.load("a40-qwen2.5-3b")
+    raw = est.to_dict()
     for name in ("prefill_step_share", "serving_path_sigma", "transfer_link_shared"):
         assert name not in raw["params"]
-    assert PHYS.prefill_step_base_s == PHYS.prefill_base_s and PHYS.serving_path_s == 0.0
-    assert Physics.from_dict(raw) == PHYS
+    assert est.prefill_step_base_s == est.prefill_base_s and est.serving_path_s == 0.0
+    assert Physics.from_dict(raw) == est
+    assert Physics.from_dict(PHYS.to_dict()) == PHYS and PHYS.to_dict()["params"].keys() >= {"transfer_link_shared"}
 
 
 def test_request_path_keeps_a_lone_request_and_moves_the_rest_off_the_engine():
@@ -88,7 +91,7 @@ def test_shared_link_queues_the_second_pull_behind_the_first():
     """Two prompts prefilled at once, pulled into one decode engine: with a shared link the second pull
     starts when the first one's bytes are through; without, both arrive at once."""
     L = 2000
-    slow = {"transfer_bandwidth_bytes_per_s": 2e9}
+    slow = {"transfer_bandwidth_bytes_per_s": 2e9, "transfer_link_shared": 0}
     df = synthetic_trace(2, 1.0, L, 5)
     df["arrival_s"] = [0.0, 0.0]  # one on each prefill engine (round-robin), both pulled into the one decode engine
     _, par = simulate(df, p=2, d=1, phys=PHYS.with_estimates(slow))

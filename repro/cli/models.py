@@ -33,6 +33,9 @@ def models_cli(
     gap_search: bool = typer.Option(True, "--gap-search/--no-gap-search",
                                     help="also search each model for the widest documents gap it allows"),
     out_dir: Path = typer.Option(Path(OUT), "--out-dir", help="one folder per model, and models.csv"),
+    report_only: bool = typer.Option(False, "--report-only",
+                                     help="search nothing: score the models' folders as their searches left them "
+                                          "(each with its own budget, in its fit.json) and write the table"),
     executor: str = typer.Option("", "--executor", help="local | serial | ray (default $REPRO_EXECUTOR or local)"),
     jobs: int = typer.Option(0, "--jobs", min=0, help="worker processes (0: one per core)"),
     ray_address: str = typer.Option("", "--ray-address", help="a Ray cluster's address (implies --executor ray)"),
@@ -58,6 +61,13 @@ def models_cli(
     kind, env_jobs, address = settings_from_env()
     ex = make_executor("ray" if ray_address else (executor or kind), jobs or env_jobs, ray_address or address)
     scores, gaps = [], []
+    base_best = None  # the base model's best fit: the start of every richer model's search (nested models)
+    base_hist = out / "base" / "history.csv"
+    if base_hist.exists():  # a base model fitted by an earlier run
+        import pandas as pd
+
+        h = pd.read_csv(base_hist)
+        base_best = h.loc[h["chi2"].idxmin()]
     try:
         for spec in specs:
             mechs = resolve([] if spec == "base" else spec.split("+"))
@@ -65,17 +75,27 @@ def models_cli(
             problem = Problem(profile, rows, space, stated={"rate_mixed": 24.0},
                               mechanisms=tuple(m.name for m in mechs))
             folder = out / problem.model
+            if report_only:
+                sc, summ = _from_folder(folder, rows, len(space), problem.model)
+                scores.append(sc)
+                if summ is not None:
+                    gaps.append(summ)
+                continue
             folder.mkdir(parents=True, exist_ok=True)
             t0 = time.monotonic()
             console.print(f"model {problem.model}: {len(space)} parameters, {len(rows)} numbers")
+            x0 = _nested_start(space, base_best, mechs) if base_best is not None and mechs else None
             ident = identify(problem, executor=ex, popsize=popsize, generations=generations, seed=seed,
-                             journal=folder / f"search-{problem.fingerprint()}.jsonl")
+                             journal=folder / f"search-{problem.fingerprint()}.jsonl", x0=x0)
+            if not mechs:
+                base_best = ident.best
             wall = time.monotonic() - t0
             testbed.write(ident, problem.model.replace("+", "-"), profile_dir=folder, out_dir=folder,
                           extra={"fit_wall_s": wall, "executor": ex.describe()},
                           inputs=("saturation_rate_mixed",), stated_rates={"rate_mixed": 24.0})
             sc = selection.score(problem.model, ident.history, rows, len(space))
             sc["fit_wall_s"] = round(wall)
+            sc["popsize"] = popsize
             scores.append(sc)
             selection.leave_one_figure_out(ident.history, rows).to_csv(folder / "lofo.csv", index=False)
             console.print(f"  chi2/dof {sc['chi2_per_dof']:.2f}, held-out chi2 {sc['cv_chi2']:.1f}, documents gap "
@@ -87,6 +107,7 @@ def models_cli(
                 hist.to_csv(folder / "gap_search.csv", index=False)
                 summ = separation.summary(hist)
                 summ["wall_s"] = round(time.monotonic() - g0)
+                (folder / "gap_summary.json").write_text(json.dumps(summ, indent=2, default=str) + "\n")
                 gaps.append(summ)
                 console.print(f"  widest documents gap with round-robin at 0.585 +- 0.03: {summ['widest_gap']:+.3f} "
                               f"({summ['feasible']} of {summ['vectors']} vectors feasible)")
@@ -109,3 +130,45 @@ def models_cli(
         "chosen_by_cv": str(tab.iloc[0]["model"])}, indent=2) + "\n")
     console.print(tab[["model", "k", "chi2_per_dof", "aic", "bic", "cv_chi2", "docs_gap", "akaike_weight",
                        "cv_weight"]].to_string(index=False))
+
+
+def _from_folder(folder: Path, rows, k: int, model: str):  # type: ignore[no-untyped-def]
+    """A model's score (and its gap search's summary, None without one) from its folder as a search left it."""
+    import pandas as pd
+
+    from repro.identify import selection
+
+    if not (folder / "history.csv").exists():
+        raise ConfigError(f"models: {folder} has no history.csv: run `repro models --models {model}` first")
+    fit = json.loads((folder / "fit.json").read_text())
+    sc = selection.score(model, pd.read_csv(folder / "history.csv"), rows, k)
+    sc["fit_wall_s"] = round(float(fit.get("fit_wall_s", float("nan"))))
+    sc["popsize"] = fit.get("optimizer", {}).get("popsize")
+    summ_path, hist_path = folder / "gap_summary.json", folder / "gap_search.csv"
+    if summ_path.exists():
+        return sc, json.loads(summ_path.read_text())
+    if hist_path.exists():
+        from repro.identify import separation
+
+        return sc, separation.summary(pd.read_csv(hist_path))
+    return sc, None
+
+
+def _nested_start(space, base_best, mechs):  # type: ignore[no-untyped-def]
+    """A richer model's start (internal coordinates): the base model's best, with each mechanism's free
+    parameter at the value that leaves the model as the base one (``off``) where it has one, else mid-prior.
+    A model with only such mechanisms then fits at least as well as the base model."""
+    off = {f.name: f.off for m in mechs for f in m.free}
+    x0 = []
+    for p in space:
+        if p.name in base_best.index:
+            v = float(base_best[p.name])
+        elif off.get(p.name) is not None:
+            v = float(off[p.name])
+        else:
+            lo, hi = p.internal_bounds
+            x0.append((lo + hi) / 2)
+            continue
+        lo, hi = p.internal_bounds
+        x0.append(min(max(p.to_internal(v), lo), hi))
+    return x0

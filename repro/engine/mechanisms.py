@@ -33,6 +33,8 @@ class Free:
     unit: str
     reason: str
     log: bool = False
+    off: float | None = None
+    """The value at which the parameter leaves the model as without the mechanism (a nested model), if any."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ CATALOGUE: tuple[Mechanism, ...] = (
         "would be five such passes",
         free=(Free("prefill_step_share", "physics", STEP_SHARE_FLOOR, 1.0, "share of 0.0667 s",
                    f"from one weights read ({WEIGHTS_READ_S * 1e3:.1f} ms, the A40's bandwidth) to the whole stated "
-                   "base (the paper's §VI model)"),)),
+                   "base (the paper's §VI model)", off=1.0),)),
     Mechanism(
         "path_tail", "A serving path with a tail",
         "each request's serving path is lognormal (shape `serving_path_sigma`, mean as `request_path` sets "
@@ -88,7 +90,7 @@ CATALOGUE: tuple[Mechanism, ...] = (
         "tokenization and streaming wait behind every other request's), the paper's round-robin losing 12 % "
         "of its requests at its lightest load (Fig. 5: 0.880)",
         free=(Free("serving_path_sigma", "physics", 0.0, 1.5, "lognormal shape",
-                   "from none to a path whose p99 is ~10x its median"),),
+                   "from none to a path whose p99 is ~10x its median", off=0.0),),
         requires=("request_path",)),
     Mechanism(
         "shared_link", "KV pulls that share a decode engine's link",
@@ -105,7 +107,7 @@ CATALOGUE: tuple[Mechanism, ...] = (
         "them, are scheduled before WAITING ones: head-of-line blocking on one engine); the paper's Table I "
         "(the workloads' lengths) is lost",
         free=(Free("documents_sigma", "workloads", 0.3, 1.5, "lognormal shape",
-                   "from lengths within ~1.5x of the median to a tail of 40x (clipped at 8,192 tokens)"),)),
+                   "from lengths within ~1.5x of the median to a tail of 40x (clipped at 8,192 tokens)", off=0.5),)),
 )
 """Every mechanism `repro identify --mechanisms` may name. Present in every model (not switchable, listed in
 docs/IDENTIFY.md): continuous batching in both stages, chunked prefill, the decode step's KV read per context

@@ -238,7 +238,7 @@ class Physics:
             "model": self.model,
             "params": {
                 n: {"value": getattr(self, n), "source": self.sources.get(n, "")} for n in _NUMERIC_FIELDS
-                if not (n in _OPTIONAL and getattr(self, n) == _OPTIONAL[n])
+                if not (n in _OPTIONAL and getattr(self, n) == _OPTIONAL[n] and n not in self.sources)
             },
         }
         if slo and self.stated_slo is not None:
@@ -256,7 +256,8 @@ PARAMETERS: tuple[str, ...] = tuple(_NUMERIC_FIELDS)
 """The numeric parameters of a profile (``params`` in its file), in field order."""
 _OPTIONAL: dict[str, float] = {"prefill_per_token2_s": 0.0, "prefill_step_share": 1.0, "serving_path_sigma": 0.0,
                                "transfer_link_shared": 0}
-"""Parameters a profile file may leave out (their value then), and `Physics.to_dict` leaves out at it."""
+"""Parameters a profile file may leave out (their value then), and `Physics.to_dict` leaves out at it unless the
+profile stated it (a source)."""
 _MINIMA: dict[str, float] = {name: 0.0 for name in _NUMERIC_FIELDS}
 _MINIMA.update(
     max_num_batched_tokens=1,

@@ -313,12 +313,12 @@ Progress = Callable[[int, float], None]
 
 def identify(problem: Problem, *, executor: Executor | None = None, popsize: int = 6, generations: int = 10,
              seed: int = 0, level: float = 0.9, progress: Progress | None = None,
-             journal: Path | None = None) -> Identification:
+             journal: Path | None = None, x0: Sequence[float] | None = None) -> Identification:
     """Search ``problem``'s prior box (differential evolution: ``popsize`` x k vectors per generation,
     ``generations`` after the initial Sobol population; deterministic in ``seed``) and return every
     visited vector with its numbers (`Identification`). ``journal``: resume from and append to this file
     (`repro.identify.search.evolve`): an interrupted fit, rerun with the same arguments, simulates only
-    what it had not."""
+    what it had not. ``x0``: a start put in the initial population (internal coordinates)."""
     from repro.identify.search import evolve
 
     history: list[dict[str, Any]] = []
@@ -333,7 +333,7 @@ def identify(problem: Problem, *, executor: Executor | None = None, popsize: int
             progress(len(history), min(r["chi2"] for r in history))
 
     message, _ = evolve(problem.bounds, functools.partial(evaluate, problem), record, executor=executor,
-                        popsize=popsize, generations=generations, seed=seed, journal=journal,
+                        popsize=popsize, generations=generations, seed=seed, journal=journal, x0=x0,
                         after_batch=report)
     return Identification(problem, pd.DataFrame(history), level=level,
                           optimizer={"method": "scipy.optimize.differential_evolution", "popsize": popsize,

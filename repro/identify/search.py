@@ -46,12 +46,13 @@ def load_journal(path: Path | None) -> dict[tuple[float, ...], Values]:
 
 def evolve(bounds: Sequence[tuple[float, float]], fn: Callable[[np.ndarray], Values],
            record: Callable[[np.ndarray, Values], float], *, executor: Executor | None = None, popsize: int = 6,
-           generations: int = 10, seed: int = 0, journal: Path | None = None,
+           generations: int = 10, seed: int = 0, journal: Path | None = None, x0: Sequence[float] | None = None,
            after_batch: Callable[[], None] | None = None) -> tuple[str, int]:
     """Minimise over ``bounds`` (internal coordinates): ``fn(x)`` gives a vector's numbers (run on the workers:
     a top-level function or a partial of one), ``record(x, numbers)`` keeps them and returns the objective.
-    ``journal``: resume from, and append to, this file. Returns SciPy's closing message and the vectors
-    simulated in this call (those read back from the journal not counted)."""
+    ``journal``: resume from, and append to, this file. ``x0``: a vector (internal coordinates) put in the
+    initial population (a nested model's start at the simpler model's best). Returns SciPy's closing message
+    and the vectors simulated in this call (those read back from the journal not counted)."""
     from repro.experiment.executor import shared_executor
 
     ex = executor or shared_executor()
@@ -81,7 +82,8 @@ def evolve(bounds: Sequence[tuple[float, float]], fn: Callable[[np.ndarray], Val
 
     res = optimize.differential_evolution(
         _unused_objective, list(bounds), workers=mapper, updating="deferred", popsize=popsize,
-        maxiter=generations, seed=seed, polish=False, init="sobol", tol=0.0, atol=0.0)
+        maxiter=generations, seed=seed, polish=False, init="sobol", tol=0.0, atol=0.0,
+        x0=None if x0 is None else np.asarray(x0, dtype=float))
     return str(res.message), simulated
 
 

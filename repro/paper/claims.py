@@ -246,8 +246,9 @@ def _deciding(r: pd.Series) -> str:
     """The deciding row's number against the paper's: ``0.808 [0.804, 0.812] vs 0.864``."""
     est = Estimate(float(r["ours"]), float(r["ours_lo"]), float(r["ours_hi"]))
     unit = "" if pd.isna(r.get("unit")) or r.get("unit") in ("", "fraction") else f" {r['unit']}"
-    paper = "the paper states the ordering" if pd.isna(r["paper"]) else f"{float(r['paper']):.4g}"
-    return f"{est.text(3)}{unit} vs {paper}"
+    if pd.isna(r["paper"]):
+        return f"{est.text(3)}{unit} (the paper states the ordering, no gap)"
+    return f"{est.text(3)}{unit} vs {float(r['paper']):.4g}"
 
 
 def _why(v: str, reason: str) -> str:

@@ -502,25 +502,31 @@ VERDICT_COLORS = {"reproduced": "#1a9850", "not reproduced": "#d73027", "contrad
 """One colour per judged verdict, everywhere a verdict is drawn."""
 
 
-def claims_forest(summary: pd.DataFrame, *, width_in: float = 9.0) -> Figure:
-    """The conclusion's forest plot: for each headline claim (`repro.paper.claims.HEADLINE_CLAIMS`), each of its
-    judged rows with a paper number (not zero) as ours / the paper's (1 = the paper; its interval scaled the same;
-    a negative ratio: the other side of zero), coloured by the row's verdict, the claim's deciding row in bold."""
+def claims_forest(summary: pd.DataFrame, *, width_in: float = 9.0, per_claim: int = 3) -> Figure:
+    """The conclusion's forest plot: for each headline claim (`repro.paper.claims.HEADLINE_CLAIMS`), its deciding
+    rows (those whose verdict is the claim's, at most ``per_claim``, with a paper number not zero) as ours / the
+    paper's (1 = the paper; the interval scaled the same; a negative ratio: the other side of zero), coloured by
+    verdict, the first deciding row in bold."""
     from repro.paper.claims import HEADLINE_CLAIMS, claim_verdicts
 
     by_key = summary.drop_duplicates("key").set_index("key")
-    deciding = dict(zip(claim_verdicts(summary)["claim"], claim_verdicts(summary)["key"], strict=True))
+    verdicts = claim_verdicts(summary).set_index("claim")
     items: list[tuple[str, str, float, float, float, str, bool]] = []
     for c in HEADLINE_CLAIMS:
-        for k in c.keys:
-            if k not in by_key.index:
+        if c.id not in verdicts.index:
+            continue
+        claim_verdict, main = str(verdicts.loc[c.id, "verdict"]), str(verdicts.loc[c.id, "key"])
+        shown = 0
+        for k in c.keys:  # the deciding rows: those as weak as the claim (its verdict), at most `per_claim`
+            if k not in by_key.index or shown >= per_claim:
                 continue
             r = by_key.loc[k]
             paper = float(r["paper"])
-            if str(r["verdict"]) not in VERDICT_COLORS or not math.isfinite(paper) or paper == 0:
+            if str(r["verdict"]) != claim_verdict or not math.isfinite(paper) or paper == 0:
                 continue
             items.append((c.title, k, float(r["ours"]) / paper, float(r["ours_lo"]) / paper,
-                          float(r["ours_hi"]) / paper, str(r["verdict"]), k == deciding.get(c.id)))
+                          float(r["ours_hi"]) / paper, str(r["verdict"]), k == main))
+            shown += 1
     fig, ax = plt.subplots(figsize=(width_in, 0.28 * max(len(items), 4) + 1.4))
     y = 0.0
     ticks, labels = [], []

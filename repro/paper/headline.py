@@ -160,8 +160,8 @@ def judge(row: HeadlineRow, ref: pd.DataFrame | None = None, measured: str = "",
 
 def _interval_text(method: str) -> str:
     """A row's ``interval``: its method, and where that method does not cover 95 % of the population in every
-    tested condition, what it covers (`repro.paper.coverage.coverage_note`)."""
-    from repro.paper.coverage import coverage_note
+    tested condition, what it covers (`repro.paper.interval_coverage.coverage_note`)."""
+    from repro.paper.interval_coverage import coverage_note
 
     note = coverage_note(method)
     return f"{method} [coverage: {note}]" if note else method

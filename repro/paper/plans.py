@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 # stated and identified rates come first: `repro.paper.section.Section.operating_rates`). The emulated
 # engines run the same physics, so the rates carry over (notebook 03 checks the mixed one with a
 # round-robin probe on the live cluster).
-SIM_SATURATION_RATES = {"chat": 90.5, "reasoning": 35.5, "documents": 13.4, "mixed": 22.6}
+SIM_SATURATION_RATES = {"chat": 64.0, "reasoning": 22.1, "documents": 11.3, "mixed": 26.9}
 
 SIM_REQUESTS = (2000, 10000)  # requests per run at (quick, full)
 LIVE_REQUESTS = (200, 1000)

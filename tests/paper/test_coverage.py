@@ -247,3 +247,17 @@ def test_slow_within_three_traces_the_lowest_p99_is_biased_low():
     cs = within_traces_coverage(TraceModel(traces=3, requests=2000, phi=0.9), trace_sd=0.05, reps=200, b=200, seed=5)
     assert cs["cal_p99_min"].rate < cs["cal_p99_max"].rate, (cs["cal_p99_min"].text(), cs["cal_p99_max"].text())
     assert cs["tail_share"].rate >= 0.9, cs["tail_share"].text()
+
+
+def test_the_spread_ratios_f_interval_covers_with_normal_traces():
+    """Table II's spread row: our trace-to-trace sd over the paper's, an F interval (10 traces of ours, the
+    paper's 3). 400 draws: binomial sd 0.011; the floor 0.915 is 3 sd below 0.95."""
+    from repro.paper.sections.mixed_goodput import spread_ratio
+
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(400):
+        e = spread_ratio(list(rng.normal(0.8, 0.02, 10)), list(rng.normal(0.86, 0.0115, 3)))
+        hits += e.lo <= 0.02 / 0.0115 <= e.hi
+    assert hits / 400 >= 0.915
+    assert method_key(e.method) == "F interval of an sd ratio (N traces of ours, N of the paper's)"

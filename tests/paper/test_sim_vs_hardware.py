@@ -15,7 +15,7 @@ from repro.routing.router import Router
 from repro.sim.config import SimConfig
 from repro.sim.simulator import Simulator
 
-PHYS = Physics.load()
+PHYS = Physics.load().with_estimates({"transfer_link_shared": 0})  # the decode batch alone: pulls never queue
 CM = CostModel.load("calibrated")
 
 
