@@ -60,7 +60,8 @@ def test_recovers_the_profile_within_10_percent(tmp_path):
     assert set(raw["phase"]) == {"prefill", "decode", "transfer"}
     assert (raw["source"] == "engine").all()
     pre = raw[raw.phase == "prefill"]
-    assert pre["prompt_tokens"].min() == 64 and pre["prompt_tokens"].max() == 8000
+    # prompt lengths up to 8,000, never above the engine's token budget (one step each: 2,048 on the A40 testbed)
+    assert pre["prompt_tokens"].min() == 64 and pre["prompt_tokens"].max() == min(8000, phys.max_num_batched_tokens)
     per_length = pre.groupby("prompt_tokens").size()
     assert per_length.min() >= 1 and per_length.max() - per_length.min() <= 1  # whole rounds (how many: machine speed)
     # client-side latency includes the HTTP round trip: never below the engine's account, but for the
