@@ -115,9 +115,8 @@ def identify_cli(
                                       help="with --measure-on emulated: the profile the emulated engines run "
                                            "(default --profile)"),
     cluster: str = typer.Option("", "--cluster", rich_help_panel=MEASURE,
-                                help="with --measure-on vllm: the cluster file (or a name in data/clusters/); "
-                                     "a relative path is read from the current directory (from the repository "
-                                     "root only if it is not there)"),
+                                help=f"with --measure-on vllm: the cluster file (or a name in data/clusters/); "
+                                     f"{RELATIVE}"),
     name: str = typer.Option(IDENTIFIED_PROFILE, "--name", rich_help_panel=OUTPUT,
                              help="the identified testbed: its profile NAME.json in --profile-dir and its report "
                                   "folder data/identify/NAME/. An existing profile or a non-empty report folder is "
@@ -128,9 +127,7 @@ def identify_cli(
     profile_dir: Path = typer.Option(Path(PROFILE_DIR), "--profile-dir", rich_help_panel=OUTPUT,
                                      help=f"where the profile is written; {RELATIVE}"),
     out_dir_opt: Path | None = typer.Option(None, "--out-dir", rich_help_panel=OUTPUT,
-                                            help="the report folder (default data/identify/NAME in the repository); "
-                                                 "a relative path is the current directory's (the repository "
-                                                 "root's only if it exists there and not here)"),
+                                            help=f"the report folder (default data/identify/NAME); {RELATIVE}"),
     report_only: bool = typer.Option(False, "--report-only", rich_help_panel=OUTPUT,
                                      help="rewrite the profile and report from the report folder's history.csv "
                                           "without searching again; it may overwrite that same name's profile and "

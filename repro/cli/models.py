@@ -84,7 +84,7 @@ def models_cli(
             folder.mkdir(parents=True, exist_ok=True)
             t0 = time.monotonic()
             console.print(f"model {problem.model}: {len(space)} parameters, {len(rows)} numbers")
-            x0 = _nested_start(space, base_best, mechs) if base_best is not None and mechs else None
+            x0 = _nested_start(space, base_best) if base_best is not None and mechs else None
             ident = identify(problem, executor=ex, popsize=popsize, generations=generations, seed=seed,
                              journal=folder / f"search-{problem.fingerprint()}.jsonl", x0=x0)
             if not mechs:
@@ -154,17 +154,16 @@ def _from_folder(folder: Path, rows, k: int, model: str):  # type: ignore[no-unt
     return sc, None
 
 
-def _nested_start(space, base_best, mechs):  # type: ignore[no-untyped-def]
+def _nested_start(space, base_best):  # type: ignore[no-untyped-def]
     """A richer model's start (internal coordinates): the base model's best, with each mechanism's free
     parameter at the value that leaves the model as the base one (``off``) where it has one, else mid-prior.
     A model with only such mechanisms then fits at least as well as the base model."""
-    off = {f.name: f.off for m in mechs for f in m.free}
     x0 = []
     for p in space:
         if p.name in base_best.index:
             v = float(base_best[p.name])
-        elif off.get(p.name) is not None:
-            v = float(off[p.name])
+        elif p.off is not None:
+            v = float(p.off)
         else:
             lo, hi = p.internal_bounds
             x0.append((lo + hi) / 2)

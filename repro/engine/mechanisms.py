@@ -23,8 +23,11 @@ from repro.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class Free:
-    """A mechanism's parameter a fit may free: its kind (``physics`` | ``workloads``), prior and reason."""
+class Prior:
+    """A quantity a fit may free: its name, kind (``physics`` | ``workloads`` | ``rate``), prior range ``[lo, hi]``
+    in ``unit``, the reason for the range, whether it is searched in log10, and the value at which a mechanism's
+    parameter leaves the model as without the mechanism (``off``; a nested model), if any. The fit's own
+    `repro.identify.space.Parameter` is this, checked, with its scale's arithmetic."""
 
     name: str
     kind: str
@@ -47,7 +50,7 @@ class Mechanism:
     source: str
     fixed_physics: Mapping[str, float] = field(default_factory=dict)
     fixed_workloads: Mapping[str, float] = field(default_factory=dict)
-    free: tuple[Free, ...] = ()
+    free: tuple[Prior, ...] = ()
     requires: tuple[str, ...] = ()
 
 
@@ -79,7 +82,7 @@ CATALOGUE: tuple[Mechanism, ...] = (
         "request); the paper's decode step on the same engine is 0.013237 s (§VI), and a step's forward pass "
         f"reads the weights once ({WEIGHTS_READ_S * 1e3:.1f} ms at 696 GB/s): a 67-ms step over a short prompt "
         "would be five such passes",
-        free=(Free("prefill_step_share", "physics", STEP_SHARE_FLOOR, 1.0, "share of 0.0667 s",
+        free=(Prior("prefill_step_share", "physics", STEP_SHARE_FLOOR, 1.0, "share of 0.0667 s",
                    f"from one weights read ({WEIGHTS_READ_S * 1e3:.1f} ms, the A40's bandwidth) to the whole stated "
                    "base (the paper's §VI model)", off=1.0),)),
     Mechanism(
@@ -89,7 +92,7 @@ CATALOGUE: tuple[Mechanism, ...] = (
         "vllm/entrypoints/openai/api_server.py (one asyncio event loop per API server: a request's HTTP, "
         "tokenization and streaming wait behind every other request's), the paper's round-robin losing 12 % "
         "of its requests at its lightest load (Fig. 5: 0.880)",
-        free=(Free("serving_path_sigma", "physics", 0.0, 1.5, "lognormal shape",
+        free=(Prior("serving_path_sigma", "physics", 0.0, 1.5, "lognormal shape",
                    "from none to a path whose p99 is ~10x its median", off=0.0),),
         requires=("request_path",)),
     Mechanism(
@@ -106,7 +109,7 @@ CATALOGUE: tuple[Mechanism, ...] = (
         "vllm/v1/core/sched/scheduler.py Scheduler.schedule (RUNNING requests, a long prompt's next chunk among "
         "them, are scheduled before WAITING ones: head-of-line blocking on one engine); the paper's Table I "
         "(the workloads' lengths) is lost",
-        free=(Free("documents_sigma", "workloads", 0.3, 1.5, "lognormal shape",
+        free=(Prior("documents_sigma", "workloads", 0.3, 1.5, "lognormal shape",
                    "from lengths within ~1.5x of the median to a tail of 40x (clipped at 8,192 tokens)", off=0.5),)),
 )
 """Every mechanism `repro identify --mechanisms` may name. Present in every model (not switchable, listed in

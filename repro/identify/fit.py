@@ -129,13 +129,26 @@ class Problem:
         mechanisms): a search journal is reused only by the same problem."""
         import hashlib
 
-        text = repr((self.profile, self.targets, self.space, self.stated, tuple(sorted(self.mechanisms))))
+        space = tuple(_Decides(p) for p in self.space)  # a parameter's `off` (a search's start) decides no number
+        text = repr((self.profile, self.targets, space, self.stated, tuple(sorted(self.mechanisms))))
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     @property
     def stated_rates(self) -> dict[str, float]:
         """Rate name -> the stated rate (req/s)."""
         return dict(self.stated)
+
+
+@dataclass(frozen=True)
+class _Decides:
+    """What of a `Parameter` decides a vector's numbers, written as the fingerprint has always read it."""
+
+    p: Parameter
+
+    def __repr__(self) -> str:
+        p = self.p
+        return (f"Parameter(name={p.name!r}, kind={p.kind!r}, lo={p.lo!r}, hi={p.hi!r}, unit={p.unit!r}, "
+                f"reason={p.reason!r}, log={p.log!r})")
 
 
 def target_specs(problem: Problem, s: Mapping[str, Mapping[str, float]], targets: Sequence[Target] | None = None,

@@ -9,6 +9,7 @@ range written down with its reason; it lies inside the physical bounds (`repro.i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.engine.mechanisms import CATALOGUE as MECHANISMS
-from repro.engine.mechanisms import Mechanism
+from repro.engine.mechanisms import Mechanism, Prior
 from repro.engine.physics import OVERRIDABLE
 from repro.errors import ConfigError
 from repro.workload.params import FITTABLE
@@ -25,15 +26,11 @@ KINDS = ("physics", "workloads", "rate")
 
 
 @dataclass(frozen=True)
-class Parameter:
-    """One fitted unknown: its kind, prior range ``[lo, hi]`` (its unit), scale and the reason for the range."""
+class Parameter(Prior):
+    """One fitted unknown (`repro.engine.mechanisms.Prior`: its kind, prior range ``[lo, hi]`` in its unit, scale,
+    the reason for the range, a mechanism's off value), checked against what a run may override; log-scaled by
+    default."""
 
-    name: str
-    kind: str
-    lo: float
-    hi: float
-    unit: str
-    reason: str
     log: bool = True
 
     def __post_init__(self) -> None:
@@ -119,7 +116,7 @@ per-sequence decode cost follows from the stated batch-8 penalty, `DECODE_PER_SE
 
 def mechanism_space(mechs: Sequence[Mechanism]) -> tuple[Parameter, ...]:
     """The parameters the mechanisms ``mechs`` free (`repro.engine.mechanisms.Mechanism.free`)."""
-    return tuple(Parameter(f.name, f.kind, f.lo, f.hi, f.unit, f.reason, f.log) for m in mechs for f in m.free)
+    return tuple(Parameter(**dataclasses.asdict(f)) for m in mechs for f in m.free)
 
 
 MECHANISM_SPACE: tuple[Parameter, ...] = mechanism_space(MECHANISMS)

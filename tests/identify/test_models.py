@@ -38,3 +38,19 @@ def test_the_model_table_and_the_certificate_from_the_shipped_searches(tmp_path)
     assert certificate.note_for("table2_mc_mean", sets) == ""
     sel = json.loads((tmp_path / "selection.json").read_text())
     assert sel["chosen_by_cv"] == table.index[0]
+
+
+def test_a_rerun_of_repro_models_finds_the_shipped_journals():
+    """Each shipped search's journal is named by its problem's fingerprint: `repro models` run again resumes it
+    (simulates nothing it visited) instead of starting over."""
+    from repro.engine.mechanisms import resolve
+    from repro.identify.fit import Problem
+    from repro.identify.space import PAPER_SPACE, mechanism_space
+    from repro.identify.targets import load_targets
+
+    rows = tuple(load_targets(DATA_DIR / "identify" / "paper_baselines.csv"))
+    for folder in sorted(p for p in SHIPPED.iterdir() if p.is_dir()):
+        mechs = resolve([] if folder.name == "base" else folder.name.split("+"))
+        problem = Problem("a40-qwen2.5-3b", rows, (*PAPER_SPACE, *mechanism_space(mechs)), stated={"rate_mixed": 24.0},
+                          mechanisms=tuple(m.name for m in mechs))
+        assert (folder / f"search-{problem.fingerprint()}.jsonl").exists(), folder.name
