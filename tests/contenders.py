@@ -1,6 +1,6 @@
 """Policies of "a user", by import path (``tests.contenders:Name``), for the scorecard's tests."""
 
-from repro.routing.policies.baselines import RoundRobin
+from repro.routing.policies.baselines import LeastLoaded, RoundRobin
 from repro.routing.policies.marginal_cost import MarginalCost
 
 
@@ -14,3 +14,9 @@ class RoundRobinClone(RoundRobin):
     """Round-robin under another name: reads neither the predictor nor the cost model."""
 
     name = "rr_clone"
+
+
+class LeastLoadedClone(LeastLoaded):
+    """Least-loaded under another name: a policy that differs from the paper's router."""
+
+    name = "ll_clone"

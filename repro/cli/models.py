@@ -13,12 +13,12 @@ from rich.console import Console
 from repro.engine.mechanisms import CATALOGUE as MECHANISMS
 from repro.errors import ConfigError
 
-DEFAULT_MODELS = ("base", "request_path+path_tail", "vllm_budget+request_path+document_tail",
-                  "vllm_budget+request_path+path_tail+shared_link+document_tail")
-"""The models `repro models` fits by default: the base model, each mechanism the documents' and Fig. 5's
-numbers could bear on, and the whole catalogue."""
+DEFAULT_MODELS = ("base", "request_path+path_tail", "vllm_budget+request_path+path_tail+shared_link+document_tail")
+"""The models `repro models` fits by default (those shipped in data/identify/models): the base model, the
+serving path that Fig. 5's and the chat numbers bear on, and the whole catalogue."""
 OUT = "data/identify/models"
 TARGETS = "data/identify/paper_baselines.csv"
+PREDICTIONS = "data/identify/paper_predictions.csv"
 
 
 def models_cli(
@@ -33,6 +33,12 @@ def models_cli(
     gap_search: bool = typer.Option(True, "--gap-search/--no-gap-search",
                                     help="also search each model for the widest documents gap it allows"),
     out_dir: Path = typer.Option(Path(OUT), "--out-dir", help="one folder per model, and models.csv"),
+    predictions: Path = typer.Option(Path(PREDICTIONS), "--predictions",
+                                     help="the paper's numbers about its router, predicted on every testbed of "
+                                          "every model's ensemble (model uncertainty: robustness.csv); '' for none"),
+    refresh_predictions: bool = typer.Option(False, "--refresh-predictions/--keep-predictions",
+                                             help="simulate the predictions again even where a model's folder "
+                                                  "holds them (predictions.csv)"),
     report_only: bool = typer.Option(False, "--report-only",
                                      help="search nothing: score the models' folders as their searches left them "
                                           "(each with its own budget, in its fit.json) and write the table"),
@@ -125,6 +131,20 @@ def models_cli(
         path = certificate.write([cert] if cert else [], out / "certificate.json")
         console.print(f"certificate: {'the documents facts, no model satisfies them together' if cert else 'none'}"
                       f" ({path})")
+    if str(predictions):
+        pred_rows = tuple(load_targets(user_path(predictions, default=PREDICTIONS)))
+        ex = make_executor("ray" if ray_address else (executor or kind), jobs or env_jobs, ray_address or address)
+        try:
+            t0 = time.monotonic()
+            folders = [out / str(m) for m in tab["model"]]
+            long = selection.predict_models(folders, profile, pred_rows, stated={"rate_mixed": 24.0}, executor=ex,
+                                            refresh=refresh_predictions)
+        finally:
+            ex.close()
+        robust = selection.across_models(pred_rows, long, order=list(tab["model"]))
+        robust.to_csv(out / "robustness.csv", index=False)
+        console.print(f"predictions across {len(folders)} models' ensembles ({time.monotonic() - t0:.0f} s):")
+        console.print(robust[["key", "paper", "verdict", "per_model"]].to_string(index=False))
     (out / "selection.json").write_text(json.dumps({
         "targets": str(targets), "profile": profile, "popsize": popsize, "generations": generations, "seed": seed,
         "chosen_by_cv": str(tab.iloc[0]["model"])}, indent=2) + "\n")

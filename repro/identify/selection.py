@@ -15,6 +15,12 @@ fits from their histories (every visited vector with each row's simulated number
   round-robin (``min(least-loaded, length-threshold) - round-robin``, the paper's >= +0.11), at the best fit.
 
 The choice is by cross-validation (the smallest held-out chi-square per held-out row), not by the training fit.
+
+**Model uncertainty.** A prediction (a number about the paper's router, never fitted) is simulated on every
+testbed of every model's ensemble (`predict_models`), and `across_models` says per row on how many testbeds of
+each model the paper's claim holds (`repro.identify.predictions.holds`): "holds on every model", "holds on no
+model" or "depends on the model". The main job's robustness column reads it beside the chosen model's own
+ensemble (`repro.identify.testbed.robustness_of`).
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from repro.identify.targets import Target
+
+if TYPE_CHECKING:
+    from repro.experiment.executor import Executor
 
 FIGURES: tuple[tuple[str, str], ...] = (
     ("table2_", "Table II"), ("width", "§V-D widths"), ("fig4_", "Fig. 4"), ("fig5_", "Fig. 5"),
@@ -36,6 +45,9 @@ FIGURES: tuple[tuple[str, str], ...] = (
 )
 """A training row's figure, by the prefix of its key (the first that matches)."""
 
+MODELS_DIR = "data/identify/models"
+"""Where `repro models` writes one folder per model, ``models.csv``, ``selection.json`` and ``robustness.csv``
+(relative to the repository)."""
 DOCS_RR = "fig3_rr_documents"
 DOCS_FLOORS = ("fig3_ll_documents_floor", "fig3_lt_documents_floor")
 PAPER_DOCS_GAP = 0.695 - 0.585
@@ -115,3 +127,71 @@ def load_fit(folder: Path, targets: Sequence[Target]) -> tuple[str, pd.DataFrame
     if missing:
         raise ValueError(f"{folder}: fitted to other rows (missing {missing[:3]})")
     return str(fit.get("model", folder.name)), hist, len(fit["parameters"])
+
+
+def predict_models(folders: Sequence[Path], profile: str, rows: Sequence[Target], *,
+                   stated: Mapping[str, float] | None = None, executor: Executor | None = None,
+                   refresh: bool = False) -> pd.DataFrame:
+    """Long table (model, member, key, value): the prediction ``rows`` simulated on every testbed of each
+    model's ensemble (``ensemble.csv`` in its folder, written by `repro models`). A model's predictions are
+    kept in its folder (``predictions.csv``) and read back unless ``refresh`` or the rows changed."""
+    from repro.engine.mechanisms import resolve
+    from repro.identify import predictions as pred
+    from repro.identify.fit import Problem
+    from repro.identify.space import PAPER_SPACE, mechanism_space
+
+    keys = {t.key for t in rows}
+    out = []
+    for folder in folders:
+        model = folder.name
+        cache = folder / "predictions.csv"
+        if cache.exists() and not refresh:
+            long = pd.read_csv(cache)
+            if keys <= set(long["key"]):
+                out.append(long.assign(model=model))
+                continue
+        if not (folder / "ensemble.csv").exists():
+            raise ValueError(f"{folder}: no ensemble.csv: run `repro models --models {model}` first")
+        mechs = resolve([] if model == "base" else model.split("+"))
+        space = (*PAPER_SPACE, *mechanism_space(mechs))
+        problem = Problem(profile, (), space, mechanisms=tuple(m.name for m in mechs))
+        ens = pd.read_csv(folder / "ensemble.csv")
+        long = pred.predict(ens, space, profile, rows, stated=stated, executor=executor, fixed=problem.fixed)
+        long.to_csv(cache, index=False)
+        out.append(long.assign(model=model))
+    cols = ["model", "member", "key", "value"]
+    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+
+
+def across_models(rows: Sequence[Target], long: pd.DataFrame, order: Sequence[str] = ()) -> pd.DataFrame:
+    """Per prediction row: on how many testbeds of each model the paper's claim holds, and in words: "holds on
+    every model" (on every testbed of each), "holds on no model" (on none), "depends on the model" (on no
+    testbed of one model, on some of another), else "holds on some testbeds of every model" (its constants
+    decide it on each). ``order``: the models' order in the words (e.g. best by cross-validation first)."""
+    from repro.identify.predictions import holds
+
+    models = list(dict.fromkeys([*order, *long["model"]]))
+    models = [m for m in models if m in set(long["model"])]
+    out = []
+    for t in rows:
+        counts = {}
+        for m in models:
+            v = long[(long["model"] == m) & (long["key"] == t.key)]["value"].astype(float)
+            counts[m] = (sum(holds(t, float(x)) for x in v), len(v))
+        per = "; ".join(f"{short_name(m)} {k}/{n}" for m, (k, n) in counts.items())
+        on = [m for m, (k, n) in counts.items() if n and k == n]
+        some = [m for m, (k, n) in counts.items() if k]
+        verdict = ("holds on every model" if len(on) == len(models) and models
+                   else "holds on no model" if not some
+                   else "depends on the model" if len(some) < len(models)
+                   else "holds on some testbeds of every model")
+        out.append({"key": t.key, "paper": t.value, "models": len(models), "models_holding_everywhere": len(on),
+                    "models_holding_somewhere": len(some), "verdict": verdict, "per_model": per})
+    return pd.DataFrame(out)
+
+
+def short_name(model: str) -> str:
+    """A model's name in a sentence: "every mechanism" for the whole catalogue, else its name."""
+    from repro.engine.mechanisms import CATALOGUE
+
+    return "every mechanism" if set(model.split("+")) == {m.name for m in CATALOGUE} else model

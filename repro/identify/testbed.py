@@ -199,7 +199,32 @@ def robustness_of(profile: str, key: str) -> str:
     if hit.empty:
         return ""
     r = hit.iloc[0]
-    return f"{r['robustness']} ({int(r['holds'])} of {int(r['testbeds'])})"
+    words = f"{r['robustness']} ({int(r['holds'])} of {int(r['testbeds'])})"
+    models = models_table(profile)
+    if models is not None:
+        m = models[models["key"] == base]
+        if not m.empty:
+            words += f"; across models: {m.iloc[0]['verdict']} ({m.iloc[0]['per_model']})"
+    return words
+
+
+@functools.lru_cache(maxsize=16)
+def models_table(profile: str) -> pd.DataFrame | None:
+    """The model selection's robustness across models (``robustness.csv`` of `repro models`,
+    `repro.identify.selection.across_models`) when ``profile`` is the model it chose (its mechanisms are the
+    choice's); None otherwise."""
+    from repro.engine.mechanisms import model_name, resolve
+    from repro.identify.selection import MODELS_DIR
+
+    ident = profile_json(profile).get("identified") or {}
+    folder = resolve_dir(MODELS_DIR)
+    sel, path = folder / "selection.json", folder / "robustness.csv"
+    if not ident or not sel.exists() or not path.exists():
+        return None
+    chosen = json.loads(sel.read_text()).get("chosen_by_cv")
+    if chosen != model_name(resolve(list(ident.get("mechanisms") or ()))):
+        return None
+    return pd.read_csv(path)
 
 
 def operating_rates(profile: str) -> dict[str, float]:

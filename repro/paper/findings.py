@@ -82,7 +82,10 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
         out.append("across plausible testbeds: the paper's claim of a row checked on each testbed of the identified "
                    "ensemble, those that fit the paper's baseline numbers about as well as the best "
                    "(`repro identify`, data/identify/; its fit.json says whether the best is within the numbers' "
-                   "noise): a verdict that depends on the testbed rests on constants the paper does not state.")
+                   "noise): a verdict that depends on the testbed rests on constants the paper does not state. "
+                   "Across models: the same on every testbed of each model of the mechanism catalogue that "
+                   "`repro models` fitted to the same numbers (data/identify/models/robustness.csv): a verdict "
+                   "that depends on the model rests on a mechanism the paper's numbers do not decide.")
     if ((head.kind == "ordering") & (head.verdict == "within noise")).any():
         out.append("within noise: the paired interval neither shows the paper's direction and size nor a difference "
                    "from them, so the data cannot decide, whichever point estimate is larger (the row says about "

@@ -38,6 +38,46 @@ def test_the_model_table_and_the_certificate_from_the_shipped_searches(tmp_path)
     assert certificate.note_for("table2_mc_mean", sets) == ""
     sel = json.loads((tmp_path / "selection.json").read_text())
     assert sel["chosen_by_cv"] == table.index[0]
+    # model uncertainty: the router's numbers on every testbed of both models' ensembles (their shipped
+    # predictions.csv, read back, not simulated again)
+    robust = pd.read_csv(tmp_path / "robustness.csv").set_index("key")
+    assert robust.loc["fig3_mc_minus_rr_documents", "verdict"] == "holds on no model"
+    assert robust.loc["width3_mc_margin", "verdict"] == "holds on every model"
+    assert set(robust["models"]) == {len(MODELS)}
+
+
+def _row(key, value, claim=""):
+    from repro.identify.targets import Target
+
+    return Target(key=key, workload="mixed", topology="2p4d", policies=("marginal_cost",), rate="@rate_mixed",
+                  seeds=(1,), n_requests=1000, metric="goodput", statistic="mean", value=value, sd=0.01,
+                  source="test", claim=claim)
+
+
+def test_across_models_counts_each_model_and_words_the_verdict():
+    from repro.identify.selection import across_models
+
+    row = _row("x", 0.80)
+
+    def long(a, b):
+        return pd.DataFrame([("a", "m0", "x", a[0]), ("a", "m1", "x", a[1]), ("b", "m0", "x", b[0]),
+                             ("b", "m1", "x", b[1])], columns=["model", "member", "key", "value"])
+
+    r = across_models([row], long((0.80, 0.81), (0.80, 0.60)), order=["b", "a"]).iloc[0]
+    assert r["per_model"] == "b 1/2; a 2/2"
+    assert r["models_holding_everywhere"] == 1 and r["models_holding_somewhere"] == 2
+    assert r["verdict"] == "holds on some testbeds of every model"
+    assert across_models([row], long((0.80, 0.81), (0.6, 0.6))).iloc[0]["verdict"] == "depends on the model"
+    assert across_models([row], long((0.80, 0.81), (0.8, 0.8))).iloc[0]["verdict"] == "holds on every model"
+    assert across_models([row], long((0.5, 0.5), (0.6, 0.6))).iloc[0]["verdict"] == "holds on no model"
+
+
+def test_the_chosen_testbeds_robustness_reads_the_models():
+    from repro.identify.testbed import robustness_of
+
+    words = robustness_of("a40-identified", "fig3_mc_minus_rr_documents")
+    assert "across models: holds on no model" in words, words
+    assert robustness_of("a40-qwen2.5-3b", "fig3_mc_minus_rr_documents") == ""  # not identified: no ensemble
 
 
 def test_a_rerun_of_repro_models_finds_the_shipped_journals():
