@@ -14,6 +14,9 @@ os.environ["REPRO_SIM_CACHE"] = "off"
 # ... and sweeps run in this process (a monkeypatch does not reach worker processes); the parallel
 # executors have their own tests (test_parallel_sweep.py, test_ray_executor.py), which pass them explicitly.
 os.environ["REPRO_JOBS"] = "1"
+# ... and tests start engines of their own on free ports of 127.0.0.1 even while a user's `repro cluster up`
+# engines run (they never touch them); tests of the refusal unset it (tests/test_cluster_reuse.py).
+os.environ["REPRO_BESIDE_CLUSTER"] = "1"
 
 
 def synthetic_trace(n: int, rate: float, prompt, output, seed: int = 0, slo=None) -> pd.DataFrame:

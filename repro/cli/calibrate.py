@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from repro.cli.common import RUNNING
 from repro.errors import ConfigError
 from repro.live.calibration_bench import (
     COMPARED,
@@ -24,7 +25,7 @@ from repro.live.calibration_bench import (
 def _make_cli():
     def calibrate_cmd(
         cluster: str = typer.Option("1p1d", "--cluster",
-                                    help="topology: '1p1d', a YAML path or a name in data/clusters/"),
+                                    help="topology: '1p1d', a YAML path or a name in data/clusters/" + RUNNING),
         launcher: str | None = typer.Option(None, "--launcher", help="emulated (default) | vllm | remote"),
         time_scale: float = typer.Option(1.0, "--time-scale", help="emulated engines run K times faster than physics"),
         budget_s: float = typer.Option(300.0, "--budget", help="physics seconds the benchmark may take"),
@@ -38,10 +39,11 @@ def _make_cli():
         decode_tokens: int = typer.Option(576, "--decode-tokens", help="output tokens of each decode request"),
     ) -> None:
         """Measure a cluster (prefill curve, decode rate vs concurrency, KV transfer), fit the cost model."""
-        from repro.cluster.launchers import launch
+        from repro.cluster.launchers import launch, use_running
         from repro.cluster.topology import parse_topology
 
         console = Console()
+        cluster = str(use_running(cluster))  # a cluster that `repro cluster up` started: its engines
         try:
             levels = [int(x) for x in concurrency.split(",") if x.strip()]
         except ValueError:

@@ -64,6 +64,10 @@ def _make_cluster_app() -> typer.Typer:
                     raise ConfigError(
                         f"a cluster is already up (state file {state_file}); run `repro cluster down` first"
                     )
+            if not dry_run:
+                from repro.cluster.launchers.state import refuse_beside_running
+
+                refuse_beside_running(f"repro cluster up {topology}")
             logs = log_dir or Path(state_file).parent / "cluster-logs"
             opts: dict[str, Any] = {}
             if kind == "emulated":
@@ -80,6 +84,8 @@ def _make_cluster_app() -> typer.Typer:
         except ConfigError as exc:
             _fail(exc)
             return
+        if not dry_run and hasattr(lau, "cluster_state"):
+            lau.cluster_state = str(Path(state_file).resolve())
         try:
             instances = lau.start()
         except Exception as exc:
@@ -89,7 +95,7 @@ def _make_cluster_app() -> typer.Typer:
             return
         if dry_run:
             return
-        save_state(state_file, kind, topo, instances)
+        save_state(state_file, kind, topo, instances, source=topology)
         for i in instances:
             typer.echo(f"{i.name:<10} {i.role:<8} {i.url:<28} engine_id={i.engine_id} pid={i.pid}")
         typer.echo(f"cluster {topo.shorthand} up ({kind}); state in {state_file}")

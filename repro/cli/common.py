@@ -129,3 +129,7 @@ def reflow_all(app: typer.Typer) -> None:
         group.help = fix(group.help if isinstance(group.help, str) else None)
         if group.typer_instance is not None:
             reflow_all(group.typer_instance)
+
+
+RUNNING = "; or `repro cluster up`'s state file (runs/cluster.json): its running engines, used as they are"
+"""The sentence every live command's ``--cluster`` help ends with (issue 45)."""

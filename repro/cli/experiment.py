@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from repro.cli.common import SweepBar, console, one_of, parse_options, parse_seeds, split, validity_cell
+from repro.cli.common import RUNNING, SweepBar, console, one_of, parse_options, parse_seeds, split, validity_cell
 from repro.errors import ConfigError
 from repro.experiment.executor import EXECUTORS
 from repro.routing.policies import PAPER_POLICIES
@@ -35,7 +35,7 @@ def run(
     noise: float | None = typer.Option(None, "--noise", help="predictor relative error (0..10, e.g. 1.5 = 150%)"),
     service: str | None = typer.Option(None, help="sim: " + one_of(SERVICES)),
     backlog: str | None = typer.Option(None, help="sim: " + one_of(BACKLOG_SOURCES)),
-    cluster: str | None = typer.Option(None, help="cluster YAML (emulated/vllm backends)"),
+    cluster: str | None = typer.Option(None, help="cluster YAML (emulated/vllm backends)" + RUNNING),
     time_scale: float | None = typer.Option(
         None, "--time-scale", help="emulated: physics runs K times faster than the wall clock"
     ),

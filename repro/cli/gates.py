@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from repro.cli.common import RUNNING
 from repro.cluster.topology import Instance
 from repro.errors import ConfigError
 from repro.live.gates import GateFailure, GateResult, GatesReport, render_text, run_gates
@@ -32,7 +33,7 @@ def render_rich(report: GatesReport | GateResult):
 def _make_cli():
     def gates(
         cluster: str | None = typer.Option(None, "--cluster",
-                                           help="bring up this topology ('1p2d', a YAML) and gate it"),
+                                           help="bring up this topology ('1p2d', a YAML) and gate it" + RUNNING),
         state_file: Path | None = typer.Option(None, "--state-file",
                                                help="gate the cluster recorded by `repro cluster up`"),
         launcher: str | None = typer.Option(None, "--launcher", help="with --cluster: emulated | vllm | remote"),
@@ -66,8 +67,10 @@ def _make_cli():
         if state_file is not None:
             go(load_state(state_file)["instances"])
         else:
+            from repro.cluster.launchers import use_running
             from repro.cluster.topology import parse_topology
 
+            cluster = str(use_running(cluster))
             kind = launcher or parse_topology(cluster).launcher or "emulated"
             opts = {"time_scale": time_scale} if kind == "emulated" else {}
             with launch(cluster, kind, **opts) as instances:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from repro.cli.common import RUNNING
 from repro.engine.mechanisms import CATALOGUE as MECHANISMS
 from repro.engine.mechanisms import resolve as resolve_mechanisms
 from repro.errors import ConfigError
@@ -115,8 +116,8 @@ def identify_cli(
                                       help="with --measure-on emulated: the profile the emulated engines run "
                                            "(default --profile)"),
     cluster: str = typer.Option("", "--cluster", rich_help_panel=MEASURE,
-                                help=f"with --measure-on vllm: the cluster file (or a name in data/clusters/); "
-                                     f"{RELATIVE}"),
+                                help="with --measure-on vllm: the cluster file (or a name in data/clusters/"
+                                     + RUNNING + f"); {RELATIVE}"),
     name: str = typer.Option(IDENTIFIED_PROFILE, "--name", rich_help_panel=OUTPUT,
                              help="the identified testbed: its profile NAME.json in --profile-dir and its report "
                                   "folder data/identify/NAME/. An existing profile or a non-empty report folder is "

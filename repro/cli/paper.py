@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from repro.cli.common import RUNNING
 from repro.errors import ConfigError, check_choice, parse_assignments
 from repro.paper.runner import PaperRun, run_paper
 
@@ -92,7 +93,7 @@ def paper_cli(
                                      "engines over real HTTP) | vllm"),
     scale: str | None = typer.Option(None, "--scale", help="quick | full (default: full on sim, quick live)"),
     only: str | None = typer.Option(None, "--only", help="notebooks to run, e.g. 01,04 (default: all)"),
-    cluster: str | None = typer.Option(None, "--cluster", help="cluster YAML for emulated/vllm"),
+    cluster: str | None = typer.Option(None, "--cluster", help="cluster YAML for emulated/vllm" + RUNNING),
     out: Path = typer.Option(Path("build/notebooks"), "--out", help="folder for the executed notebooks"),
     results_dir: Path | None = typer.Option(None, "--results-dir",
                                             help="tidy CSVs (relative: to the repo root; default "

@@ -11,6 +11,7 @@ import pandas as pd
 import typer
 from rich.console import Console
 
+from repro.cli.common import RUNNING
 from repro.cli.compare import frame_table
 
 
@@ -26,7 +27,7 @@ def _floats(value: str, field: str) -> tuple[float, ...]:
 def validate_cli(
     cluster: str = typer.Option(..., "--cluster", "-c",
                                 help="cluster file (data/clusters/NAME.yaml, a name there, or a path); with "
-                                     "--backend emulated also a shorthand such as 1p1d"),
+                                     "--backend emulated also a shorthand such as 1p1d" + RUNNING),
     backend: str | None = typer.Option(None, "--backend", help="vllm | emulated (default: vllm for a cluster "
                                                                "with a vllm or remote launcher, else emulated)"),
     workload: str = typer.Option("mixed", "--workload", "-w", help="chat | reasoning | documents | mixed"),

@@ -22,6 +22,7 @@ imports no process, HTTP or CLI code, so the simulator can use it.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +48,9 @@ class InstanceSpec:
     gpu: str | None = None
     engine_id: str | None = None
     faults: tuple[str, ...] = ()
+    pid: int | None = None
+    """An engine already running on this machine (`repro cluster up`'s, through its state file): its process,
+    whose CPU time is the run's own (`repro.live.validity.OutsideCpu`)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,9 @@ def parse_topology(spec: str | Path | dict | Topology, *, profile: str | None = 
     if isinstance(spec, dict):
         return _from_dict(spec, "topology", profile, kv_budget_tokens, calibration_must_exist)
     text = str(spec)
+    if text.endswith(".json"):
+        if is_state_file(text):  # `repro cluster up`'s state file: its running engines, never restarted
+            return _from_dict(state_topology(text), text, profile, kv_budget_tokens, calibration_must_exist)
     m = _SHORTHAND.match(text)
     if m:
         n_p, n_d = int(m.group(1)), int(m.group(2))
@@ -154,9 +161,68 @@ def parse_topology(spec: str | Path | dict | Topology, *, profile: str | None = 
     return _from_dict(raw, str(path), profile, kv_budget_tokens, calibration_must_exist)
 
 
+def is_state_file(path: str | Path) -> bool:
+    """Whether ``path`` is a `repro cluster up` state file (a JSON file with ``instances``)."""
+    p = Path(path)
+    if p.suffix != ".json" or not p.is_file():
+        return False
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("instances"), list) and "launcher" in data
+
+
+def state_topology(path: str | Path) -> dict[str, Any]:
+    """A ``remote`` topology (the dict `repro.cluster.topology.parse_topology` reads) naming the engines a state
+    file records, with the options of the topology they were started from (``vllm``, ``calibration``,
+    ``kv_poll_interval_s``, ``profile``). ConfigError if an engine it records is not running."""
+    from repro.cluster.processes import pid_alive
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"state file {path}: cannot be read ({exc})") from None
+    insts = [Instance(**i) for i in data.get("instances", [])]
+    dead = [f"{i.name} (pid {i.pid})" for i in insts if i.pid and not pid_alive(i.pid)]
+    if dead or not insts:
+        raise ConfigError(f"state file {path}: {'engines ' + ', '.join(dead) + ' are' if dead else 'no engine is'} "
+                          "no longer running; run `repro cluster down` and `repro cluster up` again")
+    doc: dict[str, Any] = {"name": f"{data.get('topology', 'cluster')}-running", "launcher": "remote"}
+    source = data.get("source") or data.get("topology")
+    if source:
+        try:
+            topo = parse_topology(source, calibration_must_exist=False)
+        except ConfigError:
+            topo = None
+        if topo is not None:
+            for key in ("vllm", "calibration", "kv_poll_interval_s"):
+                if topo.options.get(key) is not None:
+                    doc[key] = topo.options[key]
+            profiles = {s.profile for s in topo.instances}
+            if len(profiles) == 1 and None not in profiles:
+                doc["profile"] = profiles.pop()
+    doc["instances"] = [{"role": i.role, "url": i.url, "name": i.name,
+                         **({"engine_id": i.engine_id} if i.engine_id else {}),
+                         **({"pid": i.pid} if i.pid else {})} for i in insts]
+    return doc
+
+
+def topology_file(spec: str | Path) -> Path | None:
+    """The cluster YAML that ``spec`` names (a path, or a name in data/clusters/), absolute; None for a
+    shorthand like ``2p4d`` or a name that names no file."""
+    text = str(spec)
+    if _SHORTHAND.match(text):
+        return None
+    for cand in (Path(text), CLUSTERS_DIR / text, CLUSTERS_DIR / f"{text}.yaml", CLUSTERS_DIR / f"{text}.yml"):
+        if cand.is_file():
+            return cand.resolve()
+    return None
+
+
 _TOP_KEYS = {"name", "launcher", "profile", "kv_budget_tokens", "instances", "vllm", "emulated", "description",
              "calibration", "kv_poll_interval_s"}
-_INST_KEYS = {"role", "count", "profile", "kv_budget_tokens", "url", "urls", "gpus", "gpu", "engine_id", "fault",
+_INST_KEYS = {"role", "count", "profile", "kv_budget_tokens", "url", "urls", "gpus", "gpu", "engine_id", "pid", "fault",
               "faults", "name"}
 
 
@@ -215,6 +281,7 @@ def _from_dict(raw: dict, origin: str, profile: str | None, kv_budget: int | Non
                 gpu=str(gpus[k]) if gpus is not None else None,
                 engine_id=g.get("engine_id") if count == 1 else None,
                 faults=tuple(faults),
+                pid=int(g["pid"]) if count == 1 and g.get("pid") else None,
             ))
     if not any(s.role == "prefill" for s in specs) or not any(s.role == "decode" for s in specs):
         raise topology_error("instances", f"needs at least one 'prefill' and one 'decode' instance in {origin}")

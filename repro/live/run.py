@@ -48,6 +48,7 @@ from repro.live.proxy.config import API_KEY_ENV, Endpoint, ProxyConfig
 from repro.live.validity import (
     DEFAULT_THRESHOLDS,
     CpuSampler,
+    OutsideCpu,
     Thresholds,
     engine_lateness,
     engine_requests,
@@ -110,12 +111,46 @@ def proxy_process(cfg: ProxyConfig, run_dir: Path, timeout_s: float = 30.0) -> I
         log.close()
 
 
+def _running_engines(cluster: str) -> bool:
+    """Whether ``cluster`` names engines that already run (`repro cluster up`'s state file, or a remote
+    cluster file)."""
+    from repro.cluster.topology import parse_topology
+
+    return parse_topology(cluster, calibration_must_exist=False).launcher == "remote"
+
+
+@contextmanager
+def _reused(spec: RunSpec) -> Iterator[list[Instance]]:
+    """Emulated engines that already run (`repro cluster up`): used as they are, never stopped; each must run
+    the spec's time scale and profile (``GET /_emulator/info``), else a ConfigError says which to give."""
+    from repro.cluster.launchers import launch
+
+    with launch(spec.cluster) as instances:
+        for inst in instances:
+            try:
+                info = httpx.get(inst.url + "/_emulator/info", timeout=10, trust_env=False).json()
+            except (httpx.HTTPError, ValueError):
+                raise ConfigError(f"cluster {spec.cluster}: {inst.name} ({inst.url}) is not an emulated engine; "
+                                  "use --backend vllm for real engines") from None
+            if float(info.get("time_scale", 1.0)) != float(spec.live.time_scale):
+                raise ConfigError(f"time_scale: the running engines of {spec.cluster} run at "
+                                  f"{info.get('time_scale')} (as `repro cluster up --time-scale` started them); "
+                                  f"give --time-scale {info.get('time_scale')}, or restart the cluster")
+            if spec.profile and info.get("profile") not in (None, spec.profile):
+                raise ConfigError(f"profile: the running engines of {spec.cluster} run profile "
+                                  f"{info.get('profile')!r}; give --profile {info.get('profile')}, or restart "
+                                  "the cluster with --profile")
+        yield instances
+
+
 def launch_cluster(spec: RunSpec) -> AbstractContextManager[list[Instance]]:
     """The spec's cluster, as a context manager that yields its instances and always stops them:
     backend ``emulated``: the spec's topology (or cluster file) as local emulated engines;
     backend ``vllm``: the ``spec.cluster`` file's launcher (ConfigError without one)."""
     from repro.cluster.launchers import launch
 
+    if spec.backend == "emulated" and spec.cluster and _running_engines(spec.cluster):
+        return _reused(spec)
     if spec.backend == "emulated":
         target = spec.cluster or spec.topology
         return launch(target, launcher="emulated", time_scale=spec.live.time_scale, profile=spec.profile,
@@ -169,6 +204,8 @@ class RunWatch:
         self.urls = [i.url for i in self.instances]
         self.cpu = CpuSampler()
         self.cpu.start()
+        self.outside = OutsideCpu([i.pid for i in self.instances if i.pid])
+        self.outside.start()
         self.engines_before = engine_lateness(self.urls)
         self.t0 = time.monotonic()
 
@@ -188,7 +225,8 @@ class RunWatch:
                         engine_late_p99_s=late_p99, engine_lost_fraction=lost,
                         cpu_steal_fraction=self.cpu.steal_fraction(),
                         harness_latency_p50_s=None if latency is None else latency["p50_s"],
-                        harness_latency_unjoinable=bool(records) and latency is None, thresholds=thresholds)
+                        harness_latency_unjoinable=bool(records) and latency is None,
+                        outside=self.outside.measure(), thresholds=thresholds)
         (run_dir / "validity.json").write_text(json.dumps(
             {**verdict.to_dict(), "proxy": proxy_validity, "harness_latency": latency, "wall_s": wall},
             indent=2, default=str))

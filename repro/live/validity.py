@@ -10,6 +10,8 @@ judged against `Thresholds` (`judge` -> `Verdict`):
 - each emulated engine's **step lateness** (how late each step was applied against its physics
   schedule) and the wall time it **lost** by re-anchoring its step clock (it ran behind the physics);
 - the **CPU steal** of this (virtual) machine (`CpuSampler`, ``/proc/stat``);
+- the **CPU time of processes outside the run** (`OutsideCpu`: every process but this one, its descendants
+  and the run's engines), recorded, not judged: other engines, builds or tests sharing the machine;
 - the **harness's own latency** per request (`harness_latency`: the client's TTFT minus the time
   the request spent in its engines by their own physics clocks): HTTP hops, proxy and client cost
   wall time, which a time scale K turns into K times as much physics time; what K adds over a run
@@ -28,6 +30,8 @@ scale (down to 1) and stops with `RunInvalid` (the cause, and what to do) if it 
 from __future__ import annotations
 
 import math
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -122,7 +126,10 @@ class Verdict:
 
     def line(self) -> str:
         """One line for a terminal: ``valid`` or ``INVALID: reason; reason``."""
-        return "valid" if self.valid else "INVALID: " + "; ".join(self.reasons)
+        out = self.measured.get("outside_cpu_fraction")
+        note = (f" (processes outside the run took {out:.0%} of the machine's CPU during it)"
+                if out is not None and out >= 0.05 else "")
+        return ("valid" if self.valid else "INVALID: " + "; ".join(self.reasons)) + note
 
 
 # ---- the machine ----------------------------------------------------------------------------------
@@ -151,6 +158,60 @@ class CpuSampler:
         delta = [b - a for a, b in zip(self._start, end, strict=False)]
         total = sum(delta[:8])
         return delta[7] / total if total > 0 else 0.0
+
+
+class OutsideCpu:
+    """CPU seconds taken during an interval by the processes outside a run: every process of the machine (that
+    ``/proc`` shows) but this one, its descendants and the run's engines (``own``: pids, with their
+    descendants). From ``/proc/<pid>/stat`` (utime + stime); a process that started during the interval counts
+    all its time, one that ended counts nothing (its time is gone with it)."""
+
+    def __init__(self, own: Sequence[int] = ()) -> None:
+        self.own = {os.getpid(), *(int(p) for p in own if p)}
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._start: dict[tuple[int, int], int] = {}
+        self._t0 = 0.0
+
+    @staticmethod
+    def _table() -> dict[int, tuple[int, int, int]]:
+        """pid -> (parent pid, start time in ticks, CPU ticks)."""
+        out = {}
+        for d in Path("/proc").glob("[0-9]*"):
+            try:
+                text = (d / "stat").read_text()
+            except OSError:
+                continue
+            rest = text[text.rfind(")") + 2:].split()
+            try:
+                out[int(d.name)] = (int(rest[1]), int(rest[19]), int(rest[11]) + int(rest[12]))
+            except (IndexError, ValueError):
+                continue
+        return out
+
+    def _outside(self, table: dict[int, tuple[int, int, int]]) -> dict[tuple[int, int], int]:
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        mine, todo = set(), [p for p in self.own if p in table]
+        while todo:
+            p = todo.pop()
+            if p not in mine:
+                mine.add(p)
+                todo.extend(children.get(p, ()))
+        return {(pid, start): cpu for pid, (_, start, cpu) in table.items() if pid not in mine}
+
+    def start(self) -> None:
+        self._start = self._outside(self._table())
+        self._t0 = time.monotonic()
+
+    def measure(self) -> dict[str, float]:
+        """``outside_cpu_s`` since `start`, and ``outside_cpu_fraction``: of the machine's CPU time
+        (wall x cores)."""
+        end = self._outside(self._table())
+        ticks = sum(cpu - self._start.get(key, 0) for key, cpu in end.items())
+        wall = max(time.monotonic() - self._t0, 1e-9)
+        secs = max(ticks, 0) / self.tick
+        return {"outside_cpu_s": secs, "outside_cpu_fraction": secs / (wall * (os.cpu_count() or 1))}
 
 
 # ---- the engines -----------------------------------------------------------------------------------
@@ -244,7 +305,7 @@ def harness_latency(client: pd.DataFrame, records: dict[str, list[dict[str, Any]
 def judge(*, time_scale: float, client_lag_p99_s: float | None, proxy: dict[str, Any] | None,
           engine_late_p99_s: float | None, engine_lost_fraction: float | None, cpu_steal_fraction: float | None,
           harness_latency_p50_s: float | None = None, harness_latency_unjoinable: bool = False,
-          thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Verdict:
+          outside: dict[str, float] | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Verdict:
     """The verdict of one run from its measurements (lags in wall s, as measured; judged x ``time_scale``).
 
     ``harness_latency_p50_s`` is physics seconds already (`harness_latency`); what the time scale
@@ -266,6 +327,7 @@ def judge(*, time_scale: float, client_lag_p99_s: float | None, proxy: dict[str,
         "cpu_steal_fraction": cpu_steal_fraction,
         "harness_latency_p50_s": harness_latency_p50_s,
         "harness_added_latency_s": None if harness_latency_p50_s is None else harness_latency_p50_s * (K - 1) / K,
+        **{k: (outside or {}).get(k) for k in ("outside_cpu_s", "outside_cpu_fraction")},
     }
     limits = asdict(thresholds)
     reasons = []

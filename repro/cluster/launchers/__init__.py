@@ -45,9 +45,16 @@ def make_launcher(topology: str | Path | dict[str, Any] | Topology, launcher: st
                   **options: Any) -> Launcher:
     """The launcher ``launcher`` (or the topology's own, else ``emulated``) for a topology; ``options`` are
     that launcher's keyword arguments (``profile``/``kv_budget_tokens`` override the topology's defaults)."""
-    topo = parse_topology(topology, profile=options.pop("profile", None),
-                          kv_budget_tokens=options.pop("kv_budget_tokens", None))
+    profile, budget = options.pop("profile", None), options.pop("kv_budget_tokens", None)
+    starts_engines = not options.get("detach") and not options.get("dry_run")
+    if starts_engines and not isinstance(topology, (Topology, dict)) and launcher in (None, "vllm"):
+        topology = use_running(topology)
+    topo = parse_topology(topology, profile=profile, kv_budget_tokens=budget)
     kind = launcher or topo.launcher or "emulated"
+    if kind != "remote" and starts_engines:
+        from repro.cluster.launchers.state import refuse_beside_running
+
+        refuse_beside_running(f"starting the engines of {topo.name} ({kind})")
     if kind == "emulated":
         return EmulatedLauncher(topo, **options)
     if kind == "vllm":
@@ -55,6 +62,21 @@ def make_launcher(topology: str | Path | dict[str, Any] | Topology, launcher: st
     if kind == "remote":
         return RemoteLauncher(topo, **options)
     raise ConfigError(f"launcher: {kind!r} is unknown; allowed: {list(LAUNCHERS)}")
+
+
+def use_running(cluster: str | Path) -> str | Path:
+    """``cluster`` itself, or, when it names a cluster YAML (a path or a name in data/clusters/) whose engines
+    `repro cluster up` started and that still run, that cluster's state file: a live command given the name
+    uses the running engines (said on stderr) instead of starting a second set."""
+    from repro.cluster.launchers.state import running_for
+
+    running = running_for(cluster)
+    if running is None:
+        return cluster
+    import sys
+
+    print(f"cluster {cluster}: using the engines `repro cluster up` started ({running.describe()})", file=sys.stderr)
+    return running.state_file
 
 
 @contextmanager
@@ -71,6 +93,7 @@ def hold_cluster(cluster: str | Path, work_dir: str | Path) -> Iterator[str]:
     (``vllm``), the engines are started once (logs in ``work_dir``) and a `remote_twin` naming them
     is yielded; they stop when the block ends. Any other cluster file is yielded as it is. (Every
     run still resets the engines' prefix caches before it measures: the gates.)"""
+    cluster = use_running(cluster)
     topo = parse_topology(cluster, calibration_must_exist=False)
     if topo.launcher != "vllm":
         yield str(cluster)

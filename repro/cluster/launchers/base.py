@@ -140,6 +140,9 @@ class ProcessLauncher(Launcher):
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix=f"repro-{self.name}-"))
         self.procs: dict[str, subprocess.Popen] = {}
         self._logs: list[IO[bytes]] = []
+        self.cluster_state: str | None = None
+        """`repro cluster up`'s state file (absolute): set, every engine carries it in its environment
+        (`repro.cluster.launchers.state.CLUSTER_STATE_ENV`), so that other runs find the cluster."""
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str],
                die_with_us: bool = False, nice_offset: int = 0) -> tuple[subprocess.Popen, str]:
@@ -156,6 +159,10 @@ class ProcessLauncher(Launcher):
         if nice_offset:
             base = os.getpriority(os.PRIO_PROCESS, 0) if nice is None else nice
             nice = max(-20, min(19, base + nice_offset))
+        if self.cluster_state:
+            from repro.cluster.launchers.state import CLUSTER_STATE_ENV
+
+            env = {**env, CLUSTER_STATE_ENV: self.cluster_state}
         preexec = child_setup(nice, die_with_us=die_with_us and not self.detach)
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=preexec)

@@ -26,7 +26,8 @@ class RemoteLauncher(Launcher):
         self.timeout = timeout
 
     def start(self) -> list[Instance]:
-        self.instances = [Instance(name=s.name, role=s.role, url=s.url, engine_id=s.engine_id, profile=s.profile)
+        self.instances = [Instance(name=s.name, role=s.role, url=s.url, engine_id=s.engine_id, profile=s.profile,
+                                   pid=s.pid)
                           for s in self.topology.instances]
         wait_healthy(self.instances, self.timeout, interval=0.5)
         return list(self.instances)
