@@ -51,3 +51,38 @@ def default_sigint() -> None:
 @pytest.fixture
 def make_trace_df():
     return synthetic_trace
+
+
+BYSTANDER = """
+import signal, sys, time
+out = open(sys.argv[1], "a", buffering=1)
+def note(sig, frame):
+    out.write(f"{sig}\\n")
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
+    signal.signal(s, note)
+print("up", flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bystander(tmp_path_factory):
+    """A long-lived process of the same user beside the whole test session (as `repro paper`'s notebook kernels
+    are beside a user's test run: in a session of its own, like a kernel): no test may signal it. It writes every
+    signal it receives; at the session's end it must be alive and have received none (issue 43)."""
+    import subprocess
+    import sys
+
+    log = tmp_path_factory.mktemp("bystander") / "signals.txt"
+    proc = subprocess.Popen([sys.executable, "-c", BYSTANDER, str(log)], start_new_session=True,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    yield proc
+    alive = proc.poll() is None
+    got = log.read_text().split() if log.exists() else []
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    assert alive and not got, (f"a test signalled a process it did not start (the bystander, pid {proc.pid}): "
+                               f"{'it died' if not alive else 'signals ' + ', '.join(got)}")

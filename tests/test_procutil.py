@@ -181,3 +181,36 @@ def test_terminate_pids_ends_the_group_of_a_leader_that_already_died():
         if group_alive(leader.pid):
             os.killpg(leader.pid, signal.SIGKILL)
         leader.stdout.close()
+
+
+def test_a_recycled_pid_is_never_signalled(tmp_path):
+    """Our child ended and was reaped; its number now belongs to another process, a session leader (pids are
+    recycled). Stopping "our" pid must leave that process and its group alone."""
+    import signal as sig
+    import subprocess
+    import sys
+    import time
+
+    from repro.cluster.processes import terminate_pids
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    ended.wait()
+    log = tmp_path / "signals.txt"
+    code = ("import signal, sys, time\n"
+            "out = open(sys.argv[1], 'a', buffering=1)\n"
+            "for s in (signal.SIGTERM, signal.SIGINT):\n"
+            "    signal.signal(s, lambda n, f: out.write(f'{n}\\n'))\n"
+            "print('up', flush=True)\n"
+            "time.sleep(60)\n")
+    stranger = subprocess.Popen([sys.executable, "-c", code, str(log)], start_new_session=True,
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert stranger.stdout.readline().strip() == "up"
+        ended.pid = stranger.pid  # the number recycled: our record of the ended child now names the stranger
+        terminate_pids([stranger.pid], timeout=0.5, procs={stranger.pid: ended})
+        time.sleep(0.2)
+        assert stranger.poll() is None and (not log.exists() or log.read_text() == "")
+    finally:
+        stranger.send_signal(sig.SIGKILL)
+        stranger.wait()
+        stranger.stdout.close()

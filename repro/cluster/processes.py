@@ -258,9 +258,19 @@ def terminate_pids(pids: Sequence[int], timeout: float = 5.0, procs: dict[int, s
 
     A group whose leader is already gone is signalled too: a real vLLM engine killed by a test or
     a crash leaves its EngineCore and worker processes behind in its group (they kept ~9% of a core
-    each busy for hours before this)."""
+    each busy for hours before this). A pid of ``procs`` whose process has ended and whose number another
+    process holds now (pids are recycled: this machine's pid_max is 32,768) is never signalled, nor its
+    group: that is someone else's (a notebook kernel of `repro paper` was seen interrupted)."""
     procs = procs or {}
-    live = [p for p in pids if p and (pid_alive(p) or group_alive(p))]
+
+    def ours(pid: int) -> bool:
+        """False when ``pid`` was our child, has ended and been reaped, and the number is alive again: another
+        process holds it now (Linux frees a pid only once no group or session uses it, so any group of that
+        id is the newcomer's too) and nothing of ours is left to stop."""
+        proc = procs.get(pid)
+        return not (proc is not None and proc.poll() is not None and pid_alive(pid))
+
+    live = [p for p in pids if p and ours(p) and (pid_alive(p) or group_alive(p))]
     for pid in live:
         _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -268,12 +278,13 @@ def terminate_pids(pids: Sequence[int], timeout: float = 5.0, procs: dict[int, s
         for pid in list(live):
             proc = procs.get(pid)
             leader_gone = proc.poll() is not None if proc is not None else not pid_alive(pid)
-            if leader_gone and not group_alive(pid):
+            if (leader_gone and not group_alive(pid)) or not ours(pid):
                 live.remove(pid)
         if live:
             time.sleep(0.05)
     for pid in live:
-        _signal_group(pid, signal.SIGKILL)
+        if ours(pid):
+            _signal_group(pid, signal.SIGKILL)
     for pid in pids:
         proc = procs.get(pid)
         if proc is not None:
