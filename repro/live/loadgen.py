@@ -516,8 +516,14 @@ def replay_process(trace: Trace, url: str, *, journal_path: str | Path, work_dir
                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=child_setup(live_nice()))
         try:
             rc = proc.wait()
-        except BaseException:  # Ctrl-C (or any error) here: the child journals what is in flight, then ends
-            stop_process(proc, signal.SIGINT, timeout=30.0)
+        except BaseException as exc:  # Ctrl-C (or any error) here: the child journals what is in flight, then ends
+            if isinstance(exc, KeyboardInterrupt):
+                print("stopping: the load generator journals its requests in flight as failed (cancelled); "
+                      "up to 30 s, Ctrl-C again to stop it at once", file=sys.stderr, flush=True)
+            try:
+                stop_process(proc, signal.SIGINT, timeout=30.0)
+            except KeyboardInterrupt:  # the second Ctrl-C: at once (what it journaled so far stays)
+                stop_process(proc, signal.SIGKILL, timeout=5.0)
             raise
     if rc != 0 or not report_path.exists():
         tail = log_path.read_text(errors="replace")[-2000:]
