@@ -39,7 +39,7 @@ from repro.paper.coverage import (
     window_coverage,
     within_traces_coverage,
 )
-from repro.paper.verdicts import block_bootstrap_mean, goodput_estimate
+from repro.statistics.intervals import block_bootstrap_mean, goodput_estimate
 
 SKEWED = {"mean": 0.6, "width": 0.2, "between_sd": 0.05, "skew": 1.0}
 """The skewed trace-to-trace spread: lognormal levels (skewness -6.2), sd 0.05, within-trace swing 0.2."""

@@ -63,6 +63,7 @@ from repro.emulator.core import EngineCore
 from repro.emulator.http import RawClient
 from repro.emulator.seq import Seq
 from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 
 PROFILE = "a40-qwen2.5-3b"
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
@@ -183,7 +184,7 @@ def closed_itl(phys: Physics, L: int, out: int, n: int = 1) -> float:
 
 
 async def fidelity(args) -> list[dict]:
-    phys = Physics.load(PROFILE)
+    phys = load_profile(PROFILE).physics
     rng = random.Random(1)
     rows = []
     with launch("1p1d", "emulated", time_scale=1.0, stream_interval_tokens=1, stream_interval_ms=0) as inst:
@@ -404,7 +405,7 @@ def analyse(jobs: list[Job], t0: float, K: float, phys: Physics) -> dict:
 async def capacity(args) -> list[dict]:
     from repro.live.validity import CpuSampler, engine_lateness, judge, lateness_between
 
-    phys = Physics.load(PROFILE)
+    phys = load_profile(PROFILE).physics
     rows = []
     for K in args.scales:
         jobs = make_jobs(args.rate, args.duration, seed=7, workload=args.workload)

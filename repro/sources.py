@@ -20,10 +20,13 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
+
+from repro.paths import REPO_ROOT
 
 _STDLIB = tuple(str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "platstdlib"))
 _SITE = tuple(str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("purelib", "platlib"))
@@ -179,3 +182,15 @@ def fresh_module(module: str) -> bool:
         importlib.reload(sys.modules[name])
     _LOADED[module] = (current, now)
     return True
+
+
+def commit_id(repo: Path = REPO_ROOT) -> str:
+    """The code's commit (short), ``-dirty`` with uncommitted changes to tracked files; ``unknown`` outside git."""
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")

@@ -19,9 +19,9 @@ from repro.cli.app import app
 from repro.errors import ConfigError, PolicyError, RunFailed
 from repro.experiment.executor import LocalExecutor, SerialExecutor
 from repro.experiment.journal import frame_bytes
-from repro.experiment.runner import describe_spec, run, run_live_valid, simulate_spec, simulate_timed, sweep_results
+from repro.experiment.runner import describe_spec, run, simulate_spec, simulate_timed, sweep_results
 from repro.experiment.spec import RunSpec
-from repro.live.run import check_policy
+from repro.live.run import check_policy, run_live_valid
 from repro.routing.cost_model import CostModel
 from repro.routing.policies import POLICIES, make_policy
 from repro.routing.policies.base import RequestInfo

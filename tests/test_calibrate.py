@@ -10,7 +10,7 @@ import pytest
 
 from repro.cluster.launchers import launch
 from repro.emulator.engine import _EARLY_WAKE_S
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.live.calibration_bench import (
     calibrate,
@@ -34,7 +34,7 @@ def test_recovers_the_profile_within_10_percent(tmp_path):
         fitted, samples = calibrate(inst, time_scale=K, budget_s=60, out=out, decode_tokens=256,
                                     concurrencies=(1, 2, 4, 8))
         ref = profile_cost_model(inst)
-    phys = Physics.load()
+    phys = load_profile().physics
     assert ref == CostModel.from_physics(phys, name="profile")
     table = compare(fitted, ref).set_index("constant")
     print(table.to_string())
@@ -77,7 +77,7 @@ def test_recovers_the_profile_within_10_percent(tmp_path):
 
 
 def test_fit_from_synthetic_samples_and_client_fallback():
-    phys = Physics.load()
+    phys = load_profile().physics
     rows = []
     for L in (100, 1000, 4000):
         for rnd in range(3):

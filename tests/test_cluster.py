@@ -20,7 +20,7 @@ from repro.cli.cluster import cluster_app
 from repro.cluster.launchers import launch
 from repro.cluster.launchers.vllm import KV_TRANSFER_CONFIG, VllmLauncher
 from repro.cluster.topology import parse_topology
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.vocab import DEFAULT_PROFILE
 from tests.conftest import default_sigint
@@ -118,7 +118,7 @@ def test_vllm_commands_2p4d_on_one_node():
         assert a["--kv-transfer-config"] == KV_TRANSFER_CONFIG
         assert a["--num-gpu-blocks-override"] == "3751"  # 60,000 tokens / 16 + 1 reserved block
         # vLLM's own budget on an A40 (the profile's mechanism vllm_budget): the launch and the physics agree
-        assert a["--max-num-batched-tokens"] == str(Physics.load().max_num_batched_tokens) == "2048"
+        assert a["--max-num-batched-tokens"] == str(load_profile().physics.max_num_batched_tokens) == "2048"
         assert a["--max-num-seqs"] == "256"
         assert a["--dtype"] == "bfloat16" and a["--block-size"] == "16"
     assert len(side_ports) == 6
@@ -177,7 +177,8 @@ def test_emulated_launcher_tears_down_on_exception():
     assert pids and wait_dead(pids) == []
 
 
-def test_emulated_launcher_tears_down_on_ctrl_c(tmp_path):
+def _holding_a_cluster(tmp_path) -> tuple[subprocess.Popen, list[int]]:
+    """A Python process that launches an emulated 1p1d and holds it for a minute; it and its engines' pids."""
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
         import sys, time, json
@@ -188,7 +189,11 @@ def test_emulated_launcher_tears_down_on_ctrl_c(tmp_path):
             time.sleep(60)
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    pids = json.loads(proc.stdout.readline())
+    return proc, json.loads(proc.stdout.readline())
+
+
+def test_emulated_launcher_tears_down_on_ctrl_c(tmp_path):
+    proc, pids = _holding_a_cluster(tmp_path)
     assert all(alive(p) for p in pids)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=20)
@@ -196,17 +201,7 @@ def test_emulated_launcher_tears_down_on_ctrl_c(tmp_path):
 
 
 def test_engines_die_with_a_killed_parent(tmp_path):
-    script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys, time, json
-        sys.path.insert(0, {str(REPO)!r})
-        from repro.cluster.launchers import launch
-        with launch("1p1d", "emulated", time_scale=50) as inst:
-            print(json.dumps([i.pid for i in inst]), flush=True)
-            time.sleep(60)
-    """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    pids = json.loads(proc.stdout.readline())
+    proc, pids = _holding_a_cluster(tmp_path)
     proc.kill()  # no chance to clean up: the engines notice their parent is gone
     proc.wait(timeout=10)
     assert wait_dead(pids, timeout=10) == []

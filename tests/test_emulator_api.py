@@ -23,7 +23,7 @@ from repro.cluster.launchers.base import wait_healthy
 from repro.cluster.processes import free_ports, terminate_pids
 from repro.cluster.topology import Instance
 from repro.emulator.model import TOKENIZER, OutputFunction, prompt_seed
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
 K = 20.0
@@ -167,7 +167,7 @@ def test_each_engine_reports_its_physics_times_per_request(cluster):
     decode's first token waits for the KV transfer is tested without HTTP, with a transfer long enough
     to see: `test_decode_first_token_waits_for_the_kv_transfer_timed_from_its_own_read`.)"""
     P, D = url(cluster, "prefill-0"), url(cluster, "decode-0")
-    phys = Physics.load()
+    phys = load_profile().physics
     rid = f"times-{uuid.uuid4().hex[:8]}"
     prompt = f"{rid} " + "a long and unique prompt about rivers and stones " * 60  # no prefix-cache hit
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 4, "ignore_eos": True, "temperature": 0}
@@ -196,7 +196,7 @@ def test_decode_first_token_waits_for_the_kv_transfer_timed_from_its_own_read():
     from repro.emulator.seq import FINISHED, Seq
 
     # 0.3 s latency + 600 tokens x 36864 B at 0.1 GB/s = 0.52 s: far above a decode step (13 ms)
-    phys = Physics.load().with_overrides(transfer_latency_s=0.3, transfer_bandwidth_bytes_per_s=1e8)
+    phys = load_profile().physics.with_overrides(transfer_latency_s=0.3, transfer_bandwidth_bytes_per_s=1e8)
     n = 600
     transfer_s = 0.3 + n * 36864 / 1e8
     first_step_s = phys.decode_base_s + phys.decode_per_seq_s + n * 36864 / phys.hbm_bandwidth_bytes_per_s
@@ -504,7 +504,7 @@ def test_tpot_grows_with_batch_size_over_http(tmp_path):
     raw["params"]["decode_per_seq_s"]["value"] = 0.004
     prof = tmp_path / "steep.json"
     prof.write_text(json.dumps(raw))
-    phys = Physics.load(prof)
+    phys = load_profile(prof).physics
     proc, u = spawn(["--profile", str(prof), "--time-scale", "2"])
     out = 30
     try:

@@ -20,10 +20,10 @@ from repro.emulator.model import (
     render_chat,
 )
 from repro.emulator.seq import FINISHED, Seq
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 
-PHYS = Physics.load("a40-qwen2.5-3b")
+PHYS = load_profile("a40-qwen2.5-3b").physics
 
 
 def run(core: EngineCore, arrivals: list[tuple[float, Seq]], pull_s: float | None = None, until: float = 1e9):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.experiment.journal import read as read_journal
 from repro.experiment.runner import run
 from repro.experiment.spec import RunSpec
@@ -45,7 +45,7 @@ def test_emulated_run_end_to_end(tmp_path):
         np.isnan(tpot) | (tpot <= slo.tpot_tight_s * factor))
     assert res.summary["requests"] == 60 and res.summary["completed"] == 60
     assert res.summary["goodput"] == pytest.approx(good.sum() / 60)
-    phys = Physics.load()
+    phys = load_profile().physics
     alone = np.array([phys.prefill_request_time_s(n) + phys.transfer_time_s(n) + phys.decode_step_s(1, n)
                       for n in j.prompt_tokens.astype(int)])
     assert (j.ttft_s.to_numpy(float) >= 0.95 * alone).all()

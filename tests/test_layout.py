@@ -113,6 +113,60 @@ def test_no_import_circles_even_for_types():
     assert _cycles(lazy=True, types=True) == []
 
 
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("errors", "paths", "vocab", "native", "journal_schema", "asgi", "statistics"),
+    ("repro", "sources", "workload"),
+    ("engine",),
+    ("cluster", "routing"),
+    ("emulator", "sim", "figure_style"),
+    ("experiment",),
+    ("identify", "live"),
+    ("validation",),
+    ("paper",),
+    ("cli",),
+)
+"""The packages (and top-level modules) of `repro` by floor, the ground first (docs/ARCHITECTURE.md, "Floors"): a
+package imports only packages on floors below its own, so no two import each other. ``repro`` is the package's
+own ``__init__``."""
+
+
+def _package(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else "repro"
+
+
+def _package_imports() -> dict[tuple[str, str], list[str]]:
+    """(importer package, imported package) -> where: every import between two packages, counting imports inside
+    functions and under ``if TYPE_CHECKING:``."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for m in MODULES:
+        for t, _, line in _imports(m, lazy=True, types=True):
+            a, b = _package(m), _package(t)
+            if a != b:
+                out.setdefault((a, b), []).append(f"{m}:{line} -> {t}")
+    return out
+
+
+def test_every_package_has_a_floor():
+    floors = [p for floor in FLOORS for p in floor]
+    assert len(floors) == len(set(floors))
+    assert sorted({_package(m) for m in MODULES}) == sorted(floors)
+
+
+def test_no_two_packages_import_each_other():
+    ties = _package_imports()
+    both = sorted(f"{a} <-> {b}: {ties[(a, b)][:2]} / {ties[(b, a)][:2]}" for a, b in ties if a < b and (b, a) in ties)
+    assert both == []
+
+
+def test_packages_import_only_from_the_floors_below():
+    floor = {p: k for k, names in enumerate(FLOORS) for p in names}
+    ups = sorted(f"{a} (floor {floor[a] + 1}) imports {b} (floor {floor[b] + 1}): {where[:3]}"
+                 for (a, b), where in _package_imports().items() if floor[b] >= floor[a])
+    assert ups == []
+    assert _package_imports()  # scanned
+
+
 def test_no_module_imports_a_private_name_of_another():
     bad = [f"{m}:{line} imports {n} from {t}" for m in MODULES for t, names, line in _imports(m, lazy=True)
            for n in names if n.startswith("_") and n != "__version__"]

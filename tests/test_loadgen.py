@@ -301,7 +301,7 @@ def test_engine_killed_mid_run_every_request_journaled(tmp_path):
 
 def test_trace_object_against_an_emulated_engine_ttft_in_physics_seconds(tmp_path):
     """With time scale K the journal holds physics seconds: TPOT ~ the profile's decode step."""
-    from repro.engine.physics import Physics
+    from repro.engine.profile import load_profile
     from repro.workload.traces import make_trace
 
     K = 10.0
@@ -318,7 +318,7 @@ def test_trace_object_against_an_emulated_engine_ttft_in_physics_seconds(tmp_pat
     df = journal.read(tmp_path / "j.jsonl")
     assert rep.ok == 4 and list(df["status"]) == ["ok"] * 4
     assert (df["generated_tokens"] == df["output_tokens"]).all()
-    phys = Physics.load()
+    phys = load_profile().physics
     tp = df["tpot_s"].median()
     assert phys.decode_step_s(1, 500) * 0.8 < tp < phys.decode_step_s(1, 500) * 1.6
     assert (df["ttft_s"] > phys.prefill_base_s * 0.9).all()

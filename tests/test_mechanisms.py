@@ -7,6 +7,7 @@ import pytest
 
 from repro.engine.mechanisms import BY_NAME, CATALOGUE, STEP_SHARE_FLOOR, fixed_overrides, path_factors, resolve
 from repro.engine.physics import OVERRIDABLE, Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.experiment.inputs import router_cost_model
 from repro.experiment.runner import simulate_spec
@@ -36,7 +37,7 @@ def test_resolve_checks_names_and_requirements():
 def test_a_mechanism_off_is_the_profile_as_shipped():
     """A profile that does not name a mechanism's switch has it off, and writes it back without it: what loads is
     what was shipped (the estimated profile names none; the identified one states its model's)."""
-    est = Physics.load("a40-qwen2.5-3b")
+    est = load_profile("a40-qwen2.5-3b").physics
     raw = est.to_dict()
     for name in ("prefill_step_share", "serving_path_sigma", "transfer_link_shared"):
         assert name not in raw["params"]

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from repro.cluster.launchers import launch
-from repro.engine.physics import Physics, profile_json
+from repro.engine.profile import load_profile
 
 MODEL = "Qwen/Qwen2.5-3B-Instruct"
 PREFILL_KV = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
@@ -39,12 +39,12 @@ def burst(url: str, n: int) -> list[float]:
 
 @pytest.mark.slow
 def test_request_path_on_emulated_engines_matches_the_physics(tmp_path):
-    raw = profile_json("a40-identified")
+    raw = load_profile("a40-identified").as_dict()
     raw["name"] = "split"
     raw["params"]["prefill_step_share"] = {"value": 0.2, "source": "test: mechanism request_path"}
     path = tmp_path / "split.json"
     path.write_text(json.dumps(raw))
-    split = Physics.load(path)
+    split = load_profile(path).physics
     topo = {"name": "mech", "instances": [
         {"role": "prefill", "name": "whole"}, {"role": "prefill", "name": "split", "profile": str(path)},
         {"role": "decode", "count": 1}]}
@@ -54,7 +54,7 @@ def test_request_path_on_emulated_engines_matches_the_physics(tmp_path):
         lone_whole = min(burst(by["whole"], 1)[0] for _ in range(3))
         lone_split = min(burst(by["split"], 1)[0] for _ in range(3))
         many_whole, many_split = max(burst(by["whole"], 6)), max(burst(by["split"], 6))
-    step_whole = Physics.load("a40-identified").prefill_time_s(12)
+    step_whole = load_profile("a40-identified").physics.prefill_time_s(12)
     # a lone short prompt: the same time either way (a calibration cannot tell the split), ~ the stated base
     assert abs(lone_whole - lone_split) < 0.02 and lone_split >= split.prefill_time_s(12) + split.serving_path_s - 0.005
     # a burst: the first waits its own step, the rest a second whole step behind it (~2 steps); split, ~2 short

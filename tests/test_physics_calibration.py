@@ -3,13 +3,13 @@ import json
 import numpy as np
 import pytest
 
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel, DecodeSample, PrefillSample, TransferSample, fit, sim_derived
 
 
 def test_default_profile_carries_the_papers_numbers_and_a_source_for_each():
-    p = Physics.load()
+    p = load_profile().physics
     assert p.decode_step_s(1, 800) == pytest.approx(0.013237, rel=1e-4)
     assert p.prefill_base_s == 0.0667 and p.kv_bytes_per_token == 36864 and p.kv_budget_tokens == 60000
     assert set(p.sources) == set(p.to_dict()["params"]) and all(p.sources.values())
@@ -30,22 +30,22 @@ def test_default_profile_carries_the_papers_numbers_and_a_source_for_each():
     ],
 )
 def test_bad_profiles_name_the_field(tmp_path, mutate, message):
-    raw = Physics.load().to_dict()
+    raw = load_profile().physics.to_dict()
     mutate(raw)
     path = tmp_path / "p.json"
     path.write_text(json.dumps(raw))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        Physics.load(path)
+        load_profile(path)
 
 
 def test_unknown_profile_lists_the_allowed_ones():
     with pytest.raises(ConfigError, match="a40-qwen2.5-3b"):
-        Physics.load("h100-nope")
+        load_profile("h100-nope")
 
 
 def test_shipped_cost_models_match_the_profile_and_the_paper():
     cal = CostModel.load("calibrated")
-    assert cal == CostModel.from_physics(Physics.load(), name="calibrated")
+    assert cal == CostModel.from_physics(load_profile().physics, name="calibrated")
     assert cal.ttft_tight_s == pytest.approx(0.175) and cal.tpot_tight_s == pytest.approx(0.0397, abs=1e-4)
     wrong = CostModel.load("sim_derived")
     assert wrong == sim_derived(cal)
@@ -73,7 +73,7 @@ def test_fit_follows_the_engine_it_measures_not_the_shipped_constants():
     """The same benchmark on two different engines gives two different fits, each the engine's own
     constants (`CostModel.from_physics` of that engine), and never the base model it starts from. (The
     estimated profile: it derives its SLO targets as a benchmark does; the identified one states them.)"""
-    default = Physics.load("a40-qwen2.5-3b")
+    default = load_profile("a40-qwen2.5-3b").physics
     other = default.with_overrides(**OTHER)
     fits = {}
     for name, phys in (("default", default), ("other", other)):

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from repro.engine.mechanisms import UNSEEN_BY_CALIBRATION
-from repro.engine.physics import OVERRIDABLE, Physics, check_overrides
+from repro.engine.physics import OVERRIDABLE, check_overrides
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.experiment.inputs import engine_pools, router_cost_model, truth_cost_model
 from repro.experiment.runner import simulate_spec
@@ -18,15 +19,15 @@ FAST = {"prefill_per_token_s": 3.0e-5, "transfer_bandwidth_bytes_per_s": 5.0e10}
 
 def test_every_overridable_parameter_calibrates_a_cost_model_constant():
     assert set(PHYSICS_TO_COST_MODEL) | {"decode_per_seq_s"} | set(UNSEEN_BY_CALIBRATION) == set(OVERRIDABLE)
-    shipped = CostModel.from_physics(Physics.load())
+    shipped = CostModel.from_physics(load_profile().physics)
     for p, c in PHYSICS_TO_COST_MODEL.items():
-        assert getattr(shipped, c) == getattr(Physics.load(), p)  # the same value, the same unit
+        assert getattr(shipped, c) == getattr(load_profile().physics, p)  # the same value, the same unit
 
 
 def test_a_per_sequence_decode_override_keeps_the_stated_lone_decode_time_and_moves_the_slope():
     """The paper states decode 0.013237 s/token at batch 1: a new per-sequence cost moves the base the other
     way; a calibrated router's slope follows, as a perfect calibration of the new hardware would."""
-    phys = Physics.load()
+    phys = load_profile().physics
     new = phys.with_estimates({"decode_per_seq_s": 4.0e-5})
     assert new.decode_step_s(1, 800) == pytest.approx(phys.decode_step_s(1, 800), rel=1e-12)
     assert new.decode_step_s(8, 6400) > phys.decode_step_s(8, 6400)

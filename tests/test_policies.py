@@ -1,6 +1,6 @@
 import pytest
 
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
 from repro.routing.policies import make_policy
@@ -15,7 +15,7 @@ from repro.routing.policies.base import (
 from repro.routing.policies.batching import MarginalCostBatching
 from repro.routing.policies.marginal_cost import MarginalCost
 
-CM = CostModel.from_physics(Physics.load("a40-qwen2.5-3b"))  # the hand-computed numbers below are this profile's
+CM = CostModel.from_physics(load_profile("a40-qwen2.5-3b").physics)  # the hand-computed numbers below: this profile
 
 
 def sig(i, backlog=0.0, n=0, tokens=0.0, kv=0.0, healthy=True, role="d"):
@@ -179,22 +179,26 @@ class ForwardingMarginalCost(MarginalCost):
 
 
 def test_options_are_constructor_keywords_and_describe_reads_them():
+    import dataclasses
     import inspect
 
     from repro.routing.policies import POLICIES, available_policies
+    from repro.routing.policies.base import option_defaults
     from repro.routing.policies.batching import MarginalCostPlus
 
     assert available_policies() == sorted(POLICIES)
     for name, cls in POLICIES.items():
         assert cls.name == name
         pol = make_policy(name, CM)
-        names = [p for p in inspect.signature(cls).parameters if p != "cost_model"]
+        record = getattr(cls, "Options", None)  # the scorers: a typed options record, else the signature
+        names = ([f.name for f in dataclasses.fields(record)] if record is not None
+                 else [p for p in inspect.signature(cls).parameters if p != "cost_model"])
         assert list(pol.get_params()) == names == list(cls.param_names())
         assert pol.describe() == {"policy": name, **pol.get_params()}
-    # MarginalCostPlus restates the options of the scorer it builds on; only the guard's defaults differ
-    base, plus = (inspect.signature(c).parameters for c in (MarginalCostPlus.__mro__[1], MarginalCostPlus))
+    # MarginalCostPlus has the options of the scorer it builds on; only the guard's defaults differ
+    base, plus = (option_defaults(c) for c in (MarginalCostPlus.__mro__[1], MarginalCostPlus))
     assert list(base) == list(plus)
-    assert {k for k in base if base[k].default != plus[k].default} == {"admission_guard", "guard_margin"}
+    assert {k for k in base if base[k] != plus[k]} == {"admission_guard", "guard_margin"}
     # a user subclass forwarding **options accepts its base class's options
     pol = make_policy("tests.test_policies:ForwardingMarginalCost", CM, use_slo=False)
     assert pol.describe()["use_slo"] is False and pol.param_names() == MarginalCost.param_names()
@@ -361,3 +365,24 @@ def test_registry_lists_the_paper_scorer_and_the_batching_variant():
     out = " ".join(CliRunner().invoke(app, ["policies"], terminal_width=400).output.split())
     assert "marginal_cost: The paper's router (§III)" in out and "seconds-of-backlog" in out
     assert "marginal_cost_batching: Beyond the paper" in out
+
+
+def test_the_scorers_options_are_one_typed_record_checked_at_the_boundary():
+    """`ScorerOptions`: each option typed, with its range; a wrong type or value is a ConfigError naming the option
+    (the command line's ``-o KEY=VALUE`` arrives as YAML: ``true``, ``2``, ``0.5``)."""
+    from repro.errors import ConfigError
+    from repro.routing.policies import POLICIES
+    from repro.routing.policies.marginal_cost import MarginalCostOptions
+    from repro.routing.policies.scoring import ScorerOptions
+
+    pol = make_policy("marginal_cost", CM, sample_d=2, slo_weight=2, use_slo=False)
+    assert pol.options == MarginalCostOptions(sample_d=2, slo_weight=2.0, use_slo=False)
+    assert isinstance(pol.slo_weight, float) and pol.sample_d == 2 and pol.use_slo is False
+    for bad, match in (({"sample_d": 1.5}, "'sample_d' must be an integer"), ({"use_slo": "no"}, "true or false"),
+                       ({"slo_weight": -1}, "'slo_weight' must be >= 0"),
+                       ({"cache_safe_fraction": 1.0}, r"'cache_safe_fraction' must be in \[0, 1\)"),
+                       ({"guard_margin": 0.5}, "'guard_margin' must be >= 1"), ({"nope": 1}, "unknown option 'nope'")):
+        with pytest.raises(ConfigError, match=match):
+            make_policy("marginal_cost", CM, **bad)
+    assert [name for name, *_ in ScorerOptions.describe()] == list(POLICIES["marginal_cost_batching"].param_names())
+    assert all(help_text for *_, help_text in MarginalCostOptions.describe())

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.experiment.journal import write_frame
 from repro.routing.cost_model import CostModel
 from repro.routing.policies import PAPER_POLICIES, make_policy
@@ -13,7 +13,7 @@ from repro.sim.config import SimConfig
 from repro.sim.simulator import Simulator
 from tests.conftest import synthetic_trace
 
-PHYS = Physics.load()
+PHYS = load_profile().physics
 CM = CostModel.load("calibrated")
 
 

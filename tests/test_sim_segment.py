@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
 from repro.routing.policies import make_policy
@@ -17,7 +17,7 @@ from repro.routing.router import Router
 from repro.sim.simulator import Simulator
 from tests.conftest import synthetic_trace
 
-PHYS = Physics.load()
+PHYS = load_profile().physics
 CM = CostModel.load("calibrated")
 
 

@@ -69,7 +69,11 @@ def test_a_policy_from_outside_the_package_is_cached_by_its_own_code(cache, tmp_
     assert first.startswith(outside.run_id + "-") and simcache.entry_name(SPEC) == f"{SPEC.run_id}.npz"
     runner.simulated_summary(outside)
     assert (cache / simcache.fingerprint() / first).exists()
-    # an edit of the policy (or of a module it imports) is another entry: simulated again
+    # an edit of the policy (or of a module it imports) is another entry: simulated again (once this process
+    # looks at its files again: at most every RECHECK_S seconds, here at once)
+    from repro import sources
+
+    monkeypatch.setattr(sources, "RECHECK_S", 0.0)
     mod.write_text(mod.read_text() + "\n\n# edited\n")
     assert simcache.entry_name(outside) != first and simcache.load(outside) is None
 

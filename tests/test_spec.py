@@ -58,7 +58,7 @@ def test_group_fields_are_validated_once_with_their_name(flat, message):
 
 def test_a_spec_parses_its_topology_and_profile_once_and_run_id_reads_no_file(monkeypatch, tmp_path):
     """`RunSpec.topology_parsed` is parsed when the spec is made and kept; `run_id` reads no file; a
-    profile file is read once per process and version of the file (`repro.engine.physics.profile_json`)."""
+    profile file is read once per process and version of the file (`repro.engine.profile.load_profile`)."""
     import pickle
     from pathlib import Path
 
@@ -85,26 +85,26 @@ def test_a_spec_parses_its_topology_and_profile_once_and_run_id_reads_no_file(mo
     clone = pickle.loads(pickle.dumps(spec))
     assert "_topology" not in clone.__dict__ and clone.run_id == spec.run_id and clone == spec
     # the profile: read once for every spec and instance of this process
-    from repro.engine.physics import Physics
+    from repro.engine.profile import load_profile
 
     reads.clear()
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(str(self)) or real_read(self, *a, **k))
     for seed in (1, 2, 3):
         RunSpec(seed=seed, n_requests=10).topology_parsed()
-    Physics.load(spec.profile)
+    load_profile(spec.profile)
     assert not [r for r in reads if r.endswith(".json")]
 
 
 def test_an_edited_profile_is_read_again(tmp_path):
     import json
 
-    from repro.engine.physics import Physics, resolve_profile_path
+    from repro.engine.profile import load_profile, resolve_profile_path
 
     path = tmp_path / "p.json"
     raw = json.loads(resolve_profile_path("a40-qwen2.5-3b").read_text())
     path.write_text(json.dumps(raw))
-    first = Physics.load(path)
-    assert Physics.load(path) is first
+    first = load_profile(path).physics
+    assert load_profile(path).physics is first
     raw["params"]["prefill_per_token_s"]["value"] *= 2
     path.write_text(json.dumps(raw) + " ")  # another size: seen as another version even within one mtime tick
-    assert Physics.load(path).prefill_per_token_s == 2 * first.prefill_per_token_s
+    assert load_profile(path).physics.prefill_per_token_s == 2 * first.prefill_per_token_s

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from repro.engine.tiny_model import build_tiny_model, piece_regex, render_files
+from repro.cluster.tiny_model import build_tiny_model, piece_regex, render_files
 from repro.workload.sharegpt import load_table
 from repro.workload.tokenizer import ApproxTokenizer
 

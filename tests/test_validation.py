@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from repro.cli.app import app
 from repro.cluster.topology import parse_topology
 from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.experiment.journal import frame
 from repro.routing.cost_model import CostModel, SLOTargets
@@ -329,7 +330,7 @@ def test_a_convex_prefill_step_is_fitted_and_timed_and_profiles_without_it_are_u
     # a concave set of points gets the line (no negative square term)
     concave = samples.assign(engine_s=0.005 + 3e-5 * samples["prompt_tokens"] ** 0.9)
     assert prefill_curve(concave, 2048)["per_token2_s"] == 0.0
-    phys = Physics.load("a40-qwen2.5-3b")
+    phys = load_profile("a40-qwen2.5-3b").physics
     assert "prefill_per_token2_s" not in phys.to_dict()["params"]
     convex = phys.with_overrides(prefill_per_token2_s=8e-9)
     assert convex.prefill_time_s(1000) == pytest.approx(phys.prefill_time_s(1000) + 8e-3)

@@ -14,6 +14,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.progress import Progress
+from typer.core import TyperCommand, TyperOption
 
 from repro.errors import ConfigError, RunFailed, RunInvalid, parse_assignments
 
@@ -114,9 +115,27 @@ def command(app: typer.Typer, fn: Callable[..., Any], name: str | None = None, *
     app.command(name, **settings)(boundary(fn))
 
 
+class ReproCommand(TyperCommand):
+    """A command whose ``--help`` says what each option takes: nothing for a flag (typer shows ``<bool>``, as if
+    it took a value), and for a repeatable option its element's type, marked repeatable (not ``<list[str]>``)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for p in params:
+            if isinstance(p, TyperOption) and p.metavar is None:
+                if p.is_flag:
+                    p.metavar = ""
+                elif p.multiple:
+                    label = p.display_type(ctx) or ""
+                    element = label[len("<list["):-len("]>")] if label.startswith("<list[") else label.strip("<>")
+                    p.metavar = f"<{element}> (repeatable)"
+        return params
+
+
 def reflow_all(app: typer.Typer) -> None:
     """Every command's and group's help under ``app`` reflowed (`reflow_help`), its square brackets
-    escaped (typer renders help as rich markup: ``pip install '.[data]'`` would lose ``[data]``)."""
+    escaped (typer renders help as rich markup: ``pip install '.[data]'`` would lose ``[data]``); each command a
+    `ReproCommand` (its options' types shown as they are given)."""
     from rich.markup import escape
 
     def fix(text: str | None) -> str | None:
@@ -125,6 +144,8 @@ def reflow_all(app: typer.Typer) -> None:
 
     for info in app.registered_commands:
         info.help = fix(info.help or inspect.getdoc(info.callback))
+        if info.cls in (None, TyperCommand):
+            info.cls = ReproCommand
     for group in app.registered_groups:
         group.help = fix(group.help if isinstance(group.help, str) else None)
         if group.typer_instance is not None:

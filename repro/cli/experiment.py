@@ -27,7 +27,8 @@ def run(
     rate: float | None = typer.Option(None, help="arrival rate (requests/s)"),
     n_requests: int | None = typer.Option(None, "--n-requests", "-n", help="requests per run"),
     policy: str | None = typer.Option(None, help="policy name(s), comma list, or pkg.module:Class"),
-    option: list[str] = typer.Option([], "--option", "-o", help="policy option KEY=VALUE (repeatable)"),
+    option: list[str] = typer.Option([], "--option", "-o",
+                                     help="policy option KEY=VALUE (repeatable; `repro policies`: each one's type)"),
     cost_model: str | None = typer.Option(
         None, "--cost-model", help="calibrated | sim_derived | path to calibration JSON"
     ),
@@ -173,8 +174,8 @@ def anchor(
     import math
 
     from repro.experiment.anchor import anchor_rate
+    from repro.experiment.anchoring import predict
     from repro.experiment.spec import RunSpec
-    from repro.paper.anchoring import predict
     from repro.paper.plans import SIM_SATURATION_RATES
 
     if (goodput is None) == (ttft_p99 is None):

@@ -238,7 +238,9 @@ def identify_cli(
             long.to_csv(out_dir / "predictions.csv", index=False)
             table.to_csv(out_dir / "robustness.csv", index=False)
             _show_predictions(console, table, time.monotonic() - t0)
-            peaks = _kv_peaks(ident, space, profile, stated, reference, long, problem.fixed)
+            ref = long[(long["member"] == "reference") & (long["key"] == "rate:rate_mixed")]
+            peaks = pred.kv_peaks(ident.best_settings(), profile, stated, reference=reference,
+                                  reference_rate=float(ref["value"].iloc[0]) if reference and len(ref) else None)
             if peaks is not None:
                 peaks.to_csv(out_dir / "kv_peak.csv", index=False)
                 console.print(peaks.to_string(index=False))
@@ -257,33 +259,6 @@ def _refuse_overwrite(profile_path: Path, out_dir: Path) -> None:
     if taken:
         raise ConfigError(f"identify: refusing to overwrite {' and '.join(taken)}; give --name NEW for a new "
                           "testbed, or --overwrite to replace it")
-
-
-def _kv_peaks(ident, space, profile: str, stated: dict[str, float], reference: str, long,  # type: ignore[no-untyped-def]
-              fixed=({}, {})):
-    """The most KV tokens a decode engine held at mixed's operating point (2p4d, the stated rate on the best
-    testbed; the reference profile's own searched rate), per baseline and the router, seeds 1-3."""
-    import pandas as pd
-
-    from repro.identify.predictions import kv_peak_tokens
-    from repro.identify.space import settings
-
-    if "rate_mixed" not in stated:
-        return None
-    best = settings(space, [p.to_internal(float(ident.best[p.name])) for p in space])
-    best["physics"] = {**fixed[0], **best["physics"]}
-    best["workloads"] = {**fixed[1], **best["workloads"]}
-    where = [("identified (best)", profile, stated["rate_mixed"], best)]
-    ref = long[(long["member"] == "reference") & (long["key"] == "rate:rate_mixed")]
-    if reference and len(ref):
-        where.append((f"reference {reference}", reference, float(ref["value"].iloc[0]), {}))
-    rows = []
-    for label, prof, rate, s in where:
-        for pol in ("round_robin", "least_loaded", "marginal_cost"):
-            peaks = [kv_peak_tokens(prof, rate=rate, policy=pol, seed=seed, settings=s) for seed in (1, 2, 3)]
-            rows.append({"testbed": label, "rate": rate, "policy": pol, "kv_peak_tokens_max": max(peaks),
-                         "kv_peak_tokens_seeds": " ".join(map(str, peaks)), "kv_budget_tokens": 60000})
-    return pd.DataFrame(rows)
 
 
 def _show_fit(console: Console, ident, size: int) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,9 @@ from repro.cli.common import console
 
 
 def policies() -> None:
-    """List the registered routing policies, each with its options and their defaults."""
+    """List the registered routing policies, each with its options (``-o KEY=VALUE``) and their defaults; the
+    scorers' options also with their types and meaning."""
+    import dataclasses
     import inspect
 
     from repro.routing.policies import POLICIES, available_policies
@@ -17,6 +19,11 @@ def policies() -> None:
         cls = POLICIES[name]
         summary = " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split())  # first paragraph
         console.print(f"[bold]{name}[/bold]: {summary}")
+        record = getattr(cls, "Options", None)
+        if dataclasses.is_dataclass(record):  # typed options: each with its type, default and meaning
+            for key, kind, default, help_text in record.describe():
+                console.print(f"    -o {key}=<{kind}> (default {default!r}): {help_text}", highlight=False)
+            continue
         params = inspect.signature(cls).parameters
         options = ", ".join(f"{key}={params[key].default!r}" for key in cls.param_names())
         if options:

@@ -48,7 +48,7 @@ def claims_table(summary: pd.DataFrame) -> Table:
 
 def summary_table(summary: pd.DataFrame) -> Table:
     """The headline numbers as a Rich table: ours with its 95 % interval beside the paper's, and the verdict."""
-    from repro.paper.verdicts import Estimate
+    from repro.statistics.intervals import Estimate
 
     def text(v: Any) -> str:
         return "" if pd.isna(v) else str(v)

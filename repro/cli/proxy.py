@@ -14,7 +14,8 @@ def proxy(
         ..., help="`repro cluster up` state file (runs/cluster.json) or a cluster YAML with URLs"
     ),
     policy: str = typer.Option("marginal_cost", help="policy name or pkg.module:Class"),
-    option: list[str] = typer.Option([], "--option", "-o", help="policy option KEY=VALUE (repeatable)"),
+    option: list[str] = typer.Option([], "--option", "-o",
+                                     help="policy option KEY=VALUE (repeatable; `repro policies`: each one's type)"),
     cost_model: str = typer.Option("calibrated", "--cost-model", help="calibrated | sim_derived | calibration JSON"),
     predictor: str = typer.Option("default", help="default | constant"),
     noise: float = typer.Option(0.0, help="predictor relative error"),

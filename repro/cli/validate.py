@@ -24,47 +24,68 @@ def _floats(value: str, field: str) -> tuple[float, ...]:
         raise ConfigError(f"validate: field '{field}' must be numbers separated by commas, got {value!r}") from None
 
 
+WHAT = "What is replayed"
+TWIN = "The simulator's engine timing"
+SATURATION = "Saturation (what the load levels are fractions of)"
+BUDGET = "Error budget"
+LIVE = "Live runs and output"
+
+
 def validate_cli(
-    cluster: str = typer.Option(..., "--cluster", "-c",
+    cluster: str = typer.Option(..., "--cluster", "-c", rich_help_panel=WHAT,
                                 help="cluster file (data/clusters/NAME.yaml, a name there, or a path); with "
                                      "--backend emulated also a shorthand such as 1p1d" + RUNNING),
-    backend: str | None = typer.Option(None, "--backend", help="vllm | emulated (default: vllm for a cluster "
-                                                               "with a vllm or remote launcher, else emulated)"),
-    workload: str = typer.Option("mixed", "--workload", "-w", help="chat | reasoning | documents | mixed"),
-    rates: str = typer.Option("0.25,0.5,0.8,1.0", "--rates",
+    backend: str | None = typer.Option(None, "--backend", rich_help_panel=WHAT,
+                                       help="vllm | emulated (default: vllm for a cluster "
+                                            "with a vllm or remote launcher, else emulated)"),
+    workload: str = typer.Option("mixed", "--workload", "-w", rich_help_panel=WHAT,
+                                 help="chat | reasoning | documents | mixed"),
+    rates: str = typer.Option("0.25,0.5,0.8,1.0", "--rates", rich_help_panel=WHAT,
                               help="load levels as fractions of the cluster's saturation, comma-separated"),
-    policies: str = typer.Option("round_robin,marginal_cost", "--policies",
+    policies: str = typer.Option("round_robin,marginal_cost", "--policies", rich_help_panel=WHAT,
                                  help="policies (registered names or module:Class), comma-separated; the "
                                       "first is the one the others' ordering is measured against"),
-    repeats: int = typer.Option(3, "--repeats", help="traces per level and policy (seeds seed, seed + 1, ...)"),
-    replays: int = typer.Option(1, "--replays", help="live replays of each trace (2 or more: the machine's "
+    repeats: int = typer.Option(3, "--repeats", rich_help_panel=WHAT,
+                                help="traces per level and policy (seeds seed, seed + 1, ...)"),
+    replays: int = typer.Option(1, "--replays", rich_help_panel=WHAT,
+                                help="live replays of each trace (2 or more: the machine's "
                                                      "noise floor)"),
-    duration_s: float = typer.Option(60.0, "--duration", help="seconds of arrivals per trace"),
-    min_requests: int = typer.Option(30, "--min-requests", help="requests per trace at least"),
-    seed: int = typer.Option(1, "--seed", help="first trace seed"),
-    physics: str = typer.Option("auto", "--physics", help="the simulator's engine timing: calibration | profile | "
+    duration_s: float = typer.Option(60.0, "--duration", rich_help_panel=WHAT, help="seconds of arrivals per trace"),
+    min_requests: int = typer.Option(30, "--min-requests", rich_help_panel=WHAT, help="requests per trace at least"),
+    seed: int = typer.Option(1, "--seed", rich_help_panel=WHAT, help="first trace seed"),
+    physics: str = typer.Option("auto", "--physics", rich_help_panel=TWIN,
+                                help="the simulator's engine timing: calibration | profile | "
                                                           "auto (the calibration on real engines, else the "
                                                           "profile)"),
-    calibrate: bool = typer.Option(False, "--calibrate", help="measure the cluster first and use that calibration"),
-    in_situ: bool = typer.Option(False, "--in-situ", help="fit the decode step's factor and the serving path's TTFT "
+    calibrate: bool = typer.Option(False, "--calibrate", rich_help_panel=TWIN,
+                                   help="measure the cluster first and use that calibration"),
+    in_situ: bool = typer.Option(False, "--in-situ", rich_help_panel=TWIN,
+                                 help="fit the decode step's factor and the serving path's TTFT "
                                                          "on one training replay of a trace no judged run uses"),
-    calibration_budget_s: float = typer.Option(300.0, "--calibration-budget", help="seconds the calibration may take"),
-    context_share: float = typer.Option(0.0, "--context-share",
+    calibration_budget_s: float = typer.Option(300.0, "--calibration-budget", rich_help_panel=TWIN,
+                                               help="seconds the calibration may take"),
+    context_share: float = typer.Option(0.0, "--context-share", rich_help_panel=TWIN,
                                         help="part (0..1) of the calibrated decode slope put on the context"),
-    saturation: str = typer.Option("auto", "--saturation",
+    saturation: str = typer.Option("auto", "--saturation", rich_help_panel=SATURATION,
                                    help="where saturation is found: cluster (live probes) | simulator | auto "
                                         "(cluster on real engines, simulator on emulated ones)"),
-    probe_duration_s: float = typer.Option(20.0, "--probe-duration", help="seconds of arrivals per live "
+    probe_duration_s: float = typer.Option(20.0, "--probe-duration", rich_help_panel=SATURATION,
+                                           help="seconds of arrivals per live "
                                                                            "saturation probe"),
-    saturation_rate: float | None = typer.Option(None, "--saturation-rate",
+    saturation_rate: float | None = typer.Option(None, "--saturation-rate", rich_help_panel=SATURATION,
                                                  help="the saturation rate in req/s (default: searched on "
                                                       "the calibrated simulator)"),
-    budget_ttft: float = typer.Option(0.10, "--budget-ttft", help="median TTFT error allowed (fraction)"),
-    budget_tpot: float = typer.Option(0.10, "--budget-tpot", help="median TPOT error allowed (fraction)"),
-    budget_goodput: float = typer.Option(0.03, "--budget-goodput", help="goodput difference allowed (absolute)"),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="emulated engines' speed-up K (1 on real engines)"),
-    redo: int = typer.Option(2, "--redo", help="times an invalid live run is run again before it is left out"),
-    out: Path | None = typer.Option(None, "--out", "-o",
+    budget_ttft: float = typer.Option(0.10, "--budget-ttft", rich_help_panel=BUDGET,
+                                      help="median TTFT error allowed (fraction)"),
+    budget_tpot: float = typer.Option(0.10, "--budget-tpot", rich_help_panel=BUDGET,
+                                      help="median TPOT error allowed (fraction)"),
+    budget_goodput: float = typer.Option(0.03, "--budget-goodput", rich_help_panel=BUDGET,
+                                         help="goodput difference allowed (absolute)"),
+    time_scale: float = typer.Option(1.0, "--time-scale", rich_help_panel=LIVE,
+                                     help="emulated engines' speed-up K (1 on real engines)"),
+    redo: int = typer.Option(2, "--redo", rich_help_panel=LIVE,
+                             help="times an invalid live run is run again before it is left out"),
+    out: Path | None = typer.Option(None, "--out", "-o", rich_help_panel=LIVE,
                                     help="output folder (default results/validation-<cluster>-<backend>)"),
 ) -> None:
     """Replay the same traces on a cluster and on the simulator calibrated to it, from light load to

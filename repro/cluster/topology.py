@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.engine.physics import Physics, check_overrides
+from repro.engine.profile import HardwareProfile, load_profile
 from repro.errors import ConfigError
 from repro.paths import CLUSTERS_DIR
 from repro.vocab import DEFAULT_PROFILE, LAUNCHERS, ROLES
@@ -51,6 +52,11 @@ class InstanceSpec:
     pid: int | None = None
     """An engine already running on this machine (`repro cluster up`'s, through its state file): its process,
     whose CPU time is the run's own (`repro.live.validity.OutsideCpu`)."""
+
+    @property
+    def hardware(self) -> HardwareProfile:
+        """Its hardware profile, typed (`repro.engine.profile.load_profile`: read once)."""
+        return load_profile(self.profile)
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,7 @@ def _check_role(role: Any, where: str) -> str:
 def _check_profile(profile: Any, where: str) -> str:
     if not isinstance(profile, str) or not profile:
         raise topology_error(where, f"must be a profile name or path, got {profile!r}")
-    Physics.load(profile)  # raises ConfigError naming the allowed profiles
+    load_profile(profile)  # raises ConfigError naming the allowed profiles
     return profile
 
 
@@ -326,7 +332,7 @@ def _check_calibration(value: Any, origin: str, must_exist: bool = True) -> str:
 def instance_physics(inst: InstanceSpec, physics: dict[str, float] | None = None) -> Physics:
     """The true engine timing of one instance: its profile, with its KV budget override and ``physics``
     (overrides of the profile's estimated constants, `repro.engine.physics.OVERRIDABLE`, checked)."""
-    phys = Physics.load(inst.profile)
+    phys = inst.hardware.physics
     if inst.kv_budget_tokens is not None:
         phys = phys.with_overrides(kv_budget_tokens=inst.kv_budget_tokens)
     if physics:

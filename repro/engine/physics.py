@@ -33,15 +33,11 @@ sensitivity sweeps (`OVERRIDABLE`, `check_overrides`; a spec's ``physics`` field
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 from repro.errors import ConfigError, check_ranges
-from repro.paths import HARDWARE_DIR
-from repro.vocab import DEFAULT_PROFILE
 
 NO_CONTEXT_BANDWIDTH = 1e30
 """``hbm_bandwidth_bytes_per_s`` of an engine whose decode step does not grow with its context (bytes/s)."""
@@ -169,20 +165,7 @@ class Physics:
         ints = {k: int(round(v)) for k, v in checked.items() if _NUMERIC_FIELDS[k] is int}
         return replace(self, **{**checked, **ints})
 
-    # ---- persistence ------------------------------------------------------------------------
-    @classmethod
-    def load(cls, name_or_path: str | Path = DEFAULT_PROFILE) -> Physics:
-        """Load a profile by name (``data/hardware/<name>.json``) or by path.
-
-        Raises ConfigError naming the missing or bad field.
-        """
-        path = resolve_profile_path(name_or_path)
-        key = (cls, *_file_key(path))
-        cached = _LOADED.get(key)
-        if cached is None:
-            cached = _LOADED[key] = cls.from_dict(profile_json(path), origin=str(path))
-        return cached
-
+    # ---- persistence (the file: `repro.engine.profile.load_profile`) -------------------------------
     @classmethod
     def from_dict(cls, raw: dict[str, Any], origin: str = "profile") -> Physics:
         if not isinstance(raw, dict):
@@ -298,50 +281,3 @@ def check_overrides(raw: Any, where: str = "spec: field 'physics'") -> dict[str,
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a mapping of {sorted(OVERRIDABLE)} to numbers, got {raw!r}")
     return check_ranges(raw, OVERRIDABLE, where)
-
-
-def profile_json(name_or_path: str | Path) -> dict[str, Any]:
-    """A profile file's JSON object (by name or path). Besides ``params`` (`Physics.from_dict`) a
-    testbed's profile may carry ``workloads`` (the workload generator's parameters it was measured
-    with, `repro.workload.params.from_section`) and ``identified`` (how `repro identify` made it)."""
-    path = resolve_profile_path(name_or_path)
-    key = _file_key(path)
-    text = _TEXTS.get(key)
-    if text is None:
-        text = _TEXTS[key] = path.read_text()
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"profile {path}: not valid JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"profile {path}: expected a JSON object")
-    return raw
-
-
-# A profile file is read and parsed once per process and version of the file: keyed by its resolved path,
-# size and modification time (an edited profile is read again). Physics is frozen, so one object is shared.
-_TEXTS: dict[tuple[str, int, int], str] = {}
-_LOADED: dict[tuple[type, str, int, int], Physics] = {}
-
-
-def _file_key(path: Path) -> tuple[str, int, int]:
-    st = path.stat()
-    return str(path.resolve()), st.st_size, st.st_mtime_ns
-
-
-def available_profiles() -> list[str]:
-    return sorted(p.stem for p in HARDWARE_DIR.glob("*.json"))
-
-
-def resolve_profile_path(name_or_path: str | Path) -> Path:
-    path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists():
-        if not path.exists():
-            raise ConfigError(f"profile: file {path} does not exist")
-        return path
-    candidate = HARDWARE_DIR / f"{name_or_path}.json"
-    if not candidate.exists():
-        raise ConfigError(
-            f"profile: unknown profile {str(name_or_path)!r}; allowed: {available_profiles()} or a path to a .json file"
-        )
-    return candidate

@@ -3,7 +3,7 @@ value measured elsewhere (on hardware, or on another simulator).
 
 The paper re-anchored each workload's simulator rate on the measured round-robin goodput, "so that
 its verdict on the other three policies is a prediction rather than a fit". `anchor_rate` finds that
-rate for any registered policy and either metric; `repro.paper.anchoring.predict` then runs the other
+rate for any registered policy and either metric; `repro.experiment.anchoring.predict` then runs the other
 policies there (with intervals), and ``repro anchor`` does both from the command line.
 
 Metrics (`ANCHOR_METRICS`) and their bands:

@@ -11,7 +11,6 @@ from repro.cluster.topology import pools
 from repro.engine.physics import Physics
 from repro.experiment.spec import RunSpec
 from repro.routing.cost_model import CostModel, sim_derived
-from repro.routing.policies import make_policy
 from repro.routing.router import Router
 
 if TYPE_CHECKING:
@@ -131,7 +130,7 @@ def router_cost_model(spec: RunSpec) -> CostModel:
     if name == "calibrated":
         name = cluster_calibration(spec) or name
     if name in ("calibrated", "sim_derived"):  # of the spec's hardware profile (the shipped files: the default's)
-        cm = CostModel.from_physics(Physics.load(spec.topology_parsed().decode[0].profile))
+        cm = CostModel.from_physics(spec.topology_parsed().decode[0].hardware.physics)
         cm = cm if name == "calibrated" else sim_derived(cm)
     else:
         cm = CostModel.load(name)
@@ -147,7 +146,7 @@ def make_router(spec: RunSpec) -> Router:
     router's cost model (`router_cost_model`)."""
     pnames, _, dnames, _ = pools(spec.topology_parsed())
     cm = router_cost_model(spec)
-    policy = make_policy(spec.policy, cm, **spec.policy_options)
+    policy = spec.policy_ref.build(cm, **spec.policy_options)
     return Router(policy, cm, pnames, dnames)
 
 

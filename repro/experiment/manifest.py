@@ -22,12 +22,24 @@ if TYPE_CHECKING:
 
 
 class Attempt(TypedDict):
-    """One attempt of a live run (`repro.experiment.runner.run_live_valid`): its time scale K and verdict."""
+    """One attempt of a live run (`repro.live.run.run_live_valid`): its time scale K and verdict."""
 
     attempt: int
     time_scale: float
     valid: bool
     reasons: list[str]
+
+
+class LiveOutcome(TypedDict):
+    """What a live harness (`repro.live.run.run_live_valid`) adds to a live run's `Manifest`: whether the
+    last attempt was ``valid``, its verdict (`repro.live.validity.Verdict.to_dict`), every attempt, the time
+    scale K it ran at, and our proxy's decision times (an external router: none)."""
+
+    valid: bool
+    validity: dict[str, Any]
+    attempts: list[Attempt]
+    time_scale_used: float
+    decision_time: NotRequired[DecisionTimeSummary]
 
 
 class Manifest(TypedDict):

@@ -77,14 +77,14 @@ def good_mask(journal: pd.DataFrame, slo: SLOTargets) -> pd.Series:
 
 def good_flags(journal: pd.DataFrame, slo: SLOTargets) -> np.ndarray:
     """`good_mask` as 0/1 floats in request-id order: the same trace gives the same order in every
-    run, so two runs of one trace are paired request by request (`repro.paper.verdicts`)."""
+    run, so two runs of one trace are paired request by request (`repro.statistics.intervals`)."""
     return request_outcomes(journal, slo).good
 
 
 @dataclass(frozen=True)
 class RequestOutcomes:
     """What each request of one run came to, in request-id order (the same trace gives the same
-    order in every run, so two runs of one trace pair request by request: `repro.paper.verdicts`).
+    order in every run, so two runs of one trace pair request by request: `repro.statistics.intervals`).
 
     ``good``: 0/1 floats (`good_mask`); ``ttft``: seconds, NaN for a request that produced no first
     token (the tails of `summarize` are percentiles over the non-NaN values).

@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, Protocol, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import pandas as pd
 
 from repro.errors import ConfigError, PolicyError, check_choice, check_decision_budget
+from repro.experiment.backends import OnInvalid, live_harness
 from repro.experiment.inputs import (
     build_predictions,
     build_trace,
@@ -28,7 +29,6 @@ from repro.experiment.inputs import (
 from repro.experiment.journal import frame_bytes
 from repro.experiment.journal import read as read_journal
 from repro.experiment.manifest import (
-    Attempt,
     Manifest,
     read_manifest,
     sha256,
@@ -38,7 +38,6 @@ from repro.experiment.manifest import (
 )
 from repro.experiment.metrics import DecisionTimeSummary, RequestOutcomes, Summary, request_outcomes, summarize
 from repro.experiment.spec import RunSpec
-from repro.routing.policies import policy_fingerprint
 from repro.sim.simulator import Simulator
 
 if TYPE_CHECKING:
@@ -100,18 +99,12 @@ def simulate_timed(spec: RunSpec) -> tuple[pd.DataFrame, DecisionTimeSummary]:
     return journal, cast(DecisionTimeSummary, router.decision_time())  # (the compiled router's plain dict)
 
 
-OnInvalid = Literal["retry", "keep"]
-"""What `run` does with a live run the machine could not keep up with (`repro.live.validity`):
-``retry`` it at lower time scales and raise `RunInvalid` if no attempt is valid (the default);
-``keep`` it, marked ``valid: false`` (for experiments about validity itself)."""
-
-
 def code_fingerprint(spec: RunSpec) -> str:
     """What a finished run of ``spec`` must have been run by to be reused (its manifest's ``policy_code``):
-    the policy's code and everything it imports (`repro.routing.policies.policy_fingerprint`); for a
+    the policy's code and everything it imports (`repro.routing.policies.PolicyRef.fingerprint`); for a
     ``sim`` run also the whole package and its shipped data (`repro.experiment.simcache.fingerprint`:
     the simulator, the ledger, the workloads, the physics), since a simulated run is made of nothing else."""
-    fp = policy_fingerprint(spec.policy)
+    fp = spec.policy_ref.fingerprint
     if spec.backend != "sim":
         return fp
     from repro.experiment.simcache import fingerprint
@@ -148,7 +141,8 @@ def finished_run(spec: RunSpec, out_dir: str | Path) -> RunResult | None:
 def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_invalid: OnInvalid = "retry") -> RunResult:
     """Run one spec, writing journal + manifest under ``out_dir/<run_id>/``; skip if finished.
 
-    A live run gets a validity verdict (`repro.live.validity`); the manifest records ``valid``, the
+    A live run goes to its backend's harness (`repro.experiment.backends.live_harness`) and gets a validity
+    verdict (`repro.live.validity`); the manifest records ``valid``, the
     ``validity`` of the kept attempt, every attempt (``attempts``: time scale, valid, reasons) and
     the ``time_scale_used``. See `OnInvalid` for what happens to an invalid run."""
     if resume and (done := finished_run(spec, out_dir)) is not None:
@@ -162,7 +156,7 @@ def run(spec: RunSpec, out_dir: str | Path = "runs", resume: bool = True, on_inv
     # an earlier finished one (with --fresh) and is redone
     (run_dir / "manifest.json").unlink(missing_ok=True)
     started = time.time()
-    journal, live = run_live_valid(spec, run_dir, on_invalid)
+    journal, live = live_harness(spec.backend)(spec, run_dir, on_invalid)
     summary = summarize(journal, truth_cost_model(spec).slo, sent=spec.n_requests)
     summary.update(valid=live["valid"], time_scale_used=live["time_scale_used"])  # validity beside every number
     length = build_trace(spec).meta["length_cap"] if length_cap(spec) is not None else None
@@ -256,58 +250,6 @@ def commit_simulated(spec: RunSpec, out: SimOutput, out_dir: str | Path) -> RunR
                           out.length_cap)
     res.decision_time = out.decision_time
     return res
-
-
-class LiveOutcome(TypedDict):
-    """What `run_live_valid` adds to a live run's manifest (`repro.experiment.manifest.Manifest`): whether the
-    last attempt was ``valid``, its verdict (`repro.live.validity.Verdict.to_dict`), every attempt, the time
-    scale K it ran at, and our proxy's decision times (an external router: none)."""
-
-    valid: bool
-    validity: dict[str, Any]
-    attempts: list[Attempt]
-    time_scale_used: float
-    decision_time: NotRequired[DecisionTimeSummary]
-
-
-def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry",
-                   attempt: Callable[[RunSpec, Path], pd.DataFrame] | None = None,
-                   ) -> tuple[pd.DataFrame, LiveOutcome]:
-    """Run a live spec until an attempt is valid (time scales of `time_scales_to_try`; one attempt
-    with ``keep``); the journal and the manifest's validity fields. ``attempt(spec, run_dir)`` runs
-    one attempt and writes its ``validity.json`` (default `repro.live.run.run_live`: our proxy;
-    `repro.live.external_router.run_external` passes its own). Every attempt's verdict is kept in
-    ``attempts.jsonl``; an invalid last attempt raises `RunInvalid` (``retry``)."""
-    import json
-
-    from repro.errors import RunInvalid
-    from repro.live.run import run_live  # emulated / vllm: real HTTP path
-    from repro.live.validity import ADVICE, Verdict, time_scales_to_try
-
-    attempt = attempt or run_live
-
-    (run_dir / "attempts.jsonl").unlink(missing_ok=True)
-    scales = time_scales_to_try(spec.live.time_scale) if on_invalid == "retry" else [spec.live.time_scale]
-    attempts: list[Attempt] = []
-    for k, ts in enumerate(scales):
-        journal = attempt(spec if ts == spec.live.time_scale else spec.replace(time_scale=ts), run_dir)
-        measured = json.loads((run_dir / "validity.json").read_text())
-        verdict = Verdict.from_dict(measured)
-        decision_time = (measured.get("proxy") or {}).get("decision_time")  # our proxy's (an external router: none)
-        attempts.append({"attempt": k + 1, "time_scale": ts, "valid": verdict.valid, "reasons": verdict.reasons})
-        with open(run_dir / "attempts.jsonl", "a") as f:
-            f.write(json.dumps({**attempts[-1], "measured": verdict.measured}) + "\n")
-        if verdict.valid or on_invalid == "keep":
-            break
-    else:
-        tried = ", ".join(f"K={a['time_scale']:g}: {'; '.join(a['reasons'])}" for a in attempts)
-        raise RunInvalid(f"run {spec.run_id}: no valid attempt in {len(attempts)} ({tried}). {ADVICE}. "
-                         f"Each attempt's measurements: {run_dir / 'attempts.jsonl'}")
-    live: LiveOutcome = {"valid": verdict.valid, "validity": verdict.to_dict(), "attempts": attempts,
-                        "time_scale_used": attempts[-1]["time_scale"]}
-    if decision_time is not None:
-        live["decision_time"] = decision_time
-    return journal, live
 
 
 def run_or_simulate(spec: RunSpec, out_dir: str | Path, *, sim_in_memory: bool = False,

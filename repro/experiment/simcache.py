@@ -66,11 +66,8 @@ def cacheable(spec: RunSpec) -> bool:
 
 def entry_name(spec: RunSpec) -> str:
     """The file name of ``spec``'s entry: its run id, and for a policy by import path its code's fingerprint."""
-    from repro.routing.policies import POLICIES, policy_fingerprint
-
-    if spec.policy in POLICIES:
-        return f"{spec.run_id}.npz"
-    return f"{spec.run_id}-{policy_fingerprint(spec.policy)}.npz"
+    ref = spec.policy_ref
+    return f"{spec.run_id}.npz" if ref.registered else f"{spec.run_id}-{ref.fingerprint}.npz"
 
 
 def _path(spec: RunSpec) -> Path | None:

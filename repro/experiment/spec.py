@@ -24,8 +24,9 @@ import yaml
 
 from repro.cluster.topology import Topology, parse_topology
 from repro.engine.physics import check_overrides
+from repro.engine.profile import HardwareProfile, load_profile
 from repro.errors import ConfigError, check_choice, check_int, check_number
-from repro.routing.policies import make_policy
+from repro.routing.policies import PolicyRef, resolve_policy
 from repro.sim.config import SimConfig
 from repro.vocab import BACKENDS, DEFAULT_PROFILE, PREDICTORS, WORKLOADS, Backend, PredictorKind, Workload
 
@@ -158,7 +159,7 @@ class RunSpec:
 
             object.__setattr__(self, "workloads", check_workloads(self.workloads) or None)
         self.topology_parsed()  # validate
-        make_policy(self.policy, None, **self.policy_options)  # validate name and options
+        resolve_policy(self.policy, self.policy_options).build(None, **self.policy_options)  # validate both
 
     def poll_interval_s(self) -> float:
         """The poll period the router actually uses (s): the cluster file's ``kv_poll_interval_s``
@@ -205,12 +206,21 @@ class RunSpec:
             return default_arrival(self.workload, self.workload_params())
         return ArrivalSpec.from_dict(self.arrival)
 
+    @property
+    def policy_ref(self) -> PolicyRef:
+        """The spec's policy, resolved (`repro.routing.policies.resolve_policy`: once per process, and again only
+        when a user's policy code was edited): its class, fingerprint and `PolicyRef.build`."""
+        return resolve_policy(self.policy)
+
+    @property
+    def hardware(self) -> HardwareProfile:
+        """The run's hardware profile (``profile``), typed (`repro.engine.profile.load_profile`: read once)."""
+        return load_profile(self.profile)
+
     def workload_params(self) -> WorkloadParams:
         """The workload generator's parameters of this run: the profile's ``workloads`` section (a testbed
         identified with them, `repro identify`), else our estimates, with ``workloads`` on top."""
-        from repro.workload.params import testbed_params
-
-        return testbed_params(self.profile).with_overrides(self.workloads)
+        return self.hardware.workloads.with_overrides(self.workloads)
 
     @property
     def run_id(self) -> str:

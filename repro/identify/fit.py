@@ -231,6 +231,16 @@ class Identification:
     def best(self) -> pd.Series:
         return self.history.loc[self.history["chi2"].idxmin()]
 
+    def best_settings(self) -> dict[str, dict[str, float]]:
+        """The best vector in natural units (`repro.identify.space.settings`), with the model's fixed physics
+        and workload parameters under it: what a run on the best testbed sets."""
+        space = self.problem.space
+        best = settings(space, [p.to_internal(float(self.best[p.name])) for p in space])
+        fixed_physics, fixed_workloads = self.problem.fixed
+        best["physics"] = {**fixed_physics, **best["physics"]}
+        best["workloads"] = {**fixed_workloads, **best["workloads"]}
+        return best
+
     @property
     def birge(self) -> float:
         """The best chi-square per degree of freedom, at least 1: how far the numbers disagree beyond their sd."""

@@ -155,7 +155,7 @@ def robustness(rows: Sequence[Target], predicted: pd.DataFrame, members: pd.Data
 def kv_peak_tokens(profile: str, *, rate: float, policy: str, seed: int, n_requests: int = 2000,
                    settings: Mapping[str, Mapping[str, float]] | None = None, topology: str = "2p4d") -> int:
     """The most KV tokens any decode engine held in one simulated mixed run (the simulator's own peak,
-    `repro.sim.simulator.Simulator.kv_peak`): how close the run came to the 60,000-token budget."""
+    `repro.sim.simulator.Simulator.kv_peak`): how close the run came to the profile's KV budget."""
     from repro.experiment.inputs import build_predictions, build_trace, engine_pools, make_router
     from repro.experiment.spec import RunSpec
     from repro.sim.simulator import Simulator
@@ -170,3 +170,33 @@ def kv_peak_tokens(profile: str, *, rate: float, policy: str, seed: int, n_reque
                     spec.poll_interval_s())
     sim.run()
     return int(max(sim.kv_peak))
+
+
+KV_PEAK_POLICIES: tuple[str, ...] = ("round_robin", "least_loaded", "marginal_cost")
+"""The policies `kv_peaks` runs: two baselines and the paper's router."""
+KV_PEAK_SEEDS: tuple[int, ...] = (1, 2, 3)
+"""The traces `kv_peaks` runs (the paper's three)."""
+
+
+def kv_peaks(best: Mapping[str, Mapping[str, float]], profile: str, stated: Mapping[str, float], *,
+             reference: str = "", reference_rate: float | None = None,
+             policies: Sequence[str] = KV_PEAK_POLICIES, seeds: Sequence[int] = KV_PEAK_SEEDS) -> pd.DataFrame | None:
+    """The most KV tokens a decode engine held at mixed's operating point (2p4d; `kv_peak_tokens`), per policy
+    over ``seeds``, beside each testbed's KV budget (tokens): on the identified testbed (``profile`` with the
+    best vector's ``best`` settings, at the stated rate ``stated["rate_mixed"]``, req/s) and, when given, on the
+    ``reference`` profile at its own searched rate. None when the measurements state no mixed rate."""
+    from repro.engine.profile import load_profile
+
+    if "rate_mixed" not in stated:
+        return None
+    where = [("identified (best)", profile, float(stated["rate_mixed"]), best)]
+    if reference and reference_rate is not None:
+        where.append((f"reference {reference}", reference, float(reference_rate), {}))
+    rows = []
+    for label, prof, rate, s in where:
+        budget = load_profile(prof).physics.kv_budget_tokens
+        for pol in policies:
+            peaks = [kv_peak_tokens(prof, rate=rate, policy=pol, seed=seed, settings=s) for seed in seeds]
+            rows.append({"testbed": label, "rate": rate, "policy": pol, "kv_peak_tokens_max": max(peaks),
+                         "kv_peak_tokens_seeds": " ".join(map(str, peaks)), "kv_budget_tokens": budget})
+    return pd.DataFrame(rows)

@@ -13,7 +13,6 @@ base profile's, which a different prefill constant must not move: the paper stat
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import math
@@ -22,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from repro.engine.physics import Physics, profile_json
+from repro.engine.profile import HardwareProfile, load_profile
 from repro.errors import ConfigError
 from repro.paths import HARDWARE_DIR, resolve_dir
 from repro.routing.cost_model import CostModel
-from repro.workload.params import ESTIMATED, SOURCES, testbed_params
+from repro.workload.params import ESTIMATED, SOURCES
 
 if TYPE_CHECKING:
     from repro.identify.fit import Identification, Problem
@@ -66,9 +65,9 @@ def profile_dict(ident: Identification, name: str, size: int = ENSEMBLE_SIZE, re
     ``inputs``: headline keys of numbers the fit was given (a stated operating rate), inputs there too;
     ``stated_rates``: the operating rates the measurements state (req/s, by rate name)."""
     report = report or f"data/identify/{name}/"
-    base_raw = profile_json(ident.problem.profile)
-    base = Physics.load(ident.problem.profile)
-    raw = copy.deepcopy(base_raw)
+    profile = load_profile(ident.problem.profile)
+    base, base_raw = profile.physics, profile.raw
+    raw = profile.as_dict()
     raw["name"] = name
     raw["description"] = (f"{base_raw.get('description', '')} Constants the paper does not state identified from its "
                           f"baseline numbers (repro identify; {report}).").strip()
@@ -91,7 +90,7 @@ def profile_dict(ident: Identification, name: str, size: int = ENSEMBLE_SIZE, re
             "value": fitted.decode_base_s,
             "source": "paper §VI: measured decode 0.013237 s/token at batch 1, minus the identified per-sequence term "
                       "and the context term of one ~800-token sequence"}
-    workloads = testbed_params(ident.problem.profile)
+    workloads = profile.workloads
     old = dict(raw.get("workloads") or {})
     section: dict[str, Any] = {}
     for wname in SOURCES:
@@ -137,7 +136,7 @@ def write(ident: Identification, name: str, *, size: int = ENSEMBLE_SIZE, profil
              "ensemble": out / "ensemble.csv", "parameters": out / "parameters.csv",
              "residuals": out / "residuals.csv", "fit": out / "fit.json"}
     raw = profile_dict(ident, name, size, report=_shown(out), inputs=inputs, stated_rates=stated_rates)
-    Physics.from_dict(raw, origin=str(paths["profile"]))  # what we write must load
+    HardwareProfile.from_dict(raw, paths["profile"], origin=str(paths["profile"]))  # what we write must load
     paths["profile"].write_text(json.dumps(raw, indent=2) + "\n")
     ident.history.to_csv(paths["history"], index=False)
     ident.ensemble(size).to_csv(paths["ensemble"], index=False)
@@ -174,15 +173,14 @@ def fitted_keys(profile: str) -> frozenset[str]:
     """The measured numbers a profile's testbed was identified from, and those it was given (its ``inputs``:
     a stated operating rate); empty for a profile not identified. On that testbed they are inputs, never
     results."""
-    ident = profile_json(profile).get("identified") or {}
-    return frozenset(ident.get("training_keys") or ()) | frozenset(ident.get("inputs") or ())
+    return load_profile(profile).identified.fitted_keys
 
 
 @functools.lru_cache(maxsize=16)
 def robustness_table(profile: str) -> pd.DataFrame | None:
     """The identified profile's ``robustness.csv`` (`repro.identify.predictions.robustness`), if written."""
-    ident = profile_json(profile).get("identified") or {}
-    path = resolve_dir(ident["report"]) / "robustness.csv" if ident.get("report") else None
+    ident = load_profile(profile).identified
+    path = resolve_dir(ident.report) / "robustness.csv" if ident.report else None
     return pd.read_csv(path) if path is not None and path.exists() else None
 
 
@@ -216,13 +214,13 @@ def models_table(profile: str) -> pd.DataFrame | None:
     from repro.engine.mechanisms import model_name, resolve
     from repro.identify.selection import MODELS_DIR
 
-    ident = profile_json(profile).get("identified") or {}
+    ident = load_profile(profile).identified
     folder = resolve_dir(MODELS_DIR)
     sel, path = folder / "selection.json", folder / "robustness.csv"
     if not ident or not sel.exists() or not path.exists():
         return None
     chosen = json.loads(sel.read_text()).get("chosen_by_cv")
-    if chosen != model_name(resolve(list(ident.get("mechanisms") or ()))):
+    if chosen != model_name(resolve(list(ident.mechanisms))):
         return None
     return pd.read_csv(path)
 
@@ -232,7 +230,4 @@ def operating_rates(profile: str) -> dict[str, float]:
     (the paper: mixed 2p4d at 24.0 req/s) and those the fit identified (chat's, documents'); empty for a
     profile not identified. A workload absent here has no identified rate (the paper's saturation search
     finds it)."""
-    ident = profile_json(profile).get("identified") or {}
-    out = {name.removeprefix("rate_"): float(entry["value"]) for name, entry in (ident.get("rates") or {}).items()}
-    out.update({name.removeprefix("rate_"): float(v) for name, v in (ident.get("stated_rates") or {}).items()})
-    return out
+    return load_profile(profile).identified.operating_rates

@@ -340,9 +340,10 @@ async def calibrate_async(
     if base is None:
         prof = _profile_of(D) or _profile_of(P)
         if prof:
-            from repro.engine.physics import Physics
+            from repro.engine.profile import load_profile
 
-            base = CostModel.from_physics(Physics.load(prof), name=name)  # only non-measurable fields survive the fit
+            # only non-measurable fields survive the fit
+            base = CostModel.from_physics(load_profile(prof).physics, name=name)
         else:
             base = CostModel.load("calibrated")
     max_batch = base.max_num_batched_tokens
@@ -563,9 +564,9 @@ def compare(fitted: CostModel, reference: CostModel) -> pd.DataFrame:
 
 def profile_cost_model(instances: Sequence[Instance], decode_instance: str | None = None) -> CostModel | None:
     """The cost model a perfect calibration of the (decode) instance's profile would give."""
-    from repro.engine.physics import Physics
+    from repro.engine.profile import load_profile
 
     decodes = [i for i in instances if i.role == "decode"]
     pool = [i for i in decodes if decode_instance in (None, i.name)] or decodes
     prof = _profile_of(pool[0]) if pool else None
-    return CostModel.from_physics(Physics.load(prof), name="profile") if prof else None
+    return CostModel.from_physics(load_profile(prof).physics, name="profile") if prof else None

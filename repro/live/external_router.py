@@ -199,13 +199,13 @@ def run_external(spec: RunSpec, command_template: str | Sequence[str], run_dir: 
     summary, and the validity fields of our own runs: ``valid``, ``validity``, ``attempts``,
     ``time_scale_used``). The run is judged as ours are (`repro.live.validity`; no proxy loop lag or
     poll gaps: the router is not ours) and an invalid attempt is retried at lower time scales
-    (`repro.experiment.runner.run_live_valid`; ``on_invalid="keep"``: one attempt, kept). ``spec.policy``
+    (`repro.live.run.run_live_valid`; ``on_invalid="keep"``: one attempt, kept). ``spec.policy``
     is not used (the external router decides); the spec's backend must be live (``emulated`` or ``vllm``).
     """
     from repro.experiment.inputs import truth_cost_model
     from repro.experiment.manifest import sha256, versions, write_json_atomic
     from repro.experiment.metrics import summarize
-    from repro.experiment.runner import run_live_valid
+    from repro.live.run import run_live_valid
 
     if spec.backend == "sim":
         raise ConfigError("external router: spec.backend must be 'emulated' or 'vllm' "

@@ -187,6 +187,19 @@ async def _prefill(client: httpx.AsyncClient, p: Instance, path: str, body: dict
     return j, j.get("kv_transfer_params")
 
 
+async def _prefill_then_decode(client: httpx.AsyncClient, p: Instance, d: Instance, path: str, body: dict, rid: str,
+                               api_key: str | None) -> tuple[httpx.Response, dict | None]:
+    """One disaggregated request as the proxy makes it (`repro.live.pd_protocol`): the prefill call on ``p``, then
+    the decode call on ``d`` with the prefill's ``kv_transfer_params``, one ``X-Request-Id``. The decode answer
+    (status 200) and those params (None: the decode engine prefilled locally); any other status of either call is
+    an `_HttpError` naming the engine and the call."""
+    _, kv = await _prefill(client, p, path, body, rid, api_key)
+    r = await client.post(_url(d) + path, json=decode_body(body, kv), headers=headers_for(rid, api_key))
+    if r.status_code != 200:
+        raise _HttpError(f"HTTP {r.status_code} from {d.name} (decode call, prefill {p.name}): {_msg(r)}")
+    return r, kv
+
+
 class _HttpError(Exception):
     pass
 
@@ -281,10 +294,7 @@ async def warm_up_async(prefills: Sequence[Instance], decodes: Sequence[Instance
                     "ignore_eos": True, "temperature": 0}
             t = time.monotonic()
             try:
-                _, kv = await _prefill(client, p, path, body, rid, api_key)
-                r = await client.post(_url(d) + path, json=decode_body(body, kv), headers=headers_for(rid, api_key))
-                if r.status_code != 200:
-                    return Check(label, False, f"HTTP {r.status_code} from {d.name} (decode call): {_msg(r)}")
+                r, kv = await _prefill_then_decode(client, p, d, path, body, rid, api_key)
                 j = r.json()
             except _HttpError as exc:
                 return Check(label, False, str(exc))
@@ -350,11 +360,7 @@ async def token_contract_async(prefills: Sequence[Instance], decodes: Sequence[I
                     "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
             t = time.monotonic()
             try:
-                _, kv = await _prefill(client, p, path, body, rid, api_key)
-                r = await client.post(_url(d) + path, json=decode_body(body, kv), headers=headers_for(rid, api_key))
-                if r.status_code != 200:
-                    return Check(label, False, f"HTTP {r.status_code} (decode call, prefill {p.name}): {_msg(r)}")
-                raw = r.content
+                raw = (await _prefill_then_decode(client, p, d, path, body, rid, api_key))[0].content
             except _HttpError as exc:
                 return Check(label, False, str(exc))
             except httpx.HTTPError as exc:
@@ -448,10 +454,7 @@ async def greedy_equivalence_async(prefills: Sequence[Instance], decodes: Sequen
             body = body_of(prompts[k])
             t = time.monotonic()
             try:
-                _, kv = await _prefill(client, p, path, body, rid, api_key)
-                r = await client.post(_url(d) + path, json=decode_body(body, kv), headers=headers_for(rid, api_key))
-                if r.status_code != 200:
-                    return None, f"HTTP {r.status_code} (decode call): {_msg(r)}", time.monotonic() - t
+                r, _ = await _prefill_then_decode(client, p, d, path, body, rid, api_key)
                 return r.json()["choices"][0]["text"], None, time.monotonic() - t
             except _HttpError as exc:
                 return None, str(exc), time.monotonic() - t

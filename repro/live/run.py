@@ -29,7 +29,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,23 +39,28 @@ import numpy as np
 import pandas as pd
 
 from repro.cluster.processes import child_setup, live_nice, stop_process
-from repro.errors import ConfigError, PolicyError, check_decision_budget
+from repro.errors import ConfigError, PolicyError, RunInvalid, check_decision_budget
+from repro.experiment.backends import OnInvalid
 from repro.experiment.journal import frame, write_frame
 from repro.experiment.journal import read as read_journal
+from repro.experiment.manifest import Attempt, LiveOutcome
 from repro.experiment.metrics import AccountingError, check_accounting
 from repro.journal_schema import FIELD_NAMES
 from repro.live.proxy.config import API_KEY_ENV, Endpoint, ProxyConfig
 from repro.live.validity import (
+    ADVICE,
     DEFAULT_THRESHOLDS,
     CpuSampler,
     OutsideCpu,
     Thresholds,
+    Verdict,
     engine_lateness,
     engine_requests,
     harness_latency,
     judge,
     lateness_between,
     thresholds_for,
+    time_scales_to_try,
 )
 
 if TYPE_CHECKING:
@@ -351,3 +356,37 @@ def jsonable(obj: Any) -> Any:
     if hasattr(obj, "to_dict"):
         return obj.to_dict()
     return obj
+
+
+def run_live_valid(spec: RunSpec, run_dir: Path, on_invalid: OnInvalid = "retry",
+                   attempt: Callable[[RunSpec, Path], pd.DataFrame] | None = None,
+                   ) -> tuple[pd.DataFrame, LiveOutcome]:
+    """Run a live spec until an attempt is valid (time scales of `time_scales_to_try`; one attempt
+    with ``keep``); the journal and the manifest's validity fields. ``attempt(spec, run_dir)`` runs
+    one attempt and writes its ``validity.json`` (default `repro.live.run.run_live`: our proxy;
+    `repro.live.external_router.run_external` passes its own). Every attempt's verdict is kept in
+    ``attempts.jsonl``; an invalid last attempt raises `RunInvalid` (``retry``)."""
+    attempt = attempt or run_live
+
+    (run_dir / "attempts.jsonl").unlink(missing_ok=True)
+    scales = time_scales_to_try(spec.live.time_scale) if on_invalid == "retry" else [spec.live.time_scale]
+    attempts: list[Attempt] = []
+    for k, ts in enumerate(scales):
+        journal = attempt(spec if ts == spec.live.time_scale else spec.replace(time_scale=ts), run_dir)
+        measured = json.loads((run_dir / "validity.json").read_text())
+        verdict = Verdict.from_dict(measured)
+        decision_time = (measured.get("proxy") or {}).get("decision_time")  # our proxy's (an external router: none)
+        attempts.append({"attempt": k + 1, "time_scale": ts, "valid": verdict.valid, "reasons": verdict.reasons})
+        with open(run_dir / "attempts.jsonl", "a") as f:
+            f.write(json.dumps({**attempts[-1], "measured": verdict.measured}) + "\n")
+        if verdict.valid or on_invalid == "keep":
+            break
+    else:
+        tried = ", ".join(f"K={a['time_scale']:g}: {'; '.join(a['reasons'])}" for a in attempts)
+        raise RunInvalid(f"run {spec.run_id}: no valid attempt in {len(attempts)} ({tried}). {ADVICE}. "
+                         f"Each attempt's measurements: {run_dir / 'attempts.jsonl'}")
+    live: LiveOutcome = {"valid": verdict.valid, "validity": verdict.to_dict(), "attempts": attempts,
+                        "time_scale_used": attempts[-1]["time_scale"]}
+    if decision_time is not None:
+        live["decision_time"] = decision_time
+    return journal, live

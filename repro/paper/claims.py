@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 
 from repro.paper.rules import VERDICTS
-from repro.paper.verdicts import Estimate
 from repro.routing.policies import READINGS
+from repro.statistics.intervals import Estimate
 
 GROUPS = ("headline", "testbed", "variants", "robustness", "inputs", "context")
 GROUP_TITLES = {

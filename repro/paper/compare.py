@@ -35,7 +35,7 @@ from repro.paper.findings import VERDICT_MARK
 from repro.paper.overview import markdown
 from repro.paper.report import SCRIPT, STYLE, figure_html
 from repro.paper.rules import VERDICTS
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 
 __all__ = ["Comparison", "Side", "compare", "figures_of", "join", "read_side"]
 

@@ -16,8 +16,7 @@ import pandas as pd
 
 from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
-from repro.routing.policies import PAPER_POLICIES, policy_class
-from repro.routing.policies.base import constructor_params
+from repro.routing.policies import PAPER_POLICIES, resolve_policy
 
 if TYPE_CHECKING:
     from repro.experiment.metrics import DecisionTimeSummary
@@ -40,7 +39,7 @@ class PolicyReads(TypedDict, total=False):
 
 
 def check_policies(policies: Sequence[str]) -> list[str]:
-    """The contenders as given, each resolved (`repro.routing.policies.policy_class`: a registered name or
+    """The contenders as given, each resolved (`repro.routing.policies.resolve_policy`: a registered name or
     an import path ``pkg.mod:Class``; a bad one raises `ConfigError` naming it). Not the paper's router
     itself, and each once."""
     out: list[str] = []
@@ -51,7 +50,7 @@ def check_policies(policies: Sequence[str]) -> list[str]:
         if p == LEARNED:
             raise ConfigError(f"parameter 'policies': {LEARNED!r} is the paper's router, what every policy is scored "
                               "against; name another policy (yours by import path 'pkg.module:Class')")
-        policy_class(p)
+        resolve_policy(p)
         if p not in out:
             out.append(p)
     return out
@@ -83,7 +82,7 @@ def reads(policy: str, *, rate: float = 24.0, n_requests: int = 400, seed: int =
 def contender_specs(items: Sequence[RunSpec] | Sequence[Labelled], policy: str) -> list[RunSpec] | list[Labelled]:
     """The learned router's items (specs, or ``(labels, spec)`` pairs) with ``policy`` in its place, keeping
     the router's options only where ``policy`` takes them (the other items are left out)."""
-    takes = set(constructor_params(policy_class(policy)))
+    takes = set(resolve_policy(policy).params)
 
     def one(spec: RunSpec) -> RunSpec:
         opts = {k: v for k, v in spec.policy_options.items() if k in takes}

@@ -54,7 +54,7 @@ from repro.paper.interval_coverage import (  # noqa: F401  (the registry, re-exp
     coverage_note,
     method_key,
 )
-from repro.paper.verdicts import Estimate, block_bootstrap_mean, goodput_estimate
+from repro.statistics.intervals import Estimate, block_bootstrap_mean, goodput_estimate
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -244,7 +244,7 @@ class Coverage:
         return math.sqrt(0.95 * 0.05 / self.reps)
 
     def text(self) -> str:
-        from repro.paper.verdicts import wilson
+        from repro.statistics.intervals import wilson
 
         w = wilson(self.covered, self.reps)
         zero = f", {self.zero_width} of zero width" if self.zero_width else ""
@@ -276,11 +276,11 @@ def coverage(procedure: Procedure, model: TraceModel, *, reps: int = 1000, seed:
 
 def paired_coverage(model: TraceModel, *, gap: float = 0.01, interaction_sd: float = 0.005, skew: float = 0.0,
                     reps: int = 1000, seed: int = 0, per_trace: bool = False) -> Coverage:
-    """`repro.paper.verdicts.paired_difference` of A minus B run on the same traces (`policy_runs`, A
+    """`repro.statistics.intervals.paired_difference` of A minus B run on the same traces (`policy_runs`, A
     ``gap`` above B over the population, each trace's own gap spread by ``interaction_sd``; with ``skew``
     the spread of A's edge alone, skewed: most traces show a little more than ``gap``, a few far less): how
     often it holds the gap over the population (with ``per_trace``: one trace, its own gap)."""
-    from repro.paper.verdicts import paired_difference
+    from repro.statistics.intervals import paired_difference
 
     rng = np.random.default_rng(seed)
     sd: float | dict[str, float] = {"A": interaction_sd, "B": 0.0} if skew else interaction_sd
@@ -330,7 +330,7 @@ def least_difference_coverage(model: TraceModel, *, rivals: int = 3, reps: int =
     `repro.paper.context.estimates.SectionEstimates.least_difference` (goodput paired by request; with
     ``by_trace`` a per-trace column, t over the traces' differences, the other way round: ``worst``);
     else the naive way: the rival with the highest mean and its own 95 % paired interval."""
-    from repro.paper.verdicts import paired_difference
+    from repro.statistics.intervals import paired_difference
 
     rng = np.random.default_rng(seed)
     names = ["A"] + [f"r{i}" for i in range(rivals)]
@@ -394,7 +394,7 @@ def within_traces_coverage(model: TraceModel, *, trace_sd: float = 0.05, reps: i
     the population (``cal_p99_mean (population)``: the traces' own levels are not resampled, so it
     misses once ``trace_sd`` dominates)."""
     from repro.paper.sections.calibration_value import tail_statistics
-    from repro.paper.verdicts import joint_bootstrap
+    from repro.statistics.intervals import joint_bootstrap
 
     offsets = {"cal": 0.0, "sim": 0.04, **({"rr": 0.12} if tail_share else {})}
 
@@ -436,7 +436,7 @@ def step_coverage(*, gap_sd: float, traces: int = 10, trace_sd: float = 0.01, re
     step, the truth 7); every other shape is far from it. Iid requests, each (policy, trace) level
     ``N(0, trace_sd)`` around its shape's."""
     from repro.experiment.metrics import RequestOutcomes
-    from repro.paper.verdicts import joint_bootstrap
+    from repro.statistics.intervals import joint_bootstrap
 
     se = math.sqrt(2 * (trace_sd ** 2 + 0.6 * 0.4 / requests) / traces)  # of rr@7 - mc@6, per trace independent
     target = 0.6
@@ -496,7 +496,7 @@ def window_coverage(*, traces: int = 10, windows: int = 40, between_sd: float = 
     these traces (``mc (these traces)``); and the share of windows in which it holds round-robin's goodput
     (`burst_table`) with Wilson's interval over the windows, against the population's 0.5 (``share``)."""
     from repro.paper.sections import load_and_tails
-    from repro.paper.verdicts import resample, wilson
+    from repro.statistics.intervals import resample, wilson
 
     rng = np.random.default_rng(seed)
     pairs: dict[str, list[tuple[Estimate, float]]] = {"mc": [], "mc (these traces)": [], "share": []}
@@ -523,7 +523,7 @@ def wilson_coverage(n: int, p: float) -> float:
     counts whose interval holds ``p``."""
     from scipy import stats
 
-    from repro.paper.verdicts import wilson
+    from repro.statistics.intervals import wilson
 
     k = np.arange(n + 1)
     hold = np.asarray([(lambda e: e.lo <= p <= e.hi)(wilson(int(i), n)) for i in k])

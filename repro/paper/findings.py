@@ -12,7 +12,7 @@ import pandas as pd
 
 from repro.paper.figures import num
 from repro.paper.rules import VERDICTS
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 
 VERDICT_MARK = {"reproduced": "✅ reproduced", "not reproduced": "❌ not reproduced", "contradicted": "⛔ contradicted",
                 "within noise": "〰 within noise", "input": "▫ input", "context": "· context"}

@@ -8,7 +8,7 @@ knows (`data/paper_reference.csv`: the paper's value, unit, meaning by key), jud
 ``key``
     one key per quantity (a reference key when the paper states the number).
 ``ours``
-    our value: a float, or a `repro.paper.verdicts.Estimate` (value with its 95 % interval).
+    our value: a float, or a `repro.statistics.intervals.Estimate` (value with its 95 % interval).
 ``kind``
     ``value`` (default), ``ordering`` (``ours`` is a paired difference A - B; sign convention:
     positive means A is better, and the paper's value carries the paper's sign) or ``input``.
@@ -52,7 +52,7 @@ import pandas as pd
 
 from repro.paper.claims import group_of
 from repro.paper.rules import judge as judge_verdict
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 
 HEADLINE_COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "verdict", "reason", "group", "kind",
                     "unit", "meaning", "interval", "traces", "requests", "measured", "kv_budget", "robustness", "runs")
@@ -67,9 +67,9 @@ class HeadlineRow(TypedDict, total=False):
 
     key: Required[str]
     ours: Required[float | Estimate]
-    """Our value, or a `repro.paper.verdicts.Estimate` (with its 95 % interval)."""
+    """Our value, or a `repro.statistics.intervals.Estimate` (with its 95 % interval)."""
     kind: str
-    """``value`` (default) | ``ordering`` | ``input`` (`repro.paper.verdicts.KINDS`)."""
+    """``value`` (default) | ``ordering`` | ``input`` (`repro.statistics.intervals.KINDS`)."""
     paper: float
     """The paper's number (NaN: it states none); default from the reference."""
     unit: str

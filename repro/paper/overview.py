@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro.paper.summary import collect_headlines, commit_id, own_rows
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 
 OVERVIEW_COLUMNS = ("section", "claim", "ours [95% CI]", "paper", "verdict", "figure")
 

@@ -24,7 +24,7 @@ from repro.paper.claims import GROUP_TITLES, conclusion_markdown, tally
 from repro.paper.figures import num
 from repro.paper.findings import VERDICT_MARK
 from repro.paper.rules import VERDICTS
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1100px;color:#222;

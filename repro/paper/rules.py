@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from repro.paper.verdicts import LEVEL, Estimate, t_quantile
+from repro.statistics.intervals import LEVEL, Estimate, t_quantile
 
 VERDICTS = ("reproduced", "not reproduced", "contradicted", "within noise", "input", "context")
 KINDS = ("value", "ordering", "input")

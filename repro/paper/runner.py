@@ -99,8 +99,18 @@ or named by ``--only``."""
 
 
 def discover(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
-    """The section notebooks, ``NN_name.ipynb``, in order."""
-    return sorted(p for p in Path(notebook_dir).glob("[0-9][0-9]_*.ipynb"))
+    """The section notebooks, ``NN_name.ipynb``, in order. A section written as ``NN_name.py`` (jupytext's
+    py:percent) without its ``.ipynb`` twin would not run: a `ConfigError` naming it and the command that
+    writes the twin."""
+    folder = Path(notebook_dir)
+    lonely = [p for p in sorted(folder.glob("[0-9][0-9]_*.py")) if not p.with_suffix(".ipynb").exists()]
+    if lonely:
+        names = " ".join(str(p) for p in lonely)
+        raise ConfigError(f"paper: section notebook(s) without their .ipynb twin, which is what runs: {names}; "
+                          f"write the twin with `jupytext --to ipynb --update-metadata "
+                          f"'{{\"jupytext\": {{\"formats\": \"ipynb,py:percent\"}}}}' {names}` "
+                          f"(docs/ARCHITECTURE.md, \"Adding a section\")")
+    return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
 
 
 def select(only: str | Sequence[str] | None, notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:

@@ -7,14 +7,14 @@ so that one run feeding several claims is counted once (`verdict_counts`).
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from repro.paper.claims import own_rows, same_claim, tally
-from repro.paths import NOTEBOOK_DIR, resolve_dir
+from repro.paths import resolve_dir
+from repro.sources import commit_id
 
 __all__ = ["collect_headlines", "commit_id", "default_dirs", "own_rows", "tally", "verdict_counts"]
 
@@ -26,18 +26,6 @@ again (`repro.paper.claims.same_claim`); a measurement that two sentences of the
 numbers counts for each), and the
 conditions of the whole run (backend, scale, the commit of the code, ``-dirty`` when it had
 uncommitted changes). Traces, requests, validity and run ids are per row."""
-
-
-def commit_id(repo: Path = NOTEBOOK_DIR.parent) -> str:
-    """The code's commit (short), ``-dirty`` with uncommitted changes to tracked files; ``unknown`` outside git."""
-    try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("-dirty" if dirty else "")
 
 
 def collect_headlines(names: Sequence[str], results_dir: Path, *, backend: str = "", scale: str = "",

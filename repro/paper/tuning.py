@@ -39,7 +39,7 @@ from repro.paper.plans import FULL_SEEDS, LIVE_QUICK_SEEDS, SIM_FULL_SEEDS, SIM_
 from repro.paper.sections.beyond import FRONTIER_SHAPES, PRODUCTION
 from repro.paths import TUNING_DIR
 from repro.routing.policies import PAPER_POLICIES
-from repro.routing.policies.base import constructor_params
+from repro.routing.policies.base import option_defaults
 from repro.vocab import WORKLOADS
 
 if TYPE_CHECKING:
@@ -241,14 +241,11 @@ def select(table: pd.DataFrame) -> Setting:
 
 def shipped_setting() -> Setting:
     """The setting ``marginal_cost_plus`` ships: the scorer it builds on and its constructor's defaults."""
-    import inspect
-
     from repro.routing.policies import POLICIES
 
     cls = POLICIES["marginal_cost_plus"]
     base = next(k.name for k in cls.__mro__[1:] if getattr(k, "name", None) in BASES)
-    defaults = {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items()
-                if n in constructor_params(cls)}
+    defaults = option_defaults(cls)
     guard = float(defaults["guard_margin"]) if defaults["admission_guard"] else None
     return Setting(base, int(defaults["sample_d"]), guard)
 

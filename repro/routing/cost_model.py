@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from repro.engine.physics import NO_CONTEXT_BANDWIDTH, PARAMETERS, Physics, check_overrides
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.paths import CALIBRATION_DIR
 from repro.vocab import DEFAULT_PROFILE, SloClass
@@ -399,7 +400,7 @@ def _line(x: list[float], y: list[float]) -> tuple[float, float]:
 
 def write_shipped_cost_models(profile: str | Path = DEFAULT_PROFILE) -> list[Path]:
     """Regenerate ``data/calibration/{calibrated,sim_derived}.json`` from a hardware profile."""
-    cal = CostModel.from_physics(Physics.load(profile))
+    cal = CostModel.from_physics(load_profile(profile).physics)
     paths = []
     for model in (cal, sim_derived(cal)):
         path = CALIBRATION_DIR / f"{model.name}.json"

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from repro.experiment.metrics import good_mask
-from repro.paper.verdicts import Estimate, t_interval
 from repro.routing.cost_model import SLOTargets
+from repro.statistics.intervals import Estimate, t_interval
 from repro.validation.plan import ErrorBudget
 
 METRICS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s")

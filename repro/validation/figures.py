@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from repro.paper.figures import plt, policy_label, set_style
+from repro.figure_style import plt, policy_label, set_style
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from repro.cluster.topology import Topology, parse_topology
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError, check_choice, check_int, check_number
 from repro.vocab import WORKLOADS, Workload
 
@@ -202,7 +202,7 @@ def engine_settings(topo: Topology) -> dict[str, Any]:
         out["source"] = ("vLLM 0.32 CPU defaults (engine/arg_utils.py get_batch_defaults: 2048 batched tokens, "
                          "128 sequences for the API server; platforms/cpu.py: block size 128)")
         return out
-    phys = Physics.load(topo.decode[0].profile)
+    phys = load_profile(topo.decode[0].profile).physics
     return {"max_num_batched_tokens": phys.max_num_batched_tokens, "max_num_seqs": phys.max_num_seqs,
             "block_size": phys.block_size, "max_model_len": phys.max_model_len,
             "source": f"hardware profile {topo.decode[0].profile}"}

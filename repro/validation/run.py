@@ -40,8 +40,8 @@ from repro.experiment.journal import write_frame
 from repro.experiment.manifest import versions, write_json_atomic
 from repro.experiment.metrics import summarize
 from repro.experiment.spec import LiveConfig, RunSpec
-from repro.paper.summary import commit_id
 from repro.routing.cost_model import CostModel
+from repro.sources import commit_id
 from repro.validation import accuracy
 from repro.validation.plan import ValidationConfig
 from repro.validation.twin import PhysicsRecord, fit_in_situ, twin_goodput, twin_journal, validation_physics

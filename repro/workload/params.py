@@ -12,7 +12,6 @@ are its own, `repro.identify.space`).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -99,12 +98,3 @@ def from_section(section: Any, origin: str = "profile") -> WorkloadParams:
             raise ConfigError(f"{origin}: field 'workloads.{name}' must be {{\"value\": ..., \"source\": \"...\"}}")
         values[name] = entry["value"]
     return ESTIMATED.with_overrides(check_overrides(values, f"{origin}: field 'workloads'"))
-
-
-@functools.lru_cache(maxsize=32)
-def testbed_params(profile: str) -> WorkloadParams:
-    """The workload parameters a hardware profile's testbed was measured with (its file's ``workloads``
-    section, `from_section`; our estimates when it has none)."""
-    from repro.engine.physics import profile_json
-
-    return from_section(profile_json(profile).get("workloads"), origin=f"profile {profile}")

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.experiment.executor import SerialExecutor
 from repro.experiment.spec import RunSpec
@@ -111,7 +111,7 @@ def test_the_outputs_say_what_each_number_was_identified_from(tmp_path):
     assert "ensemble" in src and "prior" in src
     assert raw["workloads"]["documents_median_tokens"]["source"].startswith("identified from")
     assert raw["identified"]["training_keys"] == ["docs_ttft_p50", "mixed_goodput"]
-    phys = Physics.load(paths["profile"])
+    phys = load_profile(paths["profile"]).physics
     assert phys.stated_slo == pytest.approx((0.175, 0.0397109), rel=1e-4)  # stated, not re-derived
     assert phys.prefill_per_token_s == pytest.approx(float(ident.best["prefill_per_token_s"]))
     spec = RunSpec(profile=str(paths["profile"]), workload="documents")
@@ -155,7 +155,7 @@ def test_the_shipped_identified_profile_loads_and_names_its_training_rows():
     if not path.exists():
         pytest.skip("no identified profile shipped yet")
     raw = json.loads(path.read_text())
-    phys = Physics.load("a40-identified")
+    phys = load_profile("a40-identified").physics
     assert set(raw["identified"]["training_keys"]) == {t.key for t in load_targets(BASELINES)}
     for p in PAPER_SPACE:
         if p.kind == "physics":
@@ -212,7 +212,7 @@ def test_identify_recovers_the_constants_of_an_emulated_cluster(tmp_path):
     assert runs["valid"].all(), runs
     measured = load_targets(tmp_path / "r" / "measured_targets.csv")
     assert measured[0].source.startswith("measured on emulated")
-    assert Physics.load(tmp_path / "emu.json").prefill_per_token_s == pytest.approx(1.5e-4, rel=0.15)
+    assert load_profile(tmp_path / "emu.json").physics.prefill_per_token_s == pytest.approx(1.5e-4, rel=0.15)
 
 
 def test_workload_parameters_shape_the_trace_and_the_estimates_leave_it_as_it_was():

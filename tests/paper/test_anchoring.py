@@ -1,4 +1,4 @@
-"""§VI's predictions at an anchored rate: repro.paper.anchoring."""
+"""§VI's predictions at an anchored rate: repro.experiment.anchoring."""
 
 import math
 
@@ -7,9 +7,9 @@ import pytest
 
 from repro.errors import ConfigError
 from repro.experiment.anchor import Anchor
+from repro.experiment.anchoring import PREDICTION_COLUMNS, predict, ttft_p99_estimate
 from repro.experiment.runner import simulated_summary
 from repro.experiment.spec import RunSpec
-from repro.paper.anchoring import PREDICTION_COLUMNS, predict, ttft_p99_estimate
 
 BASE = RunSpec(workload="mixed", topology="2p4d", n_requests=300, seed=1, rate=16.0,
                profile="a40-qwen2.5-3b")  # the estimated profile: traces 1 and 2 differ at 12 req/s there

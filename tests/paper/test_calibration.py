@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.paper.sections import calibration as nb
 from repro.routing.cost_model import CostModel
 
@@ -18,7 +18,7 @@ def test_synthetic_calibration_recovers_the_profile_it_benchmarks(tmp_path):
     (written to a file here) fits its own constants, not the shipped ones the fit starts from."""
     fitted, samples = nb.calibrate_sim(seed=1, noise=0.0)
     assert set(samples.phase) == {"prefill", "decode"}
-    default = Physics.load()
+    default = load_profile().physics
     # the benchmark derives its targets by the rule (slo_from_constants); the identified testbed states the
     # paper's (175 ms, 39.7 ms), which the rule, set on our earlier estimates, puts at 152 ms there
     truth = replace(CostModel.from_physics(replace(default, stated_slo=None)))
@@ -31,7 +31,7 @@ def test_synthetic_calibration_recovers_the_profile_it_benchmarks(tmp_path):
     path = tmp_path / "other.json"
     path.write_text(json.dumps(raw))
     other, _ = nb.calibrate_sim(str(path), seed=1, noise=0.0)
-    other_truth = CostModel.from_physics(Physics.load(path))
+    other_truth = CostModel.from_physics(load_profile(path).physics)
     for field in FITTED:
         assert getattr(other, field) == pytest.approx(getattr(other_truth, field), rel=1e-6), field
         assert getattr(other, field) != pytest.approx(getattr(fitted, field), rel=0.1), field
@@ -40,7 +40,7 @@ def test_synthetic_calibration_recovers_the_profile_it_benchmarks(tmp_path):
 
 
 def test_synthetic_samples_are_seeded():
-    ph = Physics.load()
+    ph = load_profile().physics
     a = nb.synthetic_calibration_samples(ph, seed=3)
     b = nb.synthetic_calibration_samples(ph, seed=3)
     assert a.equals(b)
@@ -78,7 +78,8 @@ def test_fit_in_sim_takes_the_first_seed_and_the_scale_rounds(section):
     assumed = CostModel.load("sim_derived").with_overrides(tau_dec_s=0.002)
     rows = nb.calibration_headline(fitted, assumed, "sim")
     head = {r["key"]: r["ours"] for r in rows}
-    assert head["sim_tau_dec_underestimate"] == pytest.approx(Physics.load().decode_step_s(1, 800) / 0.002, rel=0.03)
+    step = load_profile().physics.decode_step_s(1, 800)
+    assert head["sim_tau_dec_underestimate"] == pytest.approx(step / 0.002, rel=0.03)
     assert head["sim_tau_dec_measured"] == pytest.approx(0.013237, rel=0.03)
     # in sim the profile holds the paper's numbers: recovering them is an input, on real engines a measurement
     assert {r["kind"] for r in rows} == {"input"}

@@ -13,8 +13,8 @@ import pytest
 from repro.paper import claims
 from repro.paper.headline import write_headline
 from repro.paper.summary import collect_headlines
-from repro.paper.verdicts import Estimate
 from repro.paths import REPO_ROOT
+from repro.statistics.intervals import Estimate
 
 SNAPSHOT = REPO_ROOT / "docs" / "main_job_summary.csv"
 

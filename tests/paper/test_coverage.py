@@ -35,7 +35,7 @@ from repro.paper.coverage import (
     window_coverage,
     within_traces_coverage,
 )
-from repro.paper.verdicts import block_bootstrap_mean, goodput_estimate
+from repro.statistics.intervals import block_bootstrap_mean, goodput_estimate
 
 SKEWED = {"mean": 0.6, "width": 0.2, "between_sd": 0.05, "skew": 1.0}
 """benchmarks/bench_coverage.py's skewed trace-to-trace spread."""
@@ -185,7 +185,7 @@ def test_every_method_of_the_main_jobs_rows_has_a_coverage_statement():
 
 def test_the_registry_matches_what_each_function_writes():
     from repro.experiment.metrics import RequestOutcomes
-    from repro.paper.verdicts import joint_bootstrap, least_of, paired_difference, resample, t_interval, wilson
+    from repro.statistics.intervals import joint_bootstrap, least_of, paired_difference, resample, t_interval, wilson
 
     rng = np.random.default_rng(20)
     flags = [(rng.random(400) < 0.7).astype(float) for _ in range(3)]

@@ -7,7 +7,7 @@ import pytest
 from repro.paper.headline import write_headline
 from repro.paper.overview import compare, markdown, overview_table, read_summary
 from repro.paper.summary import collect_headlines
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 
 
 def _run(root, name, mc_mean, with_summary=True):

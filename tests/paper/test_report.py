@@ -15,7 +15,7 @@ from repro.errors import ConfigError  # noqa: E402
 from repro.paper.headline import write_headline  # noqa: E402
 from repro.paper.report import build_report, write_report  # noqa: E402
 from repro.paper.summary import collect_headlines  # noqa: E402
-from repro.paper.verdicts import Estimate  # noqa: E402
+from repro.statistics.intervals import Estimate  # noqa: E402
 from tests.browser import HEADLESS, chromium  # noqa: E402
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repro.paper.rules import RULES, decisiveness, judge
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -92,3 +92,13 @@ def test_repro_paper_twice_is_byte_identical(tmp_path):
     assert (_digests(tmp_path / "results"), _digests(tmp_path / "figures")) == before
     live = CliRunner().invoke(app, ["--backend", "emulated", "--jobs", "2", "--only", "04"])
     assert live.exit_code != 0 and "machine to" in str(live.exception or live.output)
+
+
+def test_a_section_written_as_py_without_its_ipynb_twin_is_an_error(tmp_path):
+    """`discover` runs the ``.ipynb``: a section written only as jupytext's ``.py`` would be silently left out."""
+    (tmp_path / "01_a.py").write_text("# %%\n")
+    (tmp_path / "01_a.ipynb").write_text("{}")
+    assert paper.discover(tmp_path) == [tmp_path / "01_a.ipynb"]
+    (tmp_path / "02_new.py").write_text("# %%\n")
+    with pytest.raises(ConfigError, match=r"02_new\.py.*jupytext --to ipynb"):
+        paper.discover(tmp_path)

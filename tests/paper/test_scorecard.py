@@ -12,7 +12,7 @@ from repro.paper.report import build_report
 from repro.paper.rules import COMPARISON_VERDICTS, compare
 from repro.paper.section import Section
 from repro.paper.sections import scorecard as sc
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 
 CLONE = "tests.contenders:RouterClone"
 RR_CLONE = "tests.contenders:RoundRobinClone"

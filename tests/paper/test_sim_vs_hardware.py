@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.experiment.anchor import Anchor, anchor_rate
 from repro.experiment.spec import RunSpec
 from repro.paper.headline import write_headline
@@ -15,7 +15,7 @@ from repro.routing.router import Router
 from repro.sim.config import SimConfig
 from repro.sim.simulator import Simulator
 
-PHYS = Physics.load().with_estimates({"transfer_link_shared": 0})  # the decode batch alone: pulls never queue
+PHYS = load_profile().physics.with_estimates({"transfer_link_shared": 0})  # the decode batch alone: pulls never queue
 CM = CostModel.load("calibrated")
 
 

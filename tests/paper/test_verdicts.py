@@ -1,4 +1,4 @@
-"""Intervals and verdicts of headline rows (repro.paper.verdicts, repro.paper.headline)."""
+"""Intervals and verdicts of headline rows (repro.statistics.intervals, repro.paper.headline)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from repro.experiment.metrics import RequestOutcomes
 from repro.paper.headline import headline_frame
 from repro.paper.rules import judge, traces_needed, verdict
-from repro.paper.verdicts import (
+from repro.statistics.intervals import (
     Estimate,
     goodput_estimate,
     joint_bootstrap,

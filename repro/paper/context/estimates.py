@@ -3,7 +3,7 @@
 `SectionEstimates.goodput` (mean goodput), `difference` (paired by trace; goodput paired by
 request), `least_difference` (against the best or worst of several rivals, selection-aware) and
 `bootstrap` (any statistic of several groups) take rows of `Section.run` (one configuration, one row
-per trace) and return `repro.paper.verdicts.Estimate`s. They use the per-request outcomes the runs
+per trace) and return `repro.statistics.intervals.Estimate`s. They use the per-request outcomes the runs
 left on the context (`request_outcomes`); rows read back from a CSV fall back to intervals over the
 traces. Goodput is a fraction of the requests sent; other columns keep their own units. A bad input
 raises `ConfigError`. Part of `repro.paper.section.Section`.
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from repro.errors import ConfigError
-from repro.paper.verdicts import (
+from repro.statistics.intervals import (
     Estimate,
     Outcomes,
     goodput_estimate,
@@ -56,7 +56,7 @@ class SectionEstimates:
     def bootstrap(self, groups: Mapping[str, pd.DataFrame], stat: Callable[[Outcomes], Mapping[str, float]], *,
                   resample_traces: bool = True) -> dict[str, Estimate]:
         """Statistics of several groups of runs (name -> rows of `run`, one per trace, the same traces in
-        every group) with their 95 % intervals (`repro.paper.verdicts.joint_bootstrap`: over traces, the t
+        every group) with their 95 % intervals (`repro.statistics.intervals.joint_bootstrap`: over traces, the t
         interval with a bootstrap standard error; within one trace, a block bootstrap over requests;
         ``stat`` maps name -> per-trace `RequestOutcomes` to named numbers). Raises ConfigError when a
         group's per-request outcomes are not at hand."""
@@ -71,7 +71,7 @@ class SectionEstimates:
 
     def goodput(self, runs: pd.DataFrame) -> Estimate:
         """The mean goodput of ``runs`` (rows of `run`: one configuration, one row per trace) with its 95 %
-        interval (`repro.paper.verdicts.goodput_estimate`; over the traces' goodputs alone when the
+        interval (`repro.statistics.intervals.goodput_estimate`; over the traces' goodputs alone when the
         per-request flags are not at hand)."""
         if runs.empty:
             raise ConfigError(f"{self.notebook}: goodput of no runs")
@@ -83,8 +83,8 @@ class SectionEstimates:
     def difference(self, a: pd.DataFrame, b: pd.DataFrame, column: str = "goodput") -> Estimate:
         """``column`` of ``a`` minus that of ``b``, paired trace by trace (rows matched on ``seed``; each
         side one row per trace), with its 95 % interval: goodput paired by request
-        (`repro.paper.verdicts.paired_difference`: t over traces, a block bootstrap within one), any other
-        column by a t interval over the traces' differences (`repro.paper.verdicts.over_traces`; none with
+        (`repro.statistics.intervals.paired_difference`: t over traces, a block bootstrap within one), any other
+        column by a t interval over the traces' differences (`repro.statistics.intervals.over_traces`; none with
         one trace). For goodput,
         positive means ``a`` is better."""
         seeds = sorted(set(a.seed) & set(b.seed))
@@ -100,7 +100,7 @@ class SectionEstimates:
     def least_difference(self, a: pd.DataFrame, rivals: Mapping[str, pd.DataFrame], column: str = "goodput", *,
                          worst: bool = False) -> tuple[Estimate, str]:
         """``a`` minus the best of ``rivals`` (name -> rows of `run`, one per trace, the same traces as
-        ``a``) picked after the fact, selection-aware (`repro.paper.verdicts.least_of`: the minimum over
+        ``a``) picked after the fact, selection-aware (`repro.statistics.intervals.least_of`: the minimum over
         the rivals of their paired differences, with simultaneous Bonferroni intervals). With ``worst``
         the other way round: the minimum over the rivals of (rival - ``a``), i.e. by how much the worst
         rival still beats ``a`` ("every B beats A"). Goodput is paired by request

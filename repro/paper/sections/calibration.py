@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.routing.cost_model import CostModel
 from repro.vocab import DEFAULT_PROFILE
 
@@ -62,7 +63,7 @@ def calibrate_sim(profile: str = DEFAULT_PROFILE, *, seed: int = 0, rounds: int 
     """Fit a CostModel from a synthetic benchmark of the profile's Physics: ``(model, samples)``."""
     from repro.live.calibration_bench import fit_samples
 
-    physics = Physics.load(profile)
+    physics = load_profile(profile).physics
     samples = synthetic_calibration_samples(physics, rounds=rounds, noise=noise, seed=seed)
     return fit_samples(samples, base=CostModel.load("calibrated"), name="fitted"), samples
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from repro.experiment.spec import RunSpec
 from repro.paper.grids import paper_value, policy_summary
-from repro.paper.verdicts import Outcomes, over_traces
+from repro.statistics.intervals import Outcomes, over_traces
 
 if TYPE_CHECKING:
     from repro.paper.headline import HeadlineRow

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from repro.paper.grids import gpus, paper_value, policy_summary
-from repro.paper.verdicts import Estimate, Outcomes
+from repro.statistics.intervals import Estimate, Outcomes
 
 if TYPE_CHECKING:
     from repro.paper.headline import HeadlineRow

@@ -14,8 +14,8 @@ import pandas as pd
 
 from repro.paper import reference as paper_reference
 from repro.paper.grids import PAPER_POLICY_RANK, paper_value, policy_summary
-from repro.paper.verdicts import over_traces
 from repro.routing.policies import PAPER_POLICIES
+from repro.statistics.intervals import over_traces
 from repro.vocab import WORKLOADS
 
 if TYPE_CHECKING:

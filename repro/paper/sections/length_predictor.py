@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from repro.paper.verdicts import Estimate, resample
+from repro.statistics.intervals import Estimate, resample
 
 if TYPE_CHECKING:
     from repro.paper.headline import HeadlineRow

@@ -18,8 +18,8 @@ from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
 from repro.paper import reference as paper_reference
 from repro.paper.grids import PAPER_POLICY_RANK, paper_value, policy_summary, specs_grid
-from repro.paper.verdicts import Estimate, over_traces, resample, wilson
 from repro.routing.policies import PAPER_POLICIES
+from repro.statistics.intervals import Estimate, over_traces, resample, wilson
 
 if TYPE_CHECKING:
     from repro.paper.headline import HeadlineRow

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from repro.experiment.saturation import SATURATION_BAND
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

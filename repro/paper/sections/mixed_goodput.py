@@ -17,8 +17,8 @@ import pandas as pd
 from repro.experiment.spec import RunSpec
 from repro.paper import reference as paper_reference
 from repro.paper.plans import FULL_SEEDS
-from repro.paper.verdicts import Estimate
 from repro.routing.policies import PAPER_POLICIES
+from repro.statistics.intervals import Estimate
 
 if TYPE_CHECKING:
     from repro.paper.headline import HeadlineRow

@@ -16,10 +16,10 @@ policy in its place (`contender_specs`). Three kinds of row come out per policy 
 ``vs the paper's router``
     your policy minus the paper's router in each setting of the group (a workload, a pool shape, a
     load, a noise level, a cost model), paired trace by trace (goodput paired by request:
-    `repro.paper.verdicts.paired_difference`; P99 TTFT by trace), positive = yours is better.
+    `repro.statistics.intervals.paired_difference`; P99 TTFT by trace), positive = yours is better.
 ``vs the best baseline``
     your policy minus the best of the paper's three baselines in that setting, picked after the
-    fact (selection-aware: `repro.paper.verdicts.least_of`), positive = yours beats all three.
+    fact (selection-aware: `repro.statistics.intervals.least_of`), positive = yours beats all three.
 
 A comparison row's verdict (`repro.paper.rules.compare`): ``better`` / ``worse`` (the interval
 excludes zero), ``tie`` (the whole interval within the tie margin), ``within noise`` (with about
@@ -55,9 +55,8 @@ from repro.paper.contenders import (
 from repro.paper.grids import policy_summary, specs_grid
 from repro.paper.headline import headline_frame
 from repro.paper.rules import compare
-from repro.paper.verdicts import Estimate
-from repro.routing.policies import PAPER_POLICIES, policy_class
-from repro.routing.policies.base import constructor_params
+from repro.routing.policies import PAPER_POLICIES, resolve_policy
+from repro.statistics.intervals import Estimate
 from repro.vocab import WORKLOADS
 
 if TYPE_CHECKING:
@@ -263,7 +262,7 @@ def applies(group: ClaimGroup, policy: str, read: PolicyReads) -> tuple[bool, st
     """Whether ``group`` is run for ``policy`` (``read``: `reads`), and if not, why."""
     if group.reads == "options":
         need = {"use_length"}
-        if need <= set(constructor_params(policy_class(policy))):
+        if need <= set(resolve_policy(policy).params):
             return True, ""
         return False, "ablates the paper's router's own switch (use_length), which this policy has not"
     if group.reads and not read.get(group.reads, True):

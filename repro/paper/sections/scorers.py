@@ -9,7 +9,7 @@ verdict to them; `marginal_cost_batching` is our variant for continuously batchi
 engines (the decode backlog as the slowdown a newcomer shares; "beyond the paper"). Each claim the
 paper makes about its learned router is measured for every formula with the claim's own section:
 its specs (the formula takes the learned router's place), its headline function and so its
-verdict rules (`repro.paper.verdicts`). The formula's runs are relabelled ``marginal_cost`` before
+verdict rules (`repro.statistics.intervals`). The formula's runs are relabelled ``marginal_cost`` before
 the section judges them, so a row here is exactly the section's row for that formula; the paper's
 scorer's rows repeat the sections' own measurements (the simulation cache makes them free).
 
@@ -30,8 +30,8 @@ from repro.paper import figures
 from repro.paper import reference as paper_reference
 from repro.paper.headline import headline_frame
 from repro.paper.sections.scorecard import GROUPS, LEARNED, ClaimGroup
-from repro.paper.verdicts import Estimate
 from repro.routing.policies import POLICIES
+from repro.statistics.intervals import Estimate
 from repro.vocab import WORKLOADS
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ The ranges (`SWEEP`), why plausible:
 At each point the operating rate is searched again (`point_rates`: the paper's saturation search,
 round-robin mid-collapse on 2p4d, `repro.experiment.saturation.saturation_search`), since the
 hardware's capacity moves with the constants, and four orderings are measured as paired differences
-over the same traces and requests (`ORDERINGS`; `repro.paper.verdicts.paired_difference`; positive =
+over the same traces and requests (`ORDERINGS`; `repro.statistics.intervals.paired_difference`; positive =
 the paper's side). Goodput a fraction; rates in req/s; constants in s/token and bytes/s.
 """
 
@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from repro.engine.physics import Physics
+from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.experiment.spec import RunSpec
 from repro.paper.plans import FULL_SEEDS
-from repro.paper.verdicts import Estimate
+from repro.statistics.intervals import Estimate
 from repro.vocab import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from repro.paper.headline import HeadlineRow
     from repro.paper.section import Labelled, Section
 
-_PROFILE = Physics.load(DEFAULT_PROFILE)
+_PROFILE = load_profile(DEFAULT_PROFILE).physics
 DEFAULTS: dict[str, float] = {"prefill_per_token_s": _PROFILE.prefill_per_token_s,
                               "transfer_bandwidth_bytes_per_s": _PROFILE.transfer_bandwidth_bytes_per_s}
 """The profile's estimates (s/token, bytes/s): each sweep's default point."""

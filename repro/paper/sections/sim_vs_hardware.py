@@ -25,8 +25,8 @@ import pandas as pd
 from repro.experiment.anchor import Anchor, anchor_rate
 from repro.experiment.spec import RunSpec
 from repro.paper import reference as paper_reference
-from repro.paper.verdicts import Estimate, over_traces, resample
 from repro.routing.policies import PAPER_POLICIES
+from repro.statistics.intervals import Estimate, over_traces, resample
 from repro.vocab import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
@@ -56,9 +56,9 @@ def batching_physics_table(profile: str = DEFAULT_PROFILE, batch_sizes: Sequence
 
     ``context_tokens`` per sequence: 800, the calibration benchmark's typical context
     (`repro.paper.sections.calibration.TYPICAL_CONTEXT`)."""
-    from repro.engine.physics import Physics
+    from repro.engine.profile import load_profile
 
-    ph = Physics.load(profile)
+    ph = load_profile(profile).physics
     one = ph.decode_step_s(1, context_tokens)
     rows = []
     for n in batch_sizes:

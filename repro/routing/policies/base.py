@@ -74,6 +74,7 @@ Nothing is lost and every error names what went wrong, on one line:
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -321,8 +322,16 @@ class Policy:
 def constructor_params(cls: type) -> tuple[str, ...]:
     """The option names a class's constructor takes: its named parameters other than ``self`` and
     ``cost_model``; through a ``**kwargs`` that forwards to a base class, that base's as well
-    (`Policy.param_names`). Works for any class (a user's policy need not subclass `Policy`)."""
-    names: list[str] = []
+    (`Policy.param_names`), or, where the class has a typed options record (a dataclass ``Options``, e.g.
+    `repro.routing.policies.scoring.ScorerOptions`), that record's fields. Works for any class (a user's
+    policy need not subclass `Policy`)."""
+    return tuple(option_defaults(cls))
+
+
+def option_defaults(cls: type) -> dict[str, Any]:
+    """`constructor_params`' names, in order, each with its default (`inspect.Parameter.empty`: none): what a
+    policy made without options runs with."""
+    out: dict[str, Any] = {}
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:  # inherits its constructor
@@ -335,8 +344,11 @@ def constructor_params(cls: type) -> tuple[str, ...]:
         for p in params:
             if p.kind is p.VAR_KEYWORD:
                 forwards = True
-            elif p.kind is not p.VAR_POSITIONAL and p.name not in ("self", "cost_model") and p.name not in names:
-                names.append(p.name)
+            elif p.kind is not p.VAR_POSITIONAL and p.name not in ("self", "cost_model") and p.name not in out:
+                out[p.name] = p.default
+        if forwards and dataclasses.is_dataclass(getattr(cls, "Options", None)):  # a typed options record
+            out.update({f.name: f.default for f in dataclasses.fields(cls.Options) if f.name not in out})
+            break
         if not forwards:
             break
-    return tuple(names)
+    return out

@@ -9,12 +9,14 @@ Registered in `repro.routing.policies`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import ClassVar
+
 import numpy as np
 
-from repro.routing.cost_model import CostModel
 from repro.routing.policies.base import InstanceSignals, PoolArrays, RequestInfo
 from repro.routing.policies.pricing import batching_pairs
-from repro.routing.policies.scoring import MarginalCostBase
+from repro.routing.policies.scoring import MarginalCostBase, ScorerOptions
 from repro.routing.policies.vectorized import VectorParts, take
 
 
@@ -119,6 +121,16 @@ class MarginalCostBatching(MarginalCostBase):
         return score
 
 
+@dataclass(frozen=True)
+class PlusOptions(ScorerOptions):
+    """`MarginalCostPlus`'s options: the scorers', with the admission guard on at margin 1.0 (its tuning)."""
+
+    admission_guard: bool = field(default=True, metadata={"help": "reject requests predicted to miss their TTFT "
+                                                                  "target everywhere"})
+    guard_margin: float = field(default=1.0, metadata={"help": "the guard's threshold, a multiple of the class's "
+                                                               "TTFT target", "lo": 1.0})
+
+
 class MarginalCostPlus(MarginalCostBatching):
     """Our router: a marginal-cost scorer with our additions beyond the paper on (`MarginalCostBase`
     documents every option): it builds on `MarginalCostBatching`, with the admission guard at 1 x the
@@ -157,35 +169,4 @@ class MarginalCostPlus(MarginalCostBatching):
 
     name = "marginal_cost_plus"
 
-    def __init__(
-        self,
-        cost_model: CostModel | None = None,
-        *,
-        use_backlog: bool = True,
-        use_length: bool = True,
-        use_cache_pressure: bool = True,
-        use_slo: bool = True,
-        cache_safe_fraction: float = 0.8,
-        slo_weight: float = 1.0,
-        default_output_tokens: float = 256.0,
-        sample_d: int = 0,
-        temperature_s: float = 0.0,
-        admission_guard: bool = True,
-        guard_margin: float = 1.0,
-        random_state: int = 0,
-    ) -> None:
-        super().__init__(
-            cost_model,
-            use_backlog=use_backlog,
-            use_length=use_length,
-            use_cache_pressure=use_cache_pressure,
-            use_slo=use_slo,
-            cache_safe_fraction=cache_safe_fraction,
-            slo_weight=slo_weight,
-            default_output_tokens=default_output_tokens,
-            sample_d=sample_d,
-            temperature_s=temperature_s,
-            admission_guard=admission_guard,
-            guard_margin=guard_margin,
-            random_state=random_state,
-        )
+    Options: ClassVar[type[ScorerOptions]] = PlusOptions

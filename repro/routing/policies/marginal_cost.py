@@ -11,15 +11,30 @@ the prior readings are named subclasses in `repro.routing.policies.readings`. Re
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
 import numpy as np
 
 from repro.errors import check_choice
 from repro.routing.cost_model import CostModel
 from repro.routing.policies.base import InstanceSignals, PoolArrays, RequestInfo
 from repro.routing.policies.pricing import marginal_cost_pairs
-from repro.routing.policies.scoring import MarginalCostBase
+from repro.routing.policies.scoring import MarginalCostBase, ScorerOptions
 from repro.routing.policies.vectorized import VectorParts, take
 from repro.vocab import LEDGER_ANCHORS, TPOT_READINGS
+
+
+@dataclass(frozen=True)
+class MarginalCostOptions(ScorerOptions):
+    """`MarginalCost`'s options: the scorers' (`repro.routing.policies.scoring.ScorerOptions`) and its reading."""
+
+    use_own_work: bool = field(default=True, metadata={"help": "the request's own priced work (tau_pre + tau_xfer "
+                                                                "+ o * tau_dec(n_d))"})
+    ledger_anchor: str | None = field(default=None, metadata={"help": "decode_start or prefill_answer "
+                                                                      "(repro.vocab.LedgerAnchor); none: the class's"})
+    tpot_reading: str | None = field(default=None, metadata={"help": "batch or backlog (repro.vocab.TpotReading); "
+                                                                     "none: the class's"})
 
 
 class MarginalCost(MarginalCostBase):
@@ -120,48 +135,14 @@ class MarginalCost(MarginalCostBase):
     READING: tuple[str, str] = ("decode_start", "batch")
     """(ledger anchor, TPOT reading) when the options leave them None: this class's reading."""
 
-    def __init__(
-        self,
-        cost_model: CostModel | None = None,
-        *,
-        use_backlog: bool = True,
-        use_length: bool = True,
-        use_cache_pressure: bool = True,
-        use_slo: bool = True,
-        use_own_work: bool = True,
-        cache_safe_fraction: float = 0.8,
-        slo_weight: float = 1.0,
-        default_output_tokens: float = 256.0,
-        sample_d: int = 0,
-        temperature_s: float = 0.0,
-        admission_guard: bool = False,
-        guard_margin: float = 3.0,
-        random_state: int = 0,
-        ledger_anchor: str | None = None,
-        tpot_reading: str | None = None,
-    ) -> None:
-        ledger_anchor = self.READING[0] if ledger_anchor is None else ledger_anchor
-        tpot_reading = self.READING[1] if tpot_reading is None else tpot_reading
-        check_choice(self.name, "ledger_anchor", ledger_anchor, LEDGER_ANCHORS)
-        check_choice(self.name, "tpot_reading", tpot_reading, TPOT_READINGS)
-        self.ledger_anchor = ledger_anchor
-        self.tpot_reading = tpot_reading
-        super().__init__(
-            cost_model,
-            use_backlog=use_backlog,
-            use_length=use_length,
-            use_cache_pressure=use_cache_pressure,
-            use_slo=use_slo,
-            cache_safe_fraction=cache_safe_fraction,
-            slo_weight=slo_weight,
-            default_output_tokens=default_output_tokens,
-            sample_d=sample_d,
-            temperature_s=temperature_s,
-            admission_guard=admission_guard,
-            guard_margin=guard_margin,
-            random_state=random_state,
-        )
-        self.use_own_work = bool(use_own_work)
+    Options: ClassVar[type[ScorerOptions]] = MarginalCostOptions
+
+    def __init__(self, cost_model: CostModel | None = None, **options: Any) -> None:
+        super().__init__(cost_model, **options)
+        self.ledger_anchor = self.READING[0] if self.ledger_anchor is None else self.ledger_anchor
+        self.tpot_reading = self.READING[1] if self.tpot_reading is None else self.tpot_reading
+        check_choice(self.name, "ledger_anchor", self.ledger_anchor, LEDGER_ANCHORS)
+        check_choice(self.name, "tpot_reading", self.tpot_reading, TPOT_READINGS)
 
     def _priced_pairs(self, request: RequestInfo, prefill: list[InstanceSignals],
                       decode: list[InstanceSignals]) -> list[tuple[float, int, int, int, float]]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
@@ -32,6 +34,75 @@ from repro.routing.policies.base import (
 )
 from repro.routing.policies.pricing import first_best
 from repro.routing.policies.vectorized import VectorizedPricing
+
+_NUMBER = (int, float)
+
+
+def _option(default: Any, help: str, lo: float | None = None, hi: float | None = None, hi_open: bool = False) -> Any:
+    return field(default=default, metadata={"help": help, "lo": lo, "hi": hi, "hi_open": hi_open})
+
+
+@dataclass(frozen=True)
+class ScorerOptions:
+    """The options the marginal-cost scorers share, typed (`MarginalCostBase`'s ``Options``; a spec's
+    ``policy_options``, the command line's ``-o KEY=VALUE``). Each field's ``metadata`` holds its ``help``
+    and its allowed range (``lo``, ``hi``); `make` checks types and ranges and names the bad option."""
+
+    use_backlog: bool = _option(True, "the seconds-of-backlog term(s) (the ledger's backlog_s of p and d)")
+    use_length: bool = _option(True, "price the predicted output length; false charges default_output_tokens "
+                                     "instead, everywhere, the ledger's charges included")
+    use_cache_pressure: bool = _option(True, "the post-admission cache-pressure term")
+    use_slo: bool = _option(True, "the SLO hinge")
+    cache_safe_fraction: float = _option(0.8, "u_safe, the KV fraction above which the cache term grows", 0.0, 1.0,
+                                         hi_open=True)
+    slo_weight: float = _option(1.0, "w_slo, seconds of score per second of predicted overrun", 0.0)
+    default_output_tokens: float = _option(256.0, "the output estimate (tokens) when use_length is false", 1.0)
+    sample_d: int = _option(0, "candidates priced per pool (power-of-d); 0 prices every healthy instance", 0)
+    temperature_s: float = _option(0.0, "softmax temperature (seconds of score); 0 takes the argmin", 0.0)
+    admission_guard: bool = _option(False, "reject requests predicted to miss their TTFT target everywhere")
+    guard_margin: float = _option(3.0, "the guard's threshold, a multiple of the class's TTFT target", 1.0)
+    random_state: int = _option(0, "seed of the sampling and softmax draws")
+
+    @classmethod
+    def make(cls, who: str, options: dict[str, Any]) -> ScorerOptions:
+        """The options of policy ``who`` from ``options`` (names of this record's fields), checked: an unknown
+        name, a value of the wrong type (a flag not a bool, a count not an integer) or out of its range is a
+        `ConfigError` naming the option and what is allowed. Numbers are normalised (a float field holds a
+        float)."""
+        known = {f.name: f for f in fields(cls)}
+        for key in options:
+            if key not in known:
+                raise ConfigError(f"{who}: unknown option {key!r}; allowed: {list(known)}")
+        values: dict[str, Any] = {}
+        for key, value in options.items():
+            f = known[key]
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            if kind == "bool":
+                if not isinstance(value, bool) and value not in (0, 1):
+                    raise ConfigError(f"{who}: option {key!r} must be true or false, got {value!r}")
+                value = bool(value)
+            elif kind == "int":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ConfigError(f"{who}: option {key!r} must be an integer, got {value!r}")
+            elif kind == "float":
+                if isinstance(value, bool) or not isinstance(value, _NUMBER):
+                    raise ConfigError(f"{who}: option {key!r} must be a number, got {value!r}")
+                value = float(value)
+            lo, hi, hi_open = f.metadata.get("lo"), f.metadata.get("hi"), f.metadata.get("hi_open")
+            if lo is not None or hi is not None:
+                ok = (lo is None or value >= lo) and (hi is None or (value < hi if hi_open else value <= hi))
+                if not ok:
+                    where = (f"in [{lo:g}, {hi:g}{')' if hi_open else ']'}" if lo is not None and hi is not None
+                             else f">= {lo:g}" if lo is not None else f"<= {hi:g}")
+                    raise ConfigError(f"{who}: option {key!r} must be {where}, got {value!r}")
+            values[key] = value
+        return cls(**values)
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, Any, str]]:
+        """(name, type, default, help) of each option, in order: what ``repro policies`` shows."""
+        return [(f.name, f.type if isinstance(f.type, str) else f.type.__name__, f.default, f.metadata.get("help", ""))
+                for f in fields(cls)]
 
 
 class MarginalCostBase(VectorizedPricing, Policy):
@@ -78,52 +149,15 @@ class MarginalCostBase(VectorizedPricing, Policy):
 
     name = "marginal_cost_base"
 
-    def __init__(
-        self,
-        cost_model: CostModel | None = None,
-        *,
-        use_backlog: bool = True,
-        use_length: bool = True,
-        use_cache_pressure: bool = True,
-        use_slo: bool = True,
-        cache_safe_fraction: float = 0.8,
-        slo_weight: float = 1.0,
-        default_output_tokens: float = 256.0,
-        sample_d: int = 0,
-        temperature_s: float = 0.0,
-        admission_guard: bool = False,
-        guard_margin: float = 3.0,
-        random_state: int = 0,
-    ) -> None:
+    Options: ClassVar[type[ScorerOptions]] = ScorerOptions
+    """Its options' typed record (a subclass may extend it, or change defaults)."""
+
+    def __init__(self, cost_model: CostModel | None = None, **options: Any) -> None:
         super().__init__(cost_model)
-        who = self.name
-        if isinstance(sample_d, bool) or not isinstance(sample_d, int) or sample_d < 0:
-            raise ConfigError(
-                f"{who}: option 'sample_d' must be an integer >= 0 (0 = price every instance), got {sample_d!r}"
-            )
-        if not temperature_s >= 0:
-            raise ConfigError(f"{who}: option 'temperature_s' must be >= 0, got {temperature_s!r}")
-        if not guard_margin >= 1.0:
-            raise ConfigError(f"{who}: option 'guard_margin' must be >= 1, got {guard_margin!r}")
-        if not 0.0 <= cache_safe_fraction < 1.0:
-            raise ConfigError(f"{who}: option 'cache_safe_fraction' must be in [0, 1), got {cache_safe_fraction!r}")
-        if not slo_weight >= 0:
-            raise ConfigError(f"{who}: option 'slo_weight' must be >= 0, got {slo_weight!r}")
-        if not default_output_tokens >= 1:
-            raise ConfigError(f"{who}: option 'default_output_tokens' must be >= 1, got {default_output_tokens!r}")
-        self.use_backlog = bool(use_backlog)
-        self.use_length = bool(use_length)
-        self.use_cache_pressure = bool(use_cache_pressure)
-        self.use_slo = bool(use_slo)
-        self.cache_safe_fraction = float(cache_safe_fraction)
-        self.slo_weight = float(slo_weight)
-        self.default_output_tokens = float(default_output_tokens)
-        self.sample_d = sample_d
-        self.temperature_s = float(temperature_s)
-        self.admission_guard = bool(admission_guard)
-        self.guard_margin = float(guard_margin)
-        self.random_state = random_state
-        self._rng = random.Random(random_state)
+        self.options = self.Options.make(self.name, options)
+        for f in fields(self.options):  # each option also an attribute (the hot paths read them)
+            setattr(self, f.name, getattr(self.options, f.name))
+        self._rng = random.Random(self.options.random_state)
         self._tick = 0
 
     def output_estimate(self, request: RequestInfo) -> float:

@@ -1,4 +1,4 @@
-"""Intervals: how far a headline number can be trusted (the verdict rules are `repro.paper.rules`).
+"""Intervals: how far a number can be trusted (the verdict rules that read them are `repro.paper.rules`).
 
 Intervals (`Estimate`), all deterministic (a fixed seed), their coverage measured by
 `repro.paper.coverage` (docs/VERDICTS.md has the figures):
@@ -28,10 +28,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
-
-from repro.experiment.metrics import RequestOutcomes
 
 LEVEL = 0.95
 """The confidence level of every interval."""
@@ -286,7 +285,17 @@ def resample(n: int, stat: Callable[[np.ndarray], Mapping[str, float]], *, unit:
     return _estimates(value, draws, how, traces, requests, small)
 
 
-Outcomes = Mapping[str, Sequence[RequestOutcomes]]
+class Resamplable(Protocol):
+    """One run's per-request outcomes in arrival order (e.g. `repro.experiment.metrics.RequestOutcomes`):
+    ``good`` holds one entry per request, ``take`` the outcomes of the requests at ``index``."""
+
+    @property
+    def good(self) -> np.ndarray: ...
+
+    def take(self, index: np.ndarray) -> Resamplable: ...
+
+
+Outcomes = Mapping[str, Sequence[Resamplable]]
 """Groups of runs: a name -> its runs' per-request outcomes, one per trace, the traces in the same order
 in every group."""
 

@@ -354,7 +354,7 @@ def tokenizer_dir(model_dir: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m repro.engine.tiny_model [OUT_DIR]``: build and print the directory."""
+    """``python -m repro.cluster.tiny_model [OUT_DIR]``: build and print the directory."""
     args = sys.argv[1:] if argv is None else argv
     print(build_tiny_model(Path(args[0]) if args else None))
     return 0

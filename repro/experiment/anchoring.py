@@ -6,9 +6,7 @@ each its goodput and P99 TTFT with a 95 % interval. They are the simulator's pre
 measurements: §VI found that the simulator reproduces goodput to a mean absolute residual of 0.068
 but not the measured winner.
 
-This lives in `repro.paper` (not beside `anchor_rate` in `repro.experiment`) because its intervals
-are `repro.paper.verdicts`' bootstraps, and `repro.experiment` never imports `repro.paper`
-(docs/ARCHITECTURE.md: dependencies point one way).
+It sits beside `anchor_rate`; its intervals are `repro.statistics.intervals`' bootstraps.
 
 Goodput a fraction, P99 TTFT in seconds, rates in req/s.
 """
@@ -26,8 +24,8 @@ from repro.experiment.anchor import Anchor
 from repro.experiment.metrics import RequestOutcomes
 from repro.experiment.runner import simulated_summary
 from repro.experiment.spec import RunSpec
-from repro.paper.verdicts import Estimate, goodput_estimate, joint_bootstrap
 from repro.routing.policies import PAPER_POLICIES
+from repro.statistics.intervals import Estimate, goodput_estimate, joint_bootstrap
 
 PREDICTION_COLUMNS = ["policy", "measured", "rate", "rate_lo", "rate_hi", "goodput", "goodput_lo", "goodput_hi",
                       "ttft_p99_s", "ttft_p99_lo_s", "ttft_p99_hi_s", "traces", "requests", "goodput_interval",
