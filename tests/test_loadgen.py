@@ -322,3 +322,34 @@ def test_trace_object_against_an_emulated_engine_ttft_in_physics_seconds(tmp_pat
     tp = df["tpot_s"].median()
     assert phys.decode_step_s(1, 500) * 0.8 < tp < phys.decode_step_s(1, 500) * 1.6
     assert (df["ttft_s"] > phys.prefill_base_s * 0.9).all()
+
+
+def test_a_second_ctrl_c_stops_the_load_generator_at_once(tmp_path, monkeypatch, capsys):
+    """The first Ctrl-C asks the replay's process to journal its requests in flight (SIGINT, said on the
+    terminal); a second one while it does kills it (SIGKILL), and the KeyboardInterrupt reaches the caller."""
+    import signal
+    import subprocess
+
+    from repro.live import loadgen
+    from repro.workload.traces import make_trace
+
+    class Child:
+        pid = 0
+
+        def wait(self, timeout=None):
+            raise KeyboardInterrupt  # the first Ctrl-C, while the replay runs
+
+    sent = []
+
+    def stop(proc, sig, timeout):
+        sent.append(sig)
+        if sig == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C, while it journals what is in flight
+
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: Child())
+    monkeypatch.setattr(loadgen, "stop_process", stop)
+    with pytest.raises(KeyboardInterrupt):
+        loadgen.replay_process(make_trace("chat", seed=1, rate=5.0, n_requests=5), "http://127.0.0.1:9",
+                               journal_path=tmp_path / "j", work_dir=tmp_path)
+    assert sent == [signal.SIGINT, signal.SIGKILL]
+    assert "Ctrl-C again to stop it at once" in capsys.readouterr().err

@@ -241,13 +241,19 @@ class _Bench:
             near_end.set()
 
         tasks = [asyncio.create_task(stream(k)) for k in range(n)]
-        await started.wait()
-        mA = await scrape(self.c, inst.url)
-        tA = loop.time()
-        await near_end.wait()
-        tB = loop.time()
-        mB = await scrape(self.c, inst.url)
-        await asyncio.gather(*tasks)
+        try:
+            await started.wait()
+            mA = await scrape(self.c, inst.url)
+            tA = loop.time()
+            await near_end.wait()
+            tB = loop.time()
+            mB = await scrape(self.c, inst.url)
+            await asyncio.gather(*tasks)
+        except BaseException:  # interrupted (Ctrl-C) or failed: no stream is left running, none reports later
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         if errors:
             raise RuntimeError(f"calibration: decode request on {inst.name} failed: {errors[0]}")
         s, c = _delta(mA, mB, ITL_METRIC)
