@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +101,21 @@ class PolicyRef:
         parts.append(closure_hash(modules))
         return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:16]
 
+    def check_contract(self, options: dict[str, Any]) -> None:
+        """For a user's class: a `ConfigError` listing what its constructor misses of the contract when called
+        with ``options`` (names it takes; an unknown name is `check_options`'). Checked once per set of names."""
+        keys = frozenset(options)
+        if self.registered or keys in self._contract_checked or not keys <= set(self.params):
+            return
+        problems = contract_problems(self.cls, options)
+        if problems:
+            raise ConfigError(contract_message(self.name, problems))
+        self._contract_checked.add(keys)
+
+    @functools.cached_property
+    def _contract_checked(self) -> set[frozenset[str]]:
+        return set()
+
     def check_options(self, options: dict[str, Any]) -> None:
         """A `ConfigError` naming an option its constructor does not take, and the allowed ones."""
         for key in options:
@@ -123,30 +139,41 @@ class PolicyRef:
                               f"{one_line(exc, 500)}") from exc
 
 
-_RESOLVED: dict[str, PolicyRef] = {}
+_RESOLVED: dict[str, tuple[PolicyRef, float]] = {}
+"""Name -> its `PolicyRef` and when (monotonic s) a user's module was last looked at for edits."""
 
 
 def resolve_policy(name: str, options: dict[str, Any] | None = None) -> PolicyRef:
     """``name`` (a registered name or a user's import path) as a `PolicyRef`, made once per process and per
-    version of a user's code: a user's module is looked at again for edits (`repro.sources.fresh_module`, at
-    most every few seconds) and re-resolved when it was reloaded. Raises `ConfigError` for an unknown name, a
-    path that does not import (naming the module that failed and why), or a user's class that does not meet
-    the contract (everything missing, in one message; with ``options``, whose names its constructor takes,
-    also whether it can be called with them)."""
-    hit = _RESOLVED.get(name)
-    if hit is not None and hit.registered:
-        return hit
+    version of a user's code: a user's module is looked at again for edits (`repro.sources.fresh_module`) at
+    most every `repro.sources.RECHECK_S` seconds, and re-resolved when it was reloaded; in between, the ref is
+    handed back as it is. Raises `ConfigError` for an unknown name, a path that does not import (naming the
+    module that failed and why), or a user's class that does not meet the contract (everything missing, in one
+    message; with ``options`` whose names its constructor takes, also whether it can be called with them:
+    checked once per set of names)."""
+    from repro import sources
+
     if name in POLICIES:
-        ref = _RESOLVED[name] = PolicyRef(name, POLICIES[name], registered=True)
-        return ref
-    cls = import_policy(name, tuple(POLICIES))  # imported, or reloaded when its files changed
-    known = options is not None and isinstance(cls, type) and set(options) <= set(constructor_params(cls))
-    problems = contract_problems(cls, options if known else None)  # a class's inspection: cheap
-    if problems:
-        raise ConfigError(contract_message(name, problems))
-    if hit is not None and hit.cls is cls:
-        return hit
-    ref = _RESOLVED[name] = PolicyRef(name, cls, registered=False)
+        hit = _RESOLVED.get(name)
+        if hit is None:
+            hit = _RESOLVED[name] = (PolicyRef(name, POLICIES[name], registered=True), 0.0)
+        return hit[0]
+    now = time.monotonic()
+    hit = _RESOLVED.get(name)
+    if hit is None or now - hit[1] >= sources.RECHECK_S:
+        cls = import_policy(name, tuple(POLICIES))  # imported, or reloaded when its files changed
+        if hit is None or hit[0].cls is not cls:
+            known = bool(options) and isinstance(cls, type) and set(options or ()) <= set(constructor_params(cls))
+            problems = contract_problems(cls, options if known else None)  # all that is missing, in one message
+            if problems:
+                raise ConfigError(contract_message(name, problems))
+            hit = (PolicyRef(name, cls, registered=False), now)
+            if known:
+                hit[0]._contract_checked.add(frozenset(options or ()))
+        _RESOLVED[name] = (hit[0], now)
+    ref = hit[0]
+    if options:
+        ref.check_contract(options)
     return ref
 
 
