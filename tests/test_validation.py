@@ -18,7 +18,7 @@ from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.experiment.journal import frame
 from repro.routing.cost_model import CostModel, SLOTargets
-from repro.validation import accuracy
+from repro.validation import accuracy, decomposition
 from repro.validation.plan import ErrorBudget, ValidationConfig, engine_settings
 
 CPU_CAL = "data/clusters/cpu-tiny-calibration.json"
@@ -85,14 +85,29 @@ def _journal(n: int, scale: float = 1.0, seed: int = 0, decode: str = "decode-0"
     e2e = ttft + tpot * (out - 1)
     rows = [{"request_id": f"r{i:04d}", "family": "chat", "slo_class": "tight", "prompt_tokens": int(10 + i),
              "output_tokens": int(out[i]), "predicted_output_tokens": 100.0, "prefill_instance": "prefill-0",
-             "decode_instance": decode, "status": "ok", "reason": None, "arrival_s": float(i), "prefill_start_s": 0.0,
-             "prefill_end_s": 0.0, "decode_start_s": 0.0, "decode_started_s": 0.0, "first_token_s": float(i + ttft[i]),
+             "decode_instance": decode, "status": "ok", "reason": None, "arrival_s": float(i),
+             "prefill_start_s": float(i + 0.02 * ttft[i]), "prefill_end_s": float(i + 0.5 * ttft[i]),
+             "decode_start_s": float(i + 0.52 * ttft[i]), "decode_started_s": float(i + 0.7 * ttft[i]),
+             "first_token_s": float(i + ttft[i]),
              "finish_s": float(i + e2e[i]), "ttft_s": float(ttft[i]), "tpot_s": float(tpot[i]), "e2e_s": float(e2e[i]),
              "generated_tokens": int(out[i]), "preemptions": -1} for i in range(n)]
     return frame(rows)
 
 
 SLO = SLOTargets(ttft_tight_s=0.15, tpot_tight_s=0.02)
+
+
+def test_the_stages_of_a_requests_time_add_up_to_its_ttft_and_their_gaps_to_the_ttft_gap() -> None:
+    live, sim = _journal(30), _journal(30, scale=1.2)
+    p = accuracy.pair(live, sim, SLO).assign(variant="x", fraction=0.5, policy="round_robin",
+                                             seed=np.repeat([1, 2, 3], 10))
+    for side in ("live", "sim"):
+        assert np.allclose(sum(p[f"{side}_{s}_s"] for s in decomposition.TTFT_STAGES), p[f"{side}_ttft_s"])
+    t = decomposition.stage_table(p)
+    ttft = t[t["stage"].isin(decomposition.TTFT_STAGES)]
+    assert ttft["share_of_ttft_diff"].sum() == pytest.approx(1.0)
+    assert ttft["diff_ms"].sum() == pytest.approx(1e3 * (p["sim_ttft_s"] - p["live_ttft_s"]).mean())
+    assert (ttft["traces"] == 3).all() and (ttft["diff_lo_ms"] <= ttft["diff_ms"]).all()
 
 
 def test_pairing_by_request_id_gives_each_requests_relative_error() -> None:
@@ -244,6 +259,22 @@ def test_validate_against_emulated_engines_agrees_tightly(tmp_path) -> None:
                  "predicted_vs_measured.png", "error_vs_load.png", "physics.json"):
         assert (out / name).exists(), name
     assert "Simulator validation on 1p1d" in (out / "validation.md").read_text()
+    # where the time goes: the TTFT stages add up to the TTFT, live and simulated, and so do their differences;
+    # the emulated engines run the twin's physics, so no stage is off by more than the harness's path
+    for side in ("live", "sim"):
+        total = sum(pairs[f"{side}_{s}_s"] for s in decomposition.TTFT_STAGES)
+        assert np.allclose(total, pairs[f"{side}_ttft_s"], atol=1e-6)
+    stages = pd.read_csv(out / "stages.csv")
+    ttft_stages = stages[stages["stage"].isin(decomposition.TTFT_STAGES)]
+    assert (ttft_stages["diff_ms"].abs() < 1e3 * path).all(), ttft_stages
+    # and where the CPU went: every part of the run is booked, the engines' own account of their requests read
+    account = pd.read_csv(out / "account.csv")
+    cpu = account[account["kind"] == "cpu_share"].set_index("part")["value"]
+    assert {"prefill-0:frontend", "decode-0:frontend", "proxy", "loadgen", "idle"} <= set(cpu.index)
+    assert cpu.sum() == pytest.approx(1.0, abs=0.02) and cpu["loadgen"] > 0 and cpu["proxy"] > 0
+    engine = account[account["kind"] == "engine_ms"].set_index("part")["value"]
+    assert engine["prefill-0:prefill"] > 0 and engine["decode-0:decode"] > engine["decode-0:queue"] >= 0
+    assert "Where the TTFT error is" in (out / "validation.md").read_text()
 
 
 def test_validate_refuses_a_bad_policy_before_starting_anything(tmp_path) -> None:

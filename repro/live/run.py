@@ -47,6 +47,7 @@ from repro.experiment.manifest import Attempt, LiveOutcome
 from repro.experiment.metrics import AccountingError, check_accounting
 from repro.journal_schema import FIELD_NAMES
 from repro.live.proxy.config import API_KEY_ENV, Endpoint, ProxyConfig
+from repro.live.run_account import CpuAccount, request_time_delta, request_times
 from repro.live.validity import (
     ADVICE,
     DEFAULT_THRESHOLDS,
@@ -202,7 +203,8 @@ class RunWatch:
     """What a live run's verdict needs from the machine and the engines, around its replay: made
     (CPU steal and the engines' step lateness start counting) just before the replay; `judge` after
     it, while the engines still run, writes ``validity.json`` (and ``engine_requests.json``: each
-    emulated engine's physics times of every request) and returns the `Verdict`."""
+    emulated engine's physics times of every request; ``account.json``: the CPU each part of the run took and
+    each engine's own account of its requests, `repro.live.run_account`) and returns the `Verdict`."""
 
     def __init__(self, instances: Sequence[Instance]):
         self.instances = list(instances)
@@ -212,6 +214,8 @@ class RunWatch:
         self.outside = OutsideCpu([i.pid for i in self.instances if i.pid])
         self.outside.start()
         self.engines_before = engine_lateness(self.urls)
+        self.times_before = request_times(self.urls)
+        self.account = CpuAccount({i.name: i.pid for i in self.instances if i.pid}).start()
         self.t0 = time.monotonic()
 
     def judge(self, time_scale: float, report: ReplayReport, client: pd.DataFrame, run_dir: Path,
@@ -220,6 +224,11 @@ class RunWatch:
         ``validity``, None without our proxy; ``thresholds``: `repro.live.validity.thresholds_for`);
         written to ``run_dir/validity.json``."""
         wall = time.monotonic() - self.t0
+        self.account.stop()
+        account = {"cpu": self.account.shares(),
+                   "engines": request_time_delta(self.times_before, request_times(self.urls),
+                                                 {i.url: i.name for i in self.instances})}
+        (run_dir / "account.json").write_text(json.dumps(account, indent=2))
         late_p99, lost = lateness_between(self.engines_before, engine_lateness(self.urls), wall)
         records = engine_requests(self.urls)  # {} on real engines
         if records:
@@ -249,7 +258,7 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
     client_path = run_dir / "client.jsonl"
     proxy_path = run_dir / "proxy.jsonl"
     # an earlier attempt is redone from scratch
-    for p in (client_path, proxy_path, run_dir / "validity.json", run_dir / "loadgen.json"):
+    for p in (client_path, proxy_path, run_dir / "validity.json", run_dir / "loadgen.json", run_dir / "account.json"):
         if p.exists():
             p.unlink()
     # What the router believes, resolved as the simulator resolves it (`router_cost_model`: the

@@ -21,6 +21,7 @@ import pandas as pd
 from repro.experiment.metrics import good_mask
 from repro.routing.cost_model import SLOTargets
 from repro.statistics.intervals import Estimate, t_interval
+from repro.validation.decomposition import STAGES, stage_columns
 from repro.validation.plan import ErrorBudget
 
 METRICS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s")
@@ -31,7 +32,8 @@ RUN_KEYS: tuple[str, ...] = ("fraction", "rate", "policy", "seed", "replay")
 
 def pair(live: pd.DataFrame, sim: pd.DataFrame, slo: SLOTargets) -> pd.DataFrame:
     """One row per request that completed in both journals (joined on ``request_id``): its lengths and
-    family, each metric live and simulated with the relative error ``err_<metric>`` (``sim / live - 1``),
+    family, each metric live and simulated with the relative error ``err_<metric>`` (``sim / live - 1``), each
+    stage of its time live and simulated (``live_<stage>_s``, ``sim_<stage>_s``: `repro.validation.decomposition`),
     both decode placements and whether they agree, and both good flags (``slo``). Requests that
     completed on one side only are not rows: `unpaired` counts them."""
     lv = live.assign(good=good_mask(live, slo).to_numpy()).set_index("request_id")
@@ -51,6 +53,10 @@ def pair(live: pd.DataFrame, sim: pd.DataFrame, slo: SLOTargets) -> pd.DataFrame
         out[f"sim_{m}"] = b
         with np.errstate(divide="ignore", invalid="ignore"):
             out[f"err_{m}"] = np.where(a > 0, b / a - 1.0, np.nan)
+    for name, live_stage, sim_stage in zip(STAGES, stage_columns(lv).T.to_numpy(), stage_columns(sm).T.to_numpy(),
+                                           strict=True):
+        out[f"live_{name[0]}_s"] = live_stage
+        out[f"sim_{name[0]}_s"] = sim_stage
     out["live_prefill"] = lv["prefill_instance"].astype(str).to_numpy()
     out["live_decode"] = lv["decode_instance"].astype(str).to_numpy()
     out["sim_decode"] = sm["decode_instance"].astype(str).to_numpy()

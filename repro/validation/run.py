@@ -12,6 +12,9 @@ Everything lands in ``out_dir`` (resumable: a finished live run is found by its 
     runs.csv            one row per live run: keys, goodputs, validity, wall time, run folder
     requests.parquet    every paired request (`repro.validation.accuracy.pair`) with its run's keys
     residuals.csv       error against prompt length, output length and load (`accuracy.error_by`)
+    stages.csv          each stage of a request's time, live and simulated, per level (`decomposition.stage_table`)
+    account.csv         each part's CPU share and each engine's own account of its requests, per level
+                        (`decomposition.account_table`, from the live runs' ``account.json``)
     physics.json        the simulator's engine profile (a hardware-profile file: ``repro run --profile``);
                         with ``--in-situ`` also physics-in-situ.json (the fitted one)
     validation.md       the tables as text; figures: predicted_vs_measured.png, error_vs_load.png
@@ -42,7 +45,7 @@ from repro.experiment.metrics import summarize
 from repro.experiment.spec import LiveConfig, RunSpec
 from repro.routing.cost_model import CostModel
 from repro.sources import commit_id
-from repro.validation import accuracy
+from repro.validation import accuracy, decomposition
 from repro.validation.plan import ValidationConfig
 from repro.validation.twin import PhysicsRecord, fit_in_situ, twin_goodput, twin_journal, validation_physics
 
@@ -441,7 +444,13 @@ def write_outputs(out: Path, record: ValidationRecord, table: pd.DataFrame, orde
         if len(table):
             fig = error_vs_load(table, record["budget"])
             fig.savefig(out / "error_vs_load.png", dpi=110, bbox_inches="tight")
-    (out / "validation.md").write_text(markdown(record, table, order))
+    stages = decomposition.stage_table(pairs) if len(pairs) else pd.DataFrame()
+    live_runs = runs[runs["variant"] == record["variant"]] if len(runs) else runs
+    account = decomposition.account_table(out, live_runs) if len(live_runs) else pd.DataFrame()
+    stages.to_csv(out / "stages.csv", index=False)
+    account.to_csv(out / "account.csv", index=False)
+    (out / "validation.md").write_text(markdown(record, table, order)
+                                       + "\n".join(["", *decomposition.markdown(stages, account, record["variant"])]))
 
 
 def _pct(x: float) -> str:
