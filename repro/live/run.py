@@ -206,8 +206,9 @@ class RunWatch:
     emulated engine's physics times of every request; ``account.json``: the CPU each part of the run took and
     each engine's own account of its requests, `repro.live.run_account`) and returns the `Verdict`."""
 
-    def __init__(self, instances: Sequence[Instance]):
+    def __init__(self, instances: Sequence[Instance], rate: float | None = None):
         self.instances = list(instances)
+        self.rate = rate
         self.urls = [i.url for i in self.instances]
         self.cpu = CpuSampler()
         self.cpu.start()
@@ -225,7 +226,7 @@ class RunWatch:
         written to ``run_dir/validity.json``."""
         wall = time.monotonic() - self.t0
         self.account.stop()
-        account = {"cpu": self.account.shares(),
+        account = {"offered_rate": self.rate, "requests": report.sent, "cpu": self.account.shares(),
                    "engines": request_time_delta(self.times_before, request_times(self.urls),
                                                  {i.url: i.name for i in self.instances})}
         (run_dir / "account.json").write_text(json.dumps(account, indent=2))
@@ -279,7 +280,7 @@ def run_live(spec: RunSpec, run_dir: Path) -> pd.DataFrame:
         (run_dir / "gates.json").write_text(json.dumps(jsonable(gates), indent=2, default=str))
         with proxy_process(cfg, run_dir) as url:
             check_proxy_constants(url, cost_model_path, run_dir)
-            watch = RunWatch(instances)
+            watch = RunWatch(instances, rate=spec.rate)
             report = replay_process(trace, url, journal_path=client_path, work_dir=run_dir,
                                     time_scale=spec.live.time_scale, progress=sys.stderr.isatty())
             health = httpx.get(url + "/health", timeout=10.0).json()

@@ -139,3 +139,38 @@ def markdown(stages: pd.DataFrame, account: pd.DataFrame, variant: str) -> list[
                 lines.append(f"| {part} | " + " | ".join("" if math.isnan(v) else f"{v:.1f}" for v in r) + " |")
             lines.append("")
     return lines
+
+
+def probe_account(folder: Path) -> pd.DataFrame:
+    """The saturation probes' CPU, one row per probe run under ``folder`` (``out/saturation``) and part: its
+    offered rate (req/s), requests, the part's CPU share of the machine and its CPU seconds per request. The
+    sum over a probe's parts but ``idle`` and ``outside`` is what one request costs the machine; the machine's
+    cores over it bound the rate it can carry."""
+    rows = []
+    for path in sorted(folder.glob("*/account.json")):
+        acc = json.loads(path.read_text())
+        cpu, n = acc.get("cpu", {}), acc.get("requests") or 0
+        for part, share in cpu.get("share", {}).items():
+            rows.append({"run": path.parent.name, "offered_rate": acc.get("offered_rate"), "requests": n,
+                         "part": part, "share": float(share),
+                         "cpu_s_per_request": (float(cpu.get("cpu_s", {}).get(part, math.nan)) / n if n
+                                               else math.nan)})
+    return pd.DataFrame(rows)
+
+
+def probe_markdown(probes: pd.DataFrame) -> list[str]:
+    """The probes' CPU as Markdown lines: per probe rate, each part's share of the machine, and the CPU seconds
+    a request cost the run's parts."""
+    if probes.empty:
+        return []
+    wide = probes.pivot_table(index="part", columns="offered_rate", values="share")
+    per = probes[~probes["part"].isin(["idle", "outside"])].groupby("offered_rate")["cpu_s_per_request"].sum()
+    lines = ["#### Where the capacity goes during the saturation probes: each part's share of the machine's CPU", "",
+             "| part | " + " | ".join(f"{r:.3g} req/s" for r in wide.columns) + " |",
+             "|---|" + "---|" * len(wide.columns)]
+    for part, r in wide.iterrows():
+        lines.append(f"| {part} | " + " | ".join("" if math.isnan(v) else f"{v:.0%}" for v in r) + " |")
+    lines.append("| CPU s per request (the run's parts) | " + " | ".join(f"{per.get(r, math.nan):.3f}"
+                                                                        for r in wide.columns) + " |")
+    lines.append("")
+    return lines

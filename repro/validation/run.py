@@ -15,6 +15,7 @@ Everything lands in ``out_dir`` (resumable: a finished live run is found by its 
     stages.csv          each stage of a request's time, live and simulated, per level (`decomposition.stage_table`)
     account.csv         each part's CPU share and each engine's own account of its requests, per level
                         (`decomposition.account_table`, from the live runs' ``account.json``)
+    saturation_account.csv  the live saturation probes' CPU by part and per request (`decomposition.probe_account`)
     physics.json        the simulator's engine profile (a hardware-profile file: ``repro run --profile``);
                         with ``--in-situ`` also physics-in-situ.json (the fitted one)
     validation.md       the tables as text; figures: predicted_vs_measured.png, error_vs_load.png
@@ -447,10 +448,12 @@ def write_outputs(out: Path, record: ValidationRecord, table: pd.DataFrame, orde
     stages = decomposition.stage_table(pairs) if len(pairs) else pd.DataFrame()
     live_runs = runs[runs["variant"] == record["variant"]] if len(runs) else runs
     account = decomposition.account_table(out, live_runs) if len(live_runs) else pd.DataFrame()
+    probes = decomposition.probe_account(out / "saturation")
     stages.to_csv(out / "stages.csv", index=False)
     account.to_csv(out / "account.csv", index=False)
-    (out / "validation.md").write_text(markdown(record, table, order)
-                                       + "\n".join(["", *decomposition.markdown(stages, account, record["variant"])]))
+    probes.to_csv(out / "saturation_account.csv", index=False)
+    (out / "validation.md").write_text(markdown(record, table, order) + "\n".join(
+        ["", *decomposition.markdown(stages, account, record["variant"]), *decomposition.probe_markdown(probes)]))
 
 
 def _pct(x: float) -> str:
