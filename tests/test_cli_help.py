@@ -79,3 +79,17 @@ def test_reflow_joins_paragraph_lines_and_keeps_lists():
       continued"""
     assert reflow_help(text) == "First line.\n\nA paragraph broken in the source.\n\n- one item\n- another continued"
     assert re.search(r"\n", reflow_help("a\nb")) is None
+
+
+@pytest.mark.parametrize("path, cmd", COMMANDS, ids=[" ".join(p) or "repro" for p, _ in COMMANDS])
+def test_option_panels_say_what_each_option_takes(path, cmd):
+    """A flag takes no value: no ``<bool>`` beside it; a repeatable option shows its element's type and says it
+    repeats (typer's own display says ``<list[str]>``); a command with more than 20 options groups them."""
+    if not cmd.add_help_option:
+        pytest.skip("passes --help through")
+    res = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200", "TERM": "dumb"})
+    assert "<bool>" not in res.output and "<list[" not in res.output, res.output
+    repeatable = [p for p in getattr(cmd, "params", []) if getattr(p, "multiple", False)]
+    assert res.output.count("(repeatable)") >= len(repeatable)
+    if len(getattr(cmd, "params", [])) > 20:
+        assert res.output.count("╭─") >= 3, f"repro {' '.join(path)}: {len(cmd.params)} options in one panel"

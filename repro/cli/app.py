@@ -11,7 +11,7 @@ import typer
 
 from repro.cli.calibrate import calibrate_cli
 from repro.cli.cluster import cluster_app
-from repro.cli.common import command, reflow_all
+from repro.cli.common import ReproGroup, command, reflow_all
 from repro.cli.compare import compare_cli
 from repro.cli.conclusion import conclusion_cmd
 from repro.cli.data import data_app
@@ -27,7 +27,8 @@ from repro.cli.proxy import proxy
 from repro.cli.report import report_cli
 from repro.cli.validate import validate_cli
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Calibrate, Then Route: reproduction harness.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Calibrate, Then Route: reproduction harness.",
+                  cls=ReproGroup)
 
 for _name, _fn in (("run", run), ("saturate", saturate), ("anchor", anchor), ("policies", policies),
                    ("native", native)):

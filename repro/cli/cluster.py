@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 def _make_cluster_app() -> typer.Typer:
     import typer
 
-    app = typer.Typer(help="Bring a P/D cluster of engines up, down, or ask its status.", no_args_is_help=True)
+    from repro.cli.common import ReproGroup
+
+    app = typer.Typer(help="Bring a P/D cluster of engines up, down, or ask its status.", no_args_is_help=True,
+                      cls=ReproGroup)
 
     def _fail(exc: Exception) -> None:
         typer.echo(f"error: {exc}", err=True)

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.progress import Progress
-from typer.core import TyperCommand, TyperOption
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from repro.errors import ConfigError, RunFailed, RunInvalid, parse_assignments
 
@@ -115,12 +115,12 @@ def command(app: typer.Typer, fn: Callable[..., Any], name: str | None = None, *
     app.command(name, **settings)(boundary(fn))
 
 
-class ReproCommand(TyperCommand):
-    """A command whose ``--help`` says what each option takes: nothing for a flag (typer shows ``<bool>``, as if
-    it took a value), and for a repeatable option its element's type, marked repeatable (not ``<list[str]>``)."""
+class _ShowsWhatOptionsTake:
+    """``--help`` that says what each option takes: nothing for a flag (typer shows ``<bool>``, as if it took a
+    value), and for a repeatable option its element's type, marked repeatable (not ``<list[str]>``)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
+        params = super().get_params(ctx)  # type: ignore[misc]
         for p in params:
             if isinstance(p, TyperOption) and p.metavar is None:
                 if p.is_flag:
@@ -130,6 +130,14 @@ class ReproCommand(TyperCommand):
                     element = label[len("<list["):-len("]>")] if label.startswith("<list[") else label.strip("<>")
                     p.metavar = f"<{element}> (repeatable)"
         return params
+
+
+class ReproCommand(_ShowsWhatOptionsTake, TyperCommand):
+    """A command of ``repro`` (`_ShowsWhatOptionsTake`)."""
+
+
+class ReproGroup(_ShowsWhatOptionsTake, TyperGroup):
+    """A command group of ``repro`` (`_ShowsWhatOptionsTake`)."""
 
 
 def reflow_all(app: typer.Typer) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from repro.cli.common import command, console
+from repro.cli.common import ReproGroup, command, console
 from repro.vocab import DEFAULT_PROFILE
 
 
@@ -35,7 +35,8 @@ def data_cost_models(profile: str = typer.Option(DEFAULT_PROFILE, help="hardware
 
 def data_app() -> typer.Typer:
     """The ``repro data`` command group."""
-    group = typer.Typer(no_args_is_help=True, help="Rebuild the shipped data (ShareGPT table, predictor, cost models).")
+    group = typer.Typer(no_args_is_help=True, help="Rebuild the shipped data (ShareGPT table, predictor, cost models).",
+                        cls=ReproGroup)
     command(group, data_sharegpt, "sharegpt")
     command(group, data_predictor, "predictor")
     command(group, data_cost_models, "cost-models")

@@ -16,40 +16,51 @@ from repro.experiment.executor import EXECUTORS
 from repro.routing.policies import PAPER_POLICIES
 from repro.vocab import BACKENDS, BACKLOG_SOURCES, DEFAULT_PROFILE, PREDICTORS, SERVICES, WORKLOADS
 
+WHAT = "What runs"
+ROUTER = "The router"
+SIM = "Simulated runs (sim) and where they execute"
+LIVE = "Live runs (emulated, vllm)"
+OUT = "Output"
+
 
 def run(
-    spec_file: Path | None = typer.Option(None, "--spec", help="YAML file with RunSpec fields; flags override it."),
-    backend: str | None = typer.Option(None, help=one_of(BACKENDS)),
-    topology: str | None = typer.Option(None, help="'2p4d' or a topology YAML"),
-    profile: str | None = typer.Option(None, help="hardware profile name or JSON path"),
-    workload: str | None = typer.Option(None, help=one_of(WORKLOADS)),
-    seed: str | None = typer.Option(None, help="trace seed, or a comma list (one run each)"),
-    rate: float | None = typer.Option(None, help="arrival rate (requests/s)"),
-    n_requests: int | None = typer.Option(None, "--n-requests", "-n", help="requests per run"),
-    policy: str | None = typer.Option(None, help="policy name(s), comma list, or pkg.module:Class"),
-    option: list[str] = typer.Option([], "--option", "-o",
-                                     help="policy option KEY=VALUE (repeatable; `repro policies`: each one's type)"),
-    cost_model: str | None = typer.Option(
-        None, "--cost-model", help="calibrated | sim_derived | path to calibration JSON"
-    ),
-    predictor: str | None = typer.Option(None, help=one_of(PREDICTORS)),
-    noise: float | None = typer.Option(None, "--noise", help="predictor relative error (0..10, e.g. 1.5 = 150%)"),
-    service: str | None = typer.Option(None, help="sim: " + one_of(SERVICES)),
-    backlog: str | None = typer.Option(None, help="sim: " + one_of(BACKLOG_SOURCES)),
-    cluster: str | None = typer.Option(None, help="cluster YAML (emulated/vllm backends)" + RUNNING),
-    time_scale: float | None = typer.Option(
-        None, "--time-scale", help="emulated: physics runs K times faster than the wall clock"
-    ),
-    out: Path = typer.Option(Path("runs"), help="output folder (one sub-folder per run)"),
-    fresh: bool = typer.Option(False, help="rerun even if a finished run exists"),
-    on_invalid: str = typer.Option(
-        "retry", help="live runs the machine could not keep up with: retry (at lower time scales, then stop "
-                      "with exit code 3) | keep (record them, marked invalid)"),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=100_000,
+    spec_file: Path | None = typer.Option(None, "--spec", rich_help_panel=WHAT,
+                                          help="YAML file with RunSpec fields; flags override it."),
+    backend: str | None = typer.Option(None, rich_help_panel=WHAT, help=one_of(BACKENDS)),
+    topology: str | None = typer.Option(None, rich_help_panel=WHAT, help="'2p4d' or a topology YAML"),
+    profile: str | None = typer.Option(None, rich_help_panel=WHAT, help="hardware profile name or JSON path"),
+    workload: str | None = typer.Option(None, rich_help_panel=WHAT, help=one_of(WORKLOADS)),
+    seed: str | None = typer.Option(None, rich_help_panel=WHAT, help="trace seed, or a comma list (one run each)"),
+    rate: float | None = typer.Option(None, rich_help_panel=WHAT, help="arrival rate (requests/s)"),
+    n_requests: int | None = typer.Option(None, "--n-requests", "-n", rich_help_panel=WHAT,
+                                          help="requests per run"),
+    policy: str | None = typer.Option(None, rich_help_panel=ROUTER,
+                                      help="policy name(s), comma list, or pkg.module:Class"),
+    option: list[str] = typer.Option([], "--option", "-o", rich_help_panel=ROUTER,
+                                     help="policy option KEY=VALUE (`repro policies`: each one's type)"),
+    cost_model: str | None = typer.Option(None, "--cost-model", rich_help_panel=ROUTER,
+                                          help="calibrated | sim_derived | path to calibration JSON"),
+    predictor: str | None = typer.Option(None, rich_help_panel=ROUTER, help=one_of(PREDICTORS)),
+    noise: float | None = typer.Option(None, "--noise", rich_help_panel=ROUTER,
+                                       help="predictor relative error (0..10, e.g. 1.5 = 150%)"),
+    service: str | None = typer.Option(None, rich_help_panel=SIM, help="sim: " + one_of(SERVICES)),
+    backlog: str | None = typer.Option(None, rich_help_panel=SIM, help="sim: " + one_of(BACKLOG_SOURCES)),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", rich_help_panel=SIM, min=1, max=100_000,
                                     help="sim runs at once (default: one per core; ray: the cluster's CPUs)"),
-    executor: str = typer.Option("local", "--executor", help="where sim runs execute: " + one_of(EXECUTORS)),
-    address: str | None = typer.Option(None, "--address",
+    executor: str = typer.Option("local", "--executor", rich_help_panel=SIM,
+                                 help="where sim runs execute: " + one_of(EXECUTORS)),
+    address: str | None = typer.Option(None, "--address", rich_help_panel=SIM,
                                        help="ray: the head's HOST:PORT, or 'auto' (default $REPRO_RAY_ADDRESS)"),
+    cluster: str | None = typer.Option(None, rich_help_panel=LIVE,
+                                       help="cluster YAML (emulated/vllm backends)" + RUNNING),
+    time_scale: float | None = typer.Option(None, "--time-scale", rich_help_panel=LIVE,
+                                            help="emulated: physics runs K times faster than the wall clock"),
+    on_invalid: str = typer.Option(
+        "retry", rich_help_panel=LIVE,
+        help="live runs the machine could not keep up with: retry (at lower time scales, then stop with exit code "
+             "3) | keep (record them, marked invalid)"),
+    out: Path = typer.Option(Path("runs"), rich_help_panel=OUT, help="output folder (one sub-folder per run)"),
+    fresh: bool = typer.Option(False, rich_help_panel=OUT, help="rerun even if a finished run exists"),
 ) -> None:
     """Run one experiment (or a grid over comma-listed seeds/policies); print a summary.
 
