@@ -220,8 +220,8 @@ HTTP_PLACES = {
     "httptools": ("repro/live/proxy/engine_client.py",),
     "aiohttp": ("repro/live/proxy/", "repro/live/loadgen.py"),
     "httpx": ("repro/cluster/launchers", "repro/live/gates.py", "repro/live/calibration_bench.py",
-              "repro/live/validity.py", "repro/live/run.py", "repro/live/external_router.py",
-              "repro/live/pd_protocol.py"),
+              "repro/live/validity.py", "repro/live/run.py", "repro/live/run_account.py",
+              "repro/live/external_router.py", "repro/live/pd_protocol.py"),
 }
 
 

@@ -43,12 +43,12 @@ values read are bit-for-bit those of ``book.backlog(now)``.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 import numpy as np
 
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
+from repro.routing.policies.pricing import Prices
 from repro.vocab import LEDGER_ANCHORS
 
 
@@ -172,7 +172,8 @@ class ParallelBook(MirroredBook):
         heap = self._heap
         while heap and heap[0][0] <= now:
             end, seq, key = heapq.heappop(heap)
-            if self._end.get(key) == (end, seq):
+            entry = self._end.get(key)  # (compared field by field: native in the compiled module)
+            if entry is not None and entry[0] == end and entry[1] == seq:
                 self._sum_end -= end
                 self._active -= 1
         if self._active == 0:
@@ -197,8 +198,11 @@ class ParallelBook(MirroredBook):
                 heapq.heappush(self._mirror.ends, (end, self._index))
 
     def _remove(self, key: str, now: float) -> None:
-        entry = self._end.pop(key, None)
-        if entry is not None and entry[0] > now:
+        entry = self._end.get(key)  # (get and del, not pop(key, None): native in the compiled module)
+        if entry is None:
+            return
+        del self._end[key]
+        if entry[0] > now:
             self._sum_end -= entry[0]
             self._active -= 1
 
@@ -226,9 +230,10 @@ class ParallelBook(MirroredBook):
 
     def _release(self, key: str) -> bool:
         """Drop ``key``'s held work; False if it held none."""
-        work = self._held.pop(key, None)
+        work = self._held.get(key)
         if work is None:
             return False
+        del self._held[key]
         self._held_s = self._held_s - work if self._held else 0.0  # empty: exactly 0 (no rounding residue)
         return True
 
@@ -276,15 +281,22 @@ class ParallelBook(MirroredBook):
         return value if value > 0.0 else 0.0
 
 
-@dataclass(slots=True)
 class _Entry:
-    prefill: int
-    decode: int
-    prompt_tokens: int
-    output_estimate: float
-    decode_work_s: float
-    prefill_open: bool = True
-    decode_open: bool = True  # its decode has not started (the ``decode_start`` anchor)
+    """One charged request: where it was placed and what was charged (a plain class, not a dataclass: the
+    compiled module builds it natively)."""
+
+    __slots__ = ("prefill", "decode", "prompt_tokens", "output_estimate", "decode_work_s", "prefill_open",
+                 "decode_open")
+
+    def __init__(self, prefill: int, decode: int, prompt_tokens: int, output_estimate: float,
+                 decode_work_s: float) -> None:
+        self.prefill = prefill
+        self.decode = decode
+        self.prompt_tokens = prompt_tokens
+        self.output_estimate = output_estimate
+        self.decode_work_s = decode_work_s
+        self.prefill_open = True
+        self.decode_open = True  # its decode has not started (the ``decode_start`` anchor)
 
 
 class Ledger:
@@ -310,6 +322,7 @@ class Ledger:
         self.anchor = anchor
         self._at_start = anchor == "decode_start"
         self.cost_model = cost_model
+        self._prices = Prices(cost_model)  # its prices as native numbers (the same bits as its methods')
         if arrays is None:
             arrays = n_prefill + n_decode >= self.ARRAYS_MIN_INSTANCES
         self.prefill_arrays = PoolBook(n_prefill) if arrays else None
@@ -317,6 +330,14 @@ class Ledger:
         self.prefill = [SerialBook(self.prefill_arrays, i) for i in range(n_prefill)]
         self.decode = [ParallelBook(self.decode_arrays, i) for i in range(n_decode)]
         self._entries: dict[str, _Entry] = {}
+
+    def _priced(self) -> Prices:
+        """`cost_model`'s prices (`repro.routing.policies.pricing.Prices`: its methods' arithmetic on native
+        numbers), made again if ``cost_model`` was replaced."""
+        prices = self._prices
+        if prices.cost_model is not self.cost_model:
+            prices = self._prices = Prices(self.cost_model)
+        return prices
 
     def backlogs(self, now: float) -> tuple[np.ndarray, np.ndarray]:
         """(prefill, decode) seconds of priced work outstanding at ``now`` on every instance (new
@@ -344,7 +365,7 @@ class Ledger:
     ) -> None:
         """Charge a request placed on (prefill, decode) at time ``now``."""
         self._expire(now)
-        cm = self.cost_model
+        cm = self._priced()
         pre_end = self.prefill[prefill].charge(cm.tau_pre(prompt_tokens), prompt_tokens, now)
         work = cm.tau_xfer(prompt_tokens) + output_estimate * cm.tau_dec_s
         if self._at_start:
@@ -375,13 +396,14 @@ class Ledger:
             if e.prefill_open:  # the prefill's answer was not seen (it cannot be later than this)
                 e.prefill_open = False
                 self.prefill[e.prefill].settle(e.prompt_tokens, now)
-            self.decode[e.decode].start(key, now + e.output_estimate * self.cost_model.tau_dec_s, now)
+            self.decode[e.decode].start(key, now + e.output_estimate * self._priced().tau_dec_s, now)
 
     def settle(self, key: str, now: float) -> None:
         """The request finished or failed: remove everything still charged for it."""
-        e = self._entries.pop(key, None)
+        e = self._entries.get(key)
         if e is None:
             return
+        del self._entries[key]
         if e.prefill_open:
             self.prefill[e.prefill].settle(e.prompt_tokens, now)
         self.decode[e.decode].settle(key, e.prompt_tokens + e.output_estimate, now)

@@ -58,6 +58,7 @@ class DecisionTimes:
         self.samples: list[int] = []
         self.n = 0  # decisions timed
         self.max_ns = 0
+        self.total_ns = 0  # all decisions' (a benchmark's split of a run's time: benchmarks/bench_sim.py)
         self.last_ns = 0  # the latest decision's (the proxy's histogram reads it)
         self._stride = 1  # keep every stride-th decision
         self._next = 0  # the index of the next decision kept
@@ -65,6 +66,7 @@ class DecisionTimes:
     def record(self, ns: int) -> None:
         """Count one decision of ``ns`` nanoseconds."""
         self.last_ns = ns
+        self.total_ns += ns
         if ns > self.max_ns:
             self.max_ns = ns
         i = self.n
@@ -123,6 +125,11 @@ class Router:
             "decode": [InstanceSignals(i, n, 0.0, 0, 0.0, 0.0, 0.0) for i, n in enumerate(decode_names)],
         }
         self._kv_at = {"prefill": [0.0] * len(prefill_names), "decode": [0.0] * len(decode_names)}
+        # the same lists, typed, for view() (a speed shortcut: no dict lookup per decision)
+        self._sig_pre: list[InstanceSignals] = self._signals["prefill"]
+        self._sig_dec: list[InstanceSignals] = self._signals["decode"]
+        self._kv_at_pre: list[float] = self._kv_at["prefill"]
+        self._kv_at_dec: list[float] = self._kv_at["decode"]
         # what route() checks each placement against (plain lists: the cheapest reads per decision)
         self._n_pre = len(prefill_names)
         self._n_dec = len(decode_names)
@@ -153,26 +160,36 @@ class Router:
         """The snapshot a policy sees at ``now`` (signals are updated in place). Large pools: lazily,
         the signals or the `repro.routing.policies.base.PoolArrays`, whichever the policy reads."""
         if self._arrays:
-            return ClusterView(now, self._signals["prefill"], self._signals["decode"],
+            return ClusterView(now, self._sig_pre, self._sig_dec,
                                arrays=lambda: self._pool_arrays(now), fill=lambda: self._fill(now))
         self._fill(now)
-        return ClusterView(now, self._signals["prefill"], self._signals["decode"])
+        return ClusterView(now, self._sig_pre, self._sig_dec)
 
     def _fill(self, now: float) -> None:
-        """Bring every instance's `InstanceSignals` up to ``now`` (one Python step per instance)."""
+        """Bring every instance's `InstanceSignals` up to ``now`` (one Python step per instance; the
+        two pools written out: typed loops, a speed shortcut in the compiled module)."""
         led = self.ledger
         oracle = self.oracle_backlog
-        pools: tuple[tuple[Role, list[SerialBook] | list[ParallelBook]], ...] = (
-            ("prefill", led.prefill), ("decode", led.decode))
-        for role, books in pools:
-            sigs = self._signals[role]
-            kv_at = self._kv_at[role]
-            for i, book in enumerate(books):
-                s = sigs[i]
-                s.backlog_s = oracle(role, i, now) if oracle is not None else book.backlog(now)
-                s.in_flight = book.in_flight
-                s.in_flight_tokens = book.tokens
-                s.kv_age_s = now - kv_at[i]
+        sigs = self._sig_pre
+        kv_at = self._kv_at_pre
+        pre: list[SerialBook] = led.prefill
+        for i in range(len(pre)):
+            s = sigs[i]
+            book = pre[i]
+            s.backlog_s = oracle("prefill", i, now) if oracle is not None else book.backlog(now)
+            s.in_flight = book.in_flight
+            s.in_flight_tokens = book.tokens
+            s.kv_age_s = now - kv_at[i]
+        sigs = self._sig_dec
+        kv_at = self._kv_at_dec
+        dec: list[ParallelBook] = led.decode
+        for i in range(len(dec)):
+            s = sigs[i]
+            dbook = dec[i]
+            s.backlog_s = oracle("decode", i, now) if oracle is not None else dbook.backlog(now)
+            s.in_flight = dbook.in_flight
+            s.in_flight_tokens = dbook.tokens
+            s.kv_age_s = now - kv_at[i]
 
     def _pool_arrays(self, now: float) -> tuple[base.PoolArrays, base.PoolArrays]:
         """Both pools' signals at ``now`` as arrays, from the ledger's arrays (a few numpy steps)."""

@@ -39,11 +39,10 @@ Times are seconds from the first arrival's clock origin (the trace's ``arrival_s
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 from collections import deque
-from heapq import heappush
+from heapq import heappop, heappush
+from typing import Final
 
 import numpy as np
 import pandas as pd
@@ -64,11 +63,12 @@ from repro.vocab import Role, SloClass
 #   _TRANSFER_DONE: x = request, y = decode engine index, z = the request's admission epoch
 #   _DEC_NEXT:      x = decode engine index, y = the engine's schedule version, z = steps into the segment
 # Arrivals are not pushed: they are read in order from the trace (another speed shortcut).
-_PRE_STEP_END = 0
-_TRANSFER_DONE = 1
-_DEC_NEXT = 2
-_ARRIVAL = 3
-_HANDOFF = 4  # x = request: its prefill response has come back through the serving path (mechanism request_path)
+# (Final: the compiled module inlines them)
+_PRE_STEP_END: Final = 0
+_TRANSFER_DONE: Final = 1
+_DEC_NEXT: Final = 2
+_ARRIVAL: Final = 3
+_HANDOFF: Final = 4  # x = request: its prefill response has come back through the serving path (mechanism request_path)
 
 
 class _Prefill:
@@ -264,7 +264,7 @@ class Simulator:
         self.status = [""] * n
         self.reason: list[str | None] = [None] * n
         self._events: list[tuple[float, int, int, int, int, int]] = []  # see the event kinds above
-        self._seq = itertools.count(1)  # the events' sequence numbers (push order)
+        self._seq = 0  # the last event's sequence number (push order: the next event takes _seq + 1)
         self.now = 0.0
         self._last_poll = -math.inf
         self.kv_peak = [0] * len(self.dec)  # most KV tokens each decode engine held
@@ -286,45 +286,43 @@ class Simulator:
         self.link_free_s = [0.0] * len(self.dec)
 
     # ---- event plumbing -------------------------------------------------------------------
-    # An event is pushed as heappush(self._events, (time_s, kind, next(self._seq), x, y, z)), written
-    # out where it happens (a speed shortcut: no helper call per event); see the event kinds above.
+    # An event is pushed as ``seq = self._seq = self._seq + 1`` then heappush(self._events, (time_s, kind,
+    # seq, x, y, z)), written out where it happens (a speed shortcut: no helper call per event); see the event
+    # kinds above.
     def run(self) -> pd.DataFrame:
         """Run to completion; returns the journal DataFrame (rows in trace order)."""
-        # locals for attributes and methods used every iteration (a speed shortcut)
+        # locals for the attributes read every iteration (a speed shortcut). The methods are called as
+        # methods: in the compiled module (repro.native) that is a direct native call, where a bound method
+        # kept in a local would be a Python-level call with its arguments boxed
         events = self._events
         arrivals = self.arrival
         n = self.n_requests
-        pop = heapq.heappop
         dec = self.dec
-        arrive = self._arrive
-        prefill_step_end = self._prefill_step_end
-        transfer_done = self._transfer_done
-        decode_boundary = self._decode_boundary
         i = 0
         next_arrival = arrivals[0] if n else math.inf
         while True:
             # the next event goes first unless the next trace arrival is strictly earlier (every event
             # kind sorts before _ARRIVAL, so an event at the same time goes first)
             if events and events[0][0] <= next_arrival:
-                when, kind, _, x, y, z = pop(events)
+                when, kind, _, x, y, z = heappop(events)
                 if when < self.now - 1e-9:
                     raise AssertionError(f"sim: clock went backwards ({when} < {self.now})")
                 self.now = when
                 if kind == _DEC_NEXT:
                     d = dec[x]
                     if y == d.version:  # else stale: the engine was rescheduled since
-                        decode_boundary(d, x, z)
+                        self._decode_boundary(d, x, z)
                 elif kind == _TRANSFER_DONE:
-                    transfer_done(x, y, z)
+                    self._transfer_done(x, y, z)
                 elif kind == _HANDOFF:
                     self._handoff(x)
                 else:
-                    prefill_step_end(x)
+                    self._prefill_step_end(x)
             elif i < n:
                 if next_arrival < self.now:
                     raise AssertionError("sim: clock went backwards")
                 self.now = next_arrival
-                arrive(i)
+                self._arrive(i)
                 i += 1
                 next_arrival = arrivals[i] if i < n else math.inf
             else:
@@ -337,11 +335,11 @@ class Simulator:
         if now - self._last_poll < self.kv_poll_interval_s:
             return
         self._last_poll = now
-        observe = self.router.observe_kv
+        router = self.router
         for i, e in enumerate(self.pre):
-            observe("prefill", i, e.kv_used_tokens / e.kv_budget_tokens, now)
+            router.observe_kv("prefill", i, e.kv_used_tokens / e.kv_budget_tokens, now)
         for i, d in enumerate(self.dec):
-            observe("decode", i, d.kv_used(now) / d.kv_budget_tokens, now)
+            router.observe_kv("decode", i, d.kv_used(now) / d.kv_budget_tokens, now)
 
     def _arrive(self, r: int) -> None:
         now = self.now
@@ -400,7 +398,8 @@ class Simulator:
         e.batch = batch
         e.busy = True
         e.step_end_s = self.now + e.phys.prefill_time_s(tokens)
-        heappush(self._events, (e.step_end_s, _PRE_STEP_END, next(self._seq), p, 0, 0))
+        seq = self._seq = self._seq + 1
+        heappush(self._events, (e.step_end_s, _PRE_STEP_END, seq, p, 0, 0))
 
     def _prefill_step_end(self, p: int) -> None:
         e = self.pre[p]
@@ -409,9 +408,10 @@ class Simulator:
         prefill_left = self.prefill_left
         done = []
         for r, take in e.batch:
-            prefill_left[r] -= take
+            left = prefill_left[r] - take  # (not `prefill_left[r] -= take`: a generic operation in the compiled module)
+            prefill_left[r] = left
             e.queued_tokens -= take
-            if prefill_left[r] == 0:
+            if left == 0:
                 done.append(r)
         e.batch = []
         path = self.path_s[p]
@@ -419,7 +419,8 @@ class Simulator:
             e.queue.popleft()  # completed requests are exactly the front of the queue
             if path > 0.0:  # mechanism request_path: the response travels the serving path first
                 delay = path * self.path_factor[r] if self.path_factor else path
-                heappush(self._events, (now + delay, _HANDOFF, next(self._seq), r, 0, 0))
+                seq = self._seq = self._seq + 1
+                heappush(self._events, (now + delay, _HANDOFF, seq, r, 0, 0))
             else:
                 self._handoff(r)
         self._prefill_start(p)
@@ -475,7 +476,8 @@ class Simulator:
                 delay = start - now + ph.transfer_latency_s + wire
             else:  # pull the prompt's KV from the prefill engine, which still holds it
                 delay = self.pre[self.p_of[r]].phys.transfer_time_s(prompt[r])
-            heappush(self._events, (now + delay, _TRANSFER_DONE, next(self._seq), r, di, self.epoch[r]))
+            seq = self._seq = self._seq + 1
+            heappush(self._events, (now + delay, _TRANSFER_DONE, seq, r, di, self.epoch[r]))
             used = d.reserved_kv_tokens + running_kv
             if used > self.kv_peak[di]:
                 self.kv_peak[di] = used
@@ -509,7 +511,8 @@ class Simulator:
         if n == 0:
             if d.joining:
                 d.origin_s = now
-                heappush(self._events, (now, _DEC_NEXT, next(self._seq), di, version, 0))
+                seq = self._seq = self._seq + 1
+                heappush(self._events, (now, _DEC_NEXT, seq, di, version, 0))
             return
         origin_step = d.origin_step
         # next completion
@@ -525,7 +528,8 @@ class Simulator:
         if k < 0:
             k = 0
         when = d.origin_s + k * d.seg_step_s + d.seg_cn * k * (k - 1) * 0.5  # d.time_after(k), written out
-        heappush(self._events, (when, _DEC_NEXT, next(self._seq), di, version, k))
+        seq = self._seq = self._seq + 1
+        heappush(self._events, (when, _DEC_NEXT, seq, di, version, k))
 
     def _decode_boundary(self, d: _Decode, di: int, k: int) -> None:
         """The engine reached the boundary ``k`` steps into its segment: settle completions, let the
@@ -558,10 +562,11 @@ class Simulator:
             ids = self.ids
             order = d.admission_order
             while heap and heap[0][0] <= step:
-                fv, r = heapq.heappop(heap)  # fv: the finish step index recorded when it joined
+                fv, r = heappop(heap)  # fv: the finish step index recorded when it joined
                 if finish_step[r] != fv or r not in running:
                     continue
-                sum_base -= running.pop(r)
+                sum_base -= running[r]
+                del running[r]
                 del order[r]
                 n_running -= 1
                 sum_finish -= fv
@@ -580,7 +585,10 @@ class Simulator:
             recompute = d.recompute
             for r in joined:
                 if recompute:
-                    ctx_tokens = recompute.pop(r, 0)
+                    ctx_tokens = 0
+                    if r in recompute:
+                        ctx_tokens = recompute[r]
+                        del recompute[r]
                     if ctx_tokens:  # a resumed preempted sequence: its context is recomputed in this step
                         stall += d.phys.prefill_per_token_s * ctx_tokens
                 if math.isnan(t_joined[r]):  # its decode starts: the ledger counts it down from here
@@ -596,7 +604,7 @@ class Simulator:
                 finish_step[r] = fv
                 sum_finish += fv
                 queued_out += out[r]
-                heapq.heappush(heap, (fv, r))
+                heappush(heap, (fv, r))
             d.queued_output_tokens -= queued_out
         # 3. KV for the next step: preempt the most recently admitted until it fits (a request
         #    still pulling its KV is cancelled; the oldest running one always progresses)
@@ -610,7 +618,8 @@ class Simulator:
                 reserved -= d.in_transfer.pop(r)
                 self.epoch[r] += 1
                 continue
-            base = running.pop(r)
+            base = running[r]
+            del running[r]
             n_running -= 1
             sum_base -= base
             sum_finish -= finish_step[r]

@@ -18,8 +18,16 @@ import numpy as np
 
 from repro.errors import check_choice
 from repro.routing.cost_model import CostModel
-from repro.routing.policies.base import InstanceSignals, PoolArrays, RequestInfo
-from repro.routing.policies.pricing import marginal_cost_pairs
+from repro.routing.policies.base import (
+    NO_HEALTHY,
+    ClusterView,
+    Decision,
+    InstanceSignals,
+    PoolArrays,
+    Rejection,
+    RequestInfo,
+)
+from repro.routing.policies.pricing import marginal_cost_best, marginal_cost_pairs, marginal_cost_parts
 from repro.routing.policies.scoring import MarginalCostBase, ScorerOptions
 from repro.routing.policies.vectorized import VectorParts, take
 from repro.vocab import LEDGER_ANCHORS, TPOT_READINGS
@@ -144,30 +152,30 @@ class MarginalCost(MarginalCostBase):
         check_choice(self.name, "ledger_anchor", self.ledger_anchor, LEDGER_ANCHORS)
         check_choice(self.name, "tpot_reading", self.tpot_reading, TPOT_READINGS)
 
+    def place_enumerated(self, request: RequestInfo, view: ClusterView) -> Decision:
+        """`MarginalCostBase.place_enumerated`'s decision; the usual case (every healthy instance priced,
+        the argmin: no sampling, softmax or guard) in one call of the compiled
+        `repro.routing.policies.pricing.marginal_cost_best` (the same parts, scores and tie rule)."""
+        if self.sample_d or self.temperature_s or self.admission_guard or not _own_pricing(type(self)):
+            return super().place_enumerated(request, view)
+        self._tick += 1
+        best = marginal_cost_best(
+            view.prefill, view.decode, self._tick, request.prompt_tokens,
+            request.predicted_output_tokens if self.use_length else self.default_output_tokens,  # output_estimate
+            request.slo_class, self._prices(), self.use_backlog, self.use_own_work, self.use_cache_pressure,
+            self.tpot_reading == "backlog", self.use_slo, self.slo_weight, self.cache_safe_fraction)
+        return Rejection(NO_HEALTHY) if best is None else best
+
     def _priced_pairs(self, request: RequestInfo, prefill: list[InstanceSignals],
                       decode: list[InstanceSignals]) -> list[tuple[float, int, int, int, float]]:
-        cm = self.cost_model
         L, o, ttft_target, tpot_target, own_pre = self._request_terms(request)
-        use_backlog, use_own_work, guard = self.use_backlog, self.use_own_work, self.admission_guard
-        by_backlog = self.tpot_reading == "backlog"
-        if not use_own_work:
-            own_pre = 0.0
-        # the guard's predicted TTFT (the 5th element) is read only with the guard on
-        pre_parts = [(s.index, s.backlog_s if use_backlog else 0.0, s.in_flight,
-                      self._guard_prefill_s(s, L) if guard else 0.0) for s in prefill]
-        dec_parts = []
-        for s in decode:
-            tau = cm.tau_dec(s.in_flight)
-            backlog = s.backlog_s if use_backlog else 0.0
-            work = o * tau if use_own_work else 0.0
-            first = tau if use_own_work else 0.0  # the first token's decode step, in TTFT_hat
-            cache = self._cache_pressure_s(s, L, o, ttft_target) if self.use_cache_pressure else 0.0
-            # decode seconds beyond the TPOT budget: o * (TPOT_hat - T_tpot), TPOT_hat = tau_dec(n_d), the
-            # per-token time of the batch it joins (``batch``), or (backlog + own work) / o (``backlog``)
-            tpot_over = backlog + work - o * tpot_target if by_backlog else (work - o * tpot_target)
-            dec_parts.append((s.index, backlog + work + cache, s.in_flight, first,
-                              tpot_over if tpot_over > 0.0 else 0.0, tau + cache))
-        return marginal_cost_pairs(pre_parts, dec_parts, own_pre, ttft_target, self.use_slo, self.slo_weight)
+        # the parts (`repro.routing.policies.pricing.marginal_cost_parts`); the guard's predicted TTFT (the
+        # 5th element of a priced pair) is read only with the guard on
+        pre_parts, dec_parts = marginal_cost_parts(
+            prefill, decode, L, o, ttft_target, tpot_target, self._prices(), self.use_backlog, self.use_own_work,
+            self.use_cache_pressure, self.tpot_reading == "backlog", self.cache_safe_fraction, self.admission_guard)
+        return marginal_cost_pairs(pre_parts, dec_parts, own_pre if self.use_own_work else 0.0, ttft_target,
+                                   self.use_slo, self.slo_weight)
 
     def _vector_parts(self, request: RequestInfo, pre: PoolArrays, dec: PoolArrays, pc: np.ndarray,
                       dc: np.ndarray) -> VectorParts:
@@ -199,3 +207,16 @@ class MarginalCost(MarginalCostBase):
             hinge = np.maximum(0.0, (a + v.first[cols]) - v.ttft_target_s) + v.tpot[cols]
             score = score + (hinge if v.hinge_weight == 1.0 else v.hinge_weight * hinge)  # 1.0 * x is x
         return score
+
+
+_HOOKS = ("_priced", "_priced_pairs", "_candidates", "_decide", "_request_terms", "output_estimate", "_prices")
+_OWN_PRICING: dict[type, bool] = {}
+
+
+def _own_pricing(cls: type) -> bool:
+    """Whether ``cls`` prices as `MarginalCost` does (overrides none of the methods that its compiled
+    decision, `MarginalCost.place_enumerated`, stands for); else that decision takes the methods' path."""
+    own = _OWN_PRICING.get(cls)
+    if own is None:
+        own = _OWN_PRICING[cls] = all(getattr(cls, name) is getattr(MarginalCost, name) for name in _HOOKS)
+    return own

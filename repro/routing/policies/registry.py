@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -139,40 +140,44 @@ class PolicyRef:
                               f"{one_line(exc, 500)}") from exc
 
 
-_RESOLVED: dict[str, tuple[PolicyRef, float]] = {}
-"""Name -> its `PolicyRef` and when (monotonic s) a user's module was last looked at for edits."""
+_RESOLVED: dict[str, tuple[PolicyRef, float, Any]] = {}
+"""Name -> its `PolicyRef`, when (monotonic s) a user's module was last looked at for edits, and that module."""
 
 
 def resolve_policy(name: str, options: dict[str, Any] | None = None) -> PolicyRef:
     """``name`` (a registered name or a user's import path) as a `PolicyRef`, made once per process and per
     version of a user's code: a user's module is looked at again for edits (`repro.sources.fresh_module`) at
-    most every `repro.sources.RECHECK_S` seconds, and re-resolved when it was reloaded; in between, the ref is
-    handed back as it is. Raises `ConfigError` for an unknown name, a path that does not import (naming the
-    module that failed and why), or a user's class that does not meet the contract (everything missing, in one
-    message; with ``options`` whose names its constructor takes, also whether it can be called with them:
-    checked once per set of names)."""
+    most every `repro.sources.RECHECK_S` seconds, and at once when it was taken out of ``sys.modules`` or
+    reloaded; it is re-resolved when its class changed. In between, the ref is handed back as it is. Raises
+    `ConfigError` for an unknown name, a path that does not import (naming the module that failed and why), or
+    a user's class that does not meet the contract (everything missing, in one message; with ``options``, also
+    whether its constructor can be called with them when it takes those names: checked once per set of
+    names)."""
     from repro import sources
 
     if name in POLICIES:
         hit = _RESOLVED.get(name)
         if hit is None:
-            hit = _RESOLVED[name] = (PolicyRef(name, POLICIES[name], registered=True), 0.0)
+            hit = _RESOLVED[name] = (PolicyRef(name, POLICIES[name], registered=True), 0.0, None)
         return hit[0]
     now = time.monotonic()
     hit = _RESOLVED.get(name)
-    if hit is None or now - hit[1] >= sources.RECHECK_S:
+    if (hit is None or now - hit[1] >= sources.RECHECK_S
+            or sys.modules.get(getattr(hit[0].cls, "__module__", "")) is not hit[2]):
         cls = import_policy(name, tuple(POLICIES))  # imported, or reloaded when its files changed
+        module = sys.modules.get(getattr(cls, "__module__", ""))
         if hit is None or hit[0].cls is not cls:
-            known = bool(options) and isinstance(cls, type) and set(options or ()) <= set(constructor_params(cls))
+            known = options is not None and isinstance(cls, type) and set(options) <= set(constructor_params(cls))
             problems = contract_problems(cls, options if known else None)  # all that is missing, in one message
             if problems:
                 raise ConfigError(contract_message(name, problems))
-            hit = (PolicyRef(name, cls, registered=False), now)
+            ref = PolicyRef(name, cls, registered=False)
             if known:
-                hit[0]._contract_checked.add(frozenset(options or ()))
-        _RESOLVED[name] = (hit[0], now)
+                ref._contract_checked.add(frozenset(options or ()))
+            hit = (ref, now, module)
+        _RESOLVED[name] = hit = (hit[0], now, module)
     ref = hit[0]
-    if options:
+    if options is not None:
         ref.check_contract(options)
     return ref
 

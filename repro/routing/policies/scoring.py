@@ -32,7 +32,7 @@ from repro.routing.policies.base import (
     Rejection,
     RequestInfo,
 )
-from repro.routing.policies.pricing import first_best
+from repro.routing.policies.pricing import Prices, cache_pressure_s, first_best, guard_prefill_s
 from repro.routing.policies.vectorized import VectorizedPricing
 
 _NUMBER = (int, float)
@@ -149,6 +149,8 @@ class MarginalCostBase(VectorizedPricing, Policy):
 
     name = "marginal_cost_base"
 
+    _prices_made: Prices | None = None  # `_prices`' (set on the instance)
+
     Options: ClassVar[type[ScorerOptions]] = ScorerOptions
     """Its options' typed record (a subclass may extend it, or change defaults)."""
 
@@ -185,22 +187,25 @@ class MarginalCostBase(VectorizedPricing, Policy):
             alive = self._rng.sample(alive, self.sample_d)
         return alive
 
+    def _prices(self) -> Prices:
+        """The cost model's prices as native numbers (`repro.routing.policies.pricing.Prices`), made once per
+        cost model (again if ``cost_model`` is replaced)."""
+        prices = self._prices_made
+        if prices is None or prices.cost_model is not self.cost_model:
+            prices = self._prices_made = Prices(self.cost_model)
+        return prices
+
     def _guard_prefill_s(self, s: InstanceSignals, prompt_tokens: int) -> float:
         """The guard's prefill-side TTFT on p (s): a batching engine pays the base once per step of
-        queued tokens, then the KV transfer."""
-        cm = self.cost_model
-        q = s.in_flight_tokens + prompt_tokens
-        budget = max(1, int(cm.max_num_batched_tokens))
-        return math.ceil(q / budget) * cm.tau_pre_base_s + q * cm.tau_pre_per_token_s + cm.tau_xfer(prompt_tokens)
+        queued tokens, then the KV transfer (`repro.routing.policies.pricing.guard_prefill_s`)."""
+        return guard_prefill_s(self._prices(), s.in_flight_tokens, prompt_tokens)
 
     def _cache_pressure_s(self, s: InstanceSignals, prompt_tokens: int, output_tokens: float,
                           ttft_target_s: float) -> float:
         """``T_ttft * max(0, u - u_safe) / (1 - u_safe)`` (s), ``u`` the post-admission KV fraction of d
-        from the polled usage: ``(kv_usage * C + L + o) / C``."""
-        cap = float(self.cost_model.kv_capacity_tokens)
-        u = (s.kv_usage * cap + prompt_tokens + output_tokens) / cap
-        safe = self.cache_safe_fraction
-        return ttft_target_s * (u - safe) / (1.0 - safe) if u > safe else 0.0
+        from the polled usage: ``(kv_usage * C + L + o) / C`` (`repro.routing.policies.pricing.cache_pressure_s`)."""
+        return cache_pressure_s(s.kv_usage, prompt_tokens, output_tokens, ttft_target_s,
+                                float(self.cost_model.kv_capacity_tokens), self.cache_safe_fraction)
 
     def place(self, request: RequestInfo, view: ClusterView) -> Decision:
         """The argmin pair (exact): vectorised for large pools, enumerated for small ones or with a
