@@ -22,15 +22,33 @@ Choosing one (`make_executor`, `shared_executor`):
 The environment sets the defaults, so notebooks and `repro paper` pick them up without code changes:
 ``$REPRO_EXECUTOR`` (``serial``/``local``/``ray``; default ``local``), ``$REPRO_JOBS`` (tasks at once;
 default: one per core) and ``$REPRO_RAY_ADDRESS``.
+
+One pool for many processes (`PoolServer`, `PoolClient`): `repro paper` runs several notebook kernels at
+once; rather than a ``local`` pool per kernel (each worker importing the simulator and building its
+predictor again, more workers than cores, and two kernels simulating the same spec at the same time), it
+serves one pool of ``jobs`` workers to every kernel over a local socket (``$REPRO_POOL``). A kernel's
+``local`` executor is then a `PoolClient`: the same contract and the same results (a task is the same
+function on the same item), tasks identical to one queued, running or just finished for another kernel
+are computed once, and tasks run in the order of their client's priority (``$REPRO_POOL_PRIORITY``,
+lowest first: the longest notebook's first), then of submission.
 """
 
 from __future__ import annotations
 
 import abc
 import atexit
+import collections
 import contextlib
+import hashlib
+import heapq
+import itertools
 import os
+import pickle
+import queue
+import shutil
 import sys
+import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -40,6 +58,8 @@ EXECUTORS: tuple[str, ...] = ("serial", "local", "ray")
 """The executors `make_executor` knows, by name."""
 
 EXECUTOR_ENV, JOBS_ENV, ADDRESS_ENV = "REPRO_EXECUTOR", "REPRO_JOBS", "REPRO_RAY_ADDRESS"
+POOL_ENV, POOL_KEY_ENV, PRIORITY_ENV = "REPRO_POOL", "REPRO_POOL_KEY", "REPRO_POOL_PRIORITY"
+"""A `PoolServer`'s socket, its key (hex) and a client's priority: set by `PoolServer.env` and `repro paper`."""
 
 RAY_EXCLUDES: tuple[str, ...] = (
     ".git", "runs", "results", "figures", ".venv*", "**/__pycache__", "*.ipynb_checkpoints", "node_modules", "build",
@@ -293,6 +313,305 @@ def local_ray_head(cpus: int = 2, port: int | None = None, timeout_s: float = 90
         log.close()
 
 
+# ---- one pool served to many processes ----------------------------------------------------------
+def _run_pickled(payload: bytes) -> tuple[bool, bytes | None, str]:
+    """A pool worker's task: ``payload`` is the pickled ``(fn, item)``; returns ``(True, pickled fn(item),
+    "")``, or ``(False, the pickled exception or None, "Type: message")`` when ``fn`` raised. Results travel
+    as bytes, so the server forwards them without importing what they are made of."""
+    fn, item = pickle.loads(payload)
+    try:
+        return True, pickle.dumps(fn(item), protocol=pickle.HIGHEST_PROTOCOL), ""
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}"
+        try:
+            return False, pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL), text
+        except Exception:  # an exception that does not pickle: its text only
+            return False, None, text
+
+
+class _Peer:
+    """A connected client: what the server sends it goes through a queue and a thread of its own, so that a
+    client busy elsewhere never holds up the pool."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._send, daemon=True, name="repro-pool-send").start()
+
+    def _send(self) -> None:
+        while True:
+            msg = self.out.get()
+            if msg is None:
+                return
+            try:
+                self.conn.send(msg)
+            except (OSError, ValueError):  # the client went away: its reader cleans up
+                return
+
+
+class _Task:
+    """One distinct task (its pickled ``(fn, item)``) and who waits for it: (peer, map id, index)."""
+
+    __slots__ = ("dispatched", "payload", "priority", "waiters")
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+        self.waiters: list[tuple[_Peer, int, int]] = []
+        self.priority: tuple[int, int] | None = None
+        self.dispatched = False
+
+
+class PoolServer:
+    """``jobs`` worker processes of this machine (a loky pool) serving `PoolClient`s of other processes over
+    a local (Unix) socket with a random key; `env` is what a client process needs in its environment.
+
+    A task identical to one queued or running (the same pickled function and item) waits for that one
+    instead of running again, and the latest results (up to ``keep_bytes`` of them, pickled) are kept for
+    identical tasks that come just after. Tasks start in this order: those of a map of at most ``jobs``
+    tasks first (a step of a search, whose next step waits for it: a long sweep must not hold it up),
+    then by their client's priority (lowest first; ``$REPRO_POOL_PRIORITY``), then in the order they
+    came. Use as a context manager, or call `close`."""
+
+    def __init__(self, jobs: int, keep_bytes: int = 64 << 20) -> None:
+        from multiprocessing.connection import Listener
+
+        check_int("pool", "jobs", jobs, 1, 1024)
+        self.jobs, self.keep_bytes = jobs, keep_bytes
+        self._key = os.urandom(32)
+        self._dir = tempfile.mkdtemp(prefix="repro-pool-")
+        self.address = os.path.join(self._dir, "pool.sock")
+        self._listener = Listener(self.address, family="AF_UNIX", authkey=self._key)
+        self._cond = threading.Condition()
+        self._queue: list[tuple[tuple[int, int], int, bytes]] = []  # ((small map?, priority), order, key): a heap
+        self._order = itertools.count()
+        self._tasks: dict[bytes, _Task] = {}  # queued or running, by key
+        self._done: collections.OrderedDict[bytes, tuple[bool, bytes | None, str]] = collections.OrderedDict()
+        self._done_bytes = 0
+        self._running = 0
+        self._pool: Any = None
+        self._closed = False
+        self.computed = 0
+        """Tasks the workers ran (identical tasks of several clients count once)."""
+        self.requested = 0
+        """Tasks clients asked for."""
+        for target in (self._accept, self._dispatch):
+            threading.Thread(target=target, daemon=True, name=f"repro-pool{target.__name__}").start()
+
+    def env(self, priority: int = 0) -> dict[str, str]:
+        """The environment of a client process: the socket, the key, the pool's size (``$REPRO_JOBS``), the
+        ``local`` executor and the client's ``priority``."""
+        return {POOL_ENV: self.address, POOL_KEY_ENV: self._key.hex(), JOBS_ENV: str(self.jobs),
+                EXECUTOR_ENV: "local", PRIORITY_ENV: str(priority)}
+
+    # -- clients
+    def _accept(self) -> None:
+        from multiprocessing import AuthenticationError
+
+        while not self._closed:
+            try:
+                conn = self._listener.accept()
+            except (OSError, EOFError, AuthenticationError):
+                continue  # closed (the loop ends), or a caller without the key
+            if self._closed:  # `close` woke us
+                conn.close()
+                return
+            threading.Thread(target=self._serve, args=(_Peer(conn),), daemon=True, name="repro-pool-recv").start()
+
+    def _serve(self, peer: _Peer) -> None:
+        try:
+            while True:
+                msg = peer.conn.recv()
+                if msg[0] == "map":  # ("map", map id, priority, [pickled (fn, item), ...])
+                    self._submit(peer, msg[1], int(msg[2]), msg[3])
+                elif msg[0] == "cancel":  # ("cancel", map id): its results are no longer wanted
+                    self._cancel(peer, msg[1])
+        except (EOFError, OSError):  # the client closed its end (or died)
+            self._cancel(peer, None)
+        finally:
+            peer.out.put(None)
+            with contextlib.suppress(OSError):
+                peer.conn.close()
+
+    def _submit(self, peer: _Peer, batch: int, client_priority: int, payloads: list[bytes]) -> None:
+        priority = (0 if len(payloads) <= self.jobs else 1, client_priority)
+        with self._cond:
+            self.requested += len(payloads)
+            for i, payload in enumerate(payloads):
+                key = hashlib.sha256(payload).digest()
+                if key in self._done:
+                    self._done.move_to_end(key)
+                    peer.out.put(("result", batch, i, self._done[key]))
+                    continue
+                task = self._tasks.get(key)
+                if task is None:
+                    task = self._tasks[key] = _Task(payload)
+                task.waiters.append((peer, batch, i))
+                if not task.dispatched and (task.priority is None or priority < task.priority):
+                    task.priority = priority
+                    heapq.heappush(self._queue, (priority, next(self._order), key))
+            self._cond.notify_all()
+
+    def _cancel(self, peer: _Peer, batch: int | None) -> None:
+        with self._cond:
+            for task in self._tasks.values():
+                task.waiters = [w for w in task.waiters if w[0] is not peer or (batch is not None and w[1] != batch)]
+
+    # -- workers
+    def _dispatch(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not (self._queue and self._running < 2 * self.jobs):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                priority, _, key = heapq.heappop(self._queue)
+                task = self._tasks.get(key)
+                if task is None or task.dispatched or task.priority != priority:
+                    continue  # done, running, or queued again at a better priority
+                if not task.waiters:  # nobody wants it any more
+                    del self._tasks[key]
+                    continue
+                task.dispatched = True
+                self._running += 1
+                self.computed += 1
+                try:
+                    future = self._workers().submit(_run_pickled, task.payload)
+                except Exception as exc:  # a broken pool: this task fails, the next one gets a new pool
+                    self._pool = None
+                    self._finish(key, (False, None, f"{type(exc).__name__}: {exc}"))
+                    continue
+            future.add_done_callback(lambda fut, key=key: self._finished(key, fut))
+
+    def _workers(self) -> Any:
+        if self._pool is None:
+            from joblib.externals.loky import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+        return self._pool
+
+    def _finished(self, key: bytes, future: Any) -> None:
+        try:
+            result = future.result()
+        except Exception as exc:  # the worker died (a BrokenProcessPool): the task fails, the pool is made again
+            result = (False, None, f"{type(exc).__name__}: {exc}")
+            with self._cond:
+                self._pool = None
+        with self._cond:
+            self._finish(key, result)
+
+    def _finish(self, key: bytes, result: tuple[bool, bytes | None, str]) -> None:  # (holding the lock)
+        self._running -= 1
+        task = self._tasks.pop(key, None)
+        if result[0] and result[1] is not None and len(result[1]) <= self.keep_bytes:
+            self._done[key] = result
+            self._done_bytes += len(result[1])
+            while self._done_bytes > self.keep_bytes:
+                self._done_bytes -= len(self._done.popitem(last=False)[1][1] or b"")
+        for peer, batch, i in task.waiters if task is not None else ():
+            peer.out.put(("result", batch, i, result))
+        self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop serving and stop the workers (idempotent)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            pool, self._pool = self._pool, None
+            self._cond.notify_all()
+        from multiprocessing.connection import Client
+
+        with contextlib.suppress(Exception):  # wake the accepting thread, which then ends
+            Client(self.address, family="AF_UNIX", authkey=self._key).close()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        if pool is not None:
+            pool.shutdown(wait=True, kill_workers=True)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> PoolServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PoolClient(Executor):
+    """The ``local`` executor of a process whose environment names a `PoolServer` (``$REPRO_POOL``): its
+    tasks run on that pool's ``jobs`` workers, shared with the pool's other clients."""
+
+    kind = "local"
+
+    def __init__(self, address: str, key: str, jobs: int, priority: int = 0) -> None:
+        check_int("pool", "jobs", jobs, 1, 1024)
+        self.address, self.jobs, self.priority = address, jobs, priority
+        self._key = bytes.fromhex(key)
+        self._conn: Any = None
+        self._maps = itertools.count()
+
+    def describe(self) -> str:
+        return f"shared pool x{self.jobs}"
+
+    def _ensure(self) -> Any:
+        if self._conn is None:
+            from multiprocessing.connection import Client
+
+            self._conn = Client(self.address, family="AF_UNIX", authkey=self._key)
+        return self._conn
+
+    def imap_unordered(self, fn: Callable[[TaskItem], TaskResult], items: Sequence[TaskItem]
+                       ) -> Iterator[tuple[int, TaskResult]]:
+        try:  # as loky does: a function of __main__ travels by value
+            from cloudpickle import dumps
+        except ImportError:
+            from pickle import dumps
+
+        payloads = [dumps((fn, item), protocol=pickle.HIGHEST_PROTOCOL) for item in items]
+        if not payloads:
+            return
+        conn = self._ensure()
+        batch = next(self._maps)
+        conn.send(("map", batch, self.priority, payloads))
+        left = len(payloads)
+        try:
+            while left:
+                try:
+                    _, b, i, (ok, data, text) = conn.recv()
+                except (EOFError, OSError) as exc:
+                    self._conn = None
+                    raise RuntimeError(f"executor: the shared pool at {self.address} went away ({exc!r})") from exc
+                if b != batch:  # a result of a map given up before (its consumer stopped early)
+                    continue
+                left -= 1
+                if ok:
+                    yield i, pickle.loads(data)  # type: ignore[arg-type]
+                    continue
+                error = None
+                with contextlib.suppress(Exception):
+                    error = pickle.loads(data) if data is not None else None
+                raise TaskFailed(i, text, error if isinstance(error, BaseException) else None)
+        finally:
+            if left and self._conn is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._conn.send(("cancel", batch))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+            self._conn = None
+
+
+def pool_client_from_env(jobs: int | None) -> PoolClient | None:
+    """The `PoolClient` of the `PoolServer` this process's environment names (``$REPRO_POOL``), or None."""
+    address, key = os.environ.get(POOL_ENV, "").strip(), os.environ.get(POOL_KEY_ENV, "").strip()
+    if not address or not key or not os.path.exists(address):
+        return None
+    raw = os.environ.get(PRIORITY_ENV, "").strip()
+    priority = int(raw) if raw.lstrip("-").isdigit() else 0
+    return PoolClient(address, key, jobs or 1, priority)
+
+
 def make_executor(kind: str = "local", jobs: int | None = None, address: str | None = None) -> Executor:
     """An executor by name (`EXECUTORS`). ``jobs``: tasks at once (``local``: default one per core; 1
     gives the serial executor); ``address``: the Ray head (``ray`` only)."""
@@ -326,14 +645,17 @@ _SHARED: dict[tuple[str, int | None, str | None], Executor] = {}
 
 def shared_executor(kind: str | None = None, jobs: int | None = None, address: str | None = None) -> Executor:
     """This process's executor for a setting (the environment's where not given), made once and reused
-    by every sweep (a local pool or a Ray connection is not rebuilt per sweep); closed at exit."""
+    by every sweep (a local pool or a Ray connection is not rebuilt per sweep); closed at exit. A ``local``
+    setting of more than one job in a process whose environment names a `PoolServer` (``$REPRO_POOL``:
+    a notebook kernel of `repro paper`) is that pool's `PoolClient`."""
     env_kind, env_jobs, env_address = settings_from_env()
     key = (kind or env_kind, jobs if jobs is not None else env_jobs,
            address if address is not None else env_address)
     if key not in _SHARED:
         if not _SHARED:
             atexit.register(close_shared)
-        _SHARED[key] = make_executor(*key)
+        client = pool_client_from_env(key[1]) if key[0] == "local" and (key[1] or 0) > 1 else None
+        _SHARED[key] = client or make_executor(*key)
     return _SHARED[key]
 
 

@@ -3,6 +3,7 @@ without files (`simulate_spec`, or `run_or_simulate` with ``sim_in_memory``)."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import shutil
@@ -93,10 +94,33 @@ def simulate_timed(spec: RunSpec) -> tuple[pd.DataFrame, DecisionTimeSummary]:
     `repro.errors.PolicyError`."""
     _, pre, _, dec = engine_pools(spec)
     trace = build_trace(spec)
-    pred = build_predictions(spec, trace)
+    pred = _predictions(spec, trace)
     router = make_router(spec)
     journal = Simulator(trace.df, pred, router, pre, dec, spec.sim, spec.poll_interval_s()).run()
     return journal, cast(DecisionTimeSummary, router.decision_time())  # (the compiled router's plain dict)
+
+
+_PREDICTIONS: collections.OrderedDict[tuple[Any, ...], np.ndarray] = collections.OrderedDict()
+PREDICTIONS_KEPT = 32
+"""Traces whose predictions a process keeps (`_predictions`)."""
+
+
+def _predictions(spec: RunSpec, trace: Any) -> np.ndarray:
+    """`build_predictions` of ``spec``'s own trace (``build_trace(spec)``), kept for this process's last
+    `PREDICTIONS_KEPT` traces: the specs of a sweep share a few traces (every policy, pool shape and cost
+    model of one trace), and the predictions (the predictor's features and model over every prompt) are a
+    third of a simulation's cost. The key is what the trace and the predictions are made of (`build_trace`,
+    `build_predictions`); the simulator only reads them (a copy is given all the same)."""
+    key = (spec.workload, spec.seed, spec.rate, spec.n_requests, spec.arrival_spec(), spec.workload_params(),
+           length_cap(spec), spec.predictor, spec.predictor_noise, spec.predictor_seed)
+    got = _PREDICTIONS.get(key)
+    if got is None:
+        got = _PREDICTIONS[key] = build_predictions(spec, trace)
+        while len(_PREDICTIONS) > PREDICTIONS_KEPT:
+            _PREDICTIONS.popitem(last=False)
+    else:
+        _PREDICTIONS.move_to_end(key)
+    return got.copy()
 
 
 def code_fingerprint(spec: RunSpec) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from repro.errors import ConfigError
+from repro.experiment.executor import PRIORITY_ENV
 from repro.paper.golden import CHECK_MARKER
 from repro.paper.summary import collect_headlines, commit_id, default_dirs
 from repro.paths import CLUSTERS_DIR, NOTEBOOK_DIR, resolve_dir
@@ -83,14 +84,19 @@ OVERVIEW = "00_overview"
 """The notebook that reads the run's ``summary.csv``: `run_paper` runs it after the sections."""
 
 NOTEBOOK_WALL_S: dict[str, float] = {
-    "08_frontier": 176, "10_feature_ablation": 176, "13_beyond": 146, "09_load_and_tails": 132, "14_scorers": 107,
-    "11_predictor_noise": 91, "12_sim_vs_hardware": 69, "06_heterogeneity": 65, "07_pool_width": 48,
-    "05_calibration_value": 44, "04_mixed_goodput": 20, "03_methodology": 19, "02_length_predictor": 12,
-    "01_calibration": 5,
+    "08_frontier": 113, "10_feature_ablation": 106, "14_scorers": 106, "13_beyond": 58, "09_load_and_tails": 55,
+    "03_methodology": 45, "05_calibration_value": 33, "12_sim_vs_hardware": 32, "06_heterogeneity": 32,
+    "11_predictor_noise": 30, "07_pool_width": 27, "04_mixed_goodput": 27, "02_length_predictor": 17,
+    "01_calibration": 9,
 }
-"""Each section notebook's wall seconds in the main job (sim, full, ten traces for 01-11, 2 cores, 01bda99):
-`run_paper` starts the longest first (longest-processing-time order), so no long notebook starts
-last and runs alone. Only the order depends on these; a notebook not listed starts after them."""
+"""Each section notebook's wall seconds alone (``repro paper --only NN``: sim, full, a cold cache, the shared
+pool of 2 cores, issue 43), the notebooks before it not having simulated its runs: `run_paper` starts the
+longest first (longest-processing-time order) and their simulations go first in the pool, so no long one
+starts last and runs alone. Only the order depends on these; a notebook not listed starts after them."""
+
+KERNELS_BEYOND_CORES = 1
+"""On ``sim`` with the shared pool: notebooks at once beyond one per core. Their kernels mostly wait on the
+pool, and one more keeps the cores busy while a kernel computes its own statistics and figures."""
 
 
 ON_REQUEST = ("15_scorecard",)
@@ -202,8 +208,10 @@ def _failure_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = NOTEBOOK_DIR) -> NotebookResult:
-    """Execute one notebook with papermill into ``out_dir``; never raises for a failing cell."""
+def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = NOTEBOOK_DIR,
+                 env: dict[str, str] | None = None) -> NotebookResult:
+    """Execute one notebook with papermill into ``out_dir``; never raises for a failing cell. ``env``: set in
+    the kernel's environment (besides this process's)."""
     import papermill as pm
 
     check_parameters(path, params)
@@ -212,9 +220,10 @@ def run_notebook(path: Path, out_dir: Path, params: dict[str, Any], cwd: Path = 
     t0 = time.perf_counter()
     try:
         # --log-level=ERROR: the kernel's start-up warning about TCP on 127.0.0.1 would print once per notebook
-        pm.execute_notebook(str(path), str(output), parameters=params, kernel_name=KERNEL, language="python",
-                            cwd=str(cwd), progress_bar=False, log_output=False, report_mode=False,
-                            extra_arguments=["--log-level=ERROR"])
+        with environment(env or {}):  # the kernel inherits it
+            pm.execute_notebook(str(path), str(output), parameters=params, kernel_name=KERNEL, language="python",
+                                cwd=str(cwd), progress_bar=False, log_output=False, report_mode=False,
+                                extra_arguments=["--log-level=ERROR"])
     except Exception as exc:  # papermill's PapermillExecutionError carries the cell traceback
         return NotebookResult(path.stem, output, False, time.perf_counter() - t0, _failure_text(exc))
     return NotebookResult(path.stem, output, True, time.perf_counter() - t0)
@@ -231,11 +240,13 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
     Results and figures go to `default_dirs` unless given.
 
     ``jobs``: the cores to use (0: every core on ``sim``; 1 on a live backend, whose runs need the
-    machine to themselves). On ``sim`` up to ``jobs`` notebooks run at once (they share nothing and
-    are deterministic; the longest first, `NOTEBOOK_WALL_S`), and each notebook's sweeps and
-    saturation probes run on worker processes too (`repro.experiment.executor`: ``$REPRO_JOBS`` =
-    ``ceil(2 jobs / notebooks at once)``, so a notebook left running alone still uses every core).
-    ``executor="ray"`` sends the notebooks' simulations to the Ray cluster at ``address`` instead.
+    machine to themselves). On ``sim`` with the ``local`` executor, ``jobs`` worker processes simulate for
+    every notebook (one `repro.experiment.executor.PoolServer` for the run: workers start once, a spec that
+    two notebooks ask for at once is simulated once, the longest notebook's simulations go first) while
+    ``jobs + KERNELS_BEYOND_CORES`` notebooks run at once (the longest first, `NOTEBOOK_WALL_S`; they share
+    nothing else and are deterministic). Otherwise up to ``jobs`` notebooks run at once, each with its own
+    ``$REPRO_JOBS = ceil(2 jobs / notebooks at once)`` workers (``serial``: none), and ``executor="ray"``
+    sends the notebooks' simulations to the Ray cluster at ``address`` instead.
     Every result is the same for any ``jobs`` and executor. ``on_status`` hears every notebook's
     status (name -> (pending | running | done | FAILED | skipped..., wall s)) whenever one changes,
     ``on_message`` a line worth printing (the command line, `repro.cli.paper`, shows both); nothing
@@ -299,12 +310,26 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             params["cluster"] = stack.enter_context(hold_cluster(cluster_param, out_dir / "cluster"))
         sections = [n for n in nbs if n.stem != OVERVIEW]
         cores = jobs if jobs else ((os.cpu_count() or 1) if backend == "sim" else 1)
-        workers = max(1, min(len(sections), cores))
-        env = {"REPRO_EXECUTOR": executor}
-        if executor != "ray" or jobs:  # on Ray: as many at once as the cluster has CPUs, unless told
-            env["REPRO_JOBS"] = str(max(1, -(-2 * cores // workers)) if cores > 1 else 1)
-        if address:
-            env["REPRO_RAY_ADDRESS"] = address
+        # the longest first, so no long one starts last and runs alone
+        order = sorted(sections, key=lambda nb: -NOTEBOOK_WALL_S.get(nb.stem, 0.0))
+        own_env: dict[str, dict[str, str]] = {nb.stem: {} for nb in sections}
+        if backend == "sim" and executor == "local" and cores > 1 and sections:
+            # one pool of `cores` workers for every notebook's simulations (`repro.experiment.executor.PoolServer`):
+            # its workers start once, a spec two notebooks ask for at once runs once, and the longest notebook's
+            # simulations go first; the kernels mostly wait on it, so more of them run at once than there are cores
+            from repro.experiment.executor import PoolServer
+
+            pool = stack.enter_context(PoolServer(cores))
+            workers = max(1, min(len(sections), cores + KERNELS_BEYOND_CORES))
+            env = pool.env()
+            own_env = {nb.stem: {PRIORITY_ENV: str(rank)} for rank, nb in enumerate(order)}
+        else:
+            workers = max(1, min(len(sections), cores))
+            env = {"REPRO_EXECUTOR": executor}
+            if executor != "ray" or jobs:  # on Ray: as many at once as the cluster has CPUs, unless told
+                env["REPRO_JOBS"] = str(max(1, -(-2 * cores // workers)) if cores > 1 else 1)
+            if address:
+                env["REPRO_RAY_ADDRESS"] = address
         stack.enter_context(environment(env))  # the notebooks' kernels inherit it
 
         def started(nb: Path) -> None:
@@ -322,10 +347,8 @@ def run_paper(*, backend: str = "sim", scale: str = "full", only: str | None = N
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                # the longest first, so no long one starts last and runs alone
-                order = sorted(sections, key=lambda nb: -NOTEBOOK_WALL_S.get(nb.stem, 0.0))
-                futures = [pool.submit(run_notebook, nb, out_dir, own(nb)) for nb in order]
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as kernels:
+                futures = [kernels.submit(run_notebook, nb, out_dir, own(nb), env=own_env[nb.stem]) for nb in order]
                 for nb in sections:
                     started(nb)
                 for fut in as_completed(futures):

@@ -93,6 +93,19 @@ class SectionRuns:
         dup = [c for c in extra.columns if c in runs.columns]
         return pd.concat([extra, runs.drop(columns=dup)], axis=1)
 
+    def prefetch(self, specs: Sequence[RunSpec] | Sequence[Labelled]) -> None:
+        """Simulate the ``sim`` specs among ``specs`` all at once on the worker processes, so that the `run`s
+        that follow, one small grid at a time with work of their own in between, read them from the
+        simulation cache (`repro.experiment.simcache`): the same rows, without a wait on the workers per grid.
+        Does nothing without a cache, without workers, or for live specs."""
+        from repro.experiment import simcache
+        from repro.experiment.executor import shared_executor
+
+        plain = [for_this_machine(s[1] if isinstance(s, tuple) else s) for s in specs]
+        sims = list({s.run_id: s for s in plain if s.backend == "sim"}.values())
+        if len(sims) > 1 and simcache.cache_dir() is not None and shared_executor().jobs > 1:
+            runner.simulated_summaries(sims)
+
     def grid_row(self, spec: RunSpec) -> dict[str, Any]:
         """Run one spec (time scale capped for this machine) and return its row of `run`."""
         spec = for_this_machine(spec)
@@ -123,6 +136,20 @@ class SectionRuns:
         if spec.backend == "sim":
             return runner.simulate_spec(spec)
         return self._note(runner.run(for_this_machine(spec), self.runs_dir)).journal()
+
+    def run_journals(self, specs: Sequence[RunSpec]) -> list[pd.DataFrame]:
+        """`run_journal` of each spec, in order; the ``sim`` ones simulated at once on the worker processes
+        (`repro.experiment.executor.shared_executor`; the same journals as one at a time)."""
+        from repro.experiment.executor import shared_executor
+
+        specs = list(specs)
+        got: dict[int, pd.DataFrame] = {}
+        sims = [i for i, s in enumerate(specs) if s.backend == "sim"]
+        ex = shared_executor() if len(sims) > 1 else None
+        if ex is not None and ex.jobs > 1:
+            for j, journal in ex.imap_unordered(runner.simulate_spec, [specs[i] for i in sims]):
+                got[sims[j]] = journal
+        return [got[i] if i in got else self.run_journal(s) for i, s in enumerate(specs)]
 
     def _note(self, res: runner.RunResult) -> runner.RunResult:
         """Keep a run's per-request outcomes (`request_outcomes`) and record a live run in `live_runs`;

@@ -91,8 +91,7 @@ def burst_timeline(ctx: Section, specs: Sequence[RunSpec], window_s: float = 10.
     from repro.experiment.metrics import rolling
 
     frames = []
-    for spec in specs:
-        journal = ctx.run_journal(spec)
+    for spec, journal in zip(specs, ctx.run_journals(specs), strict=True):
         r = rolling(journal, truth_cost_model(spec).slo, window_s=window_s, q=q)
         last_full = float(np.floor(journal["arrival_s"].max() / window_s) * window_s)
         r = r[r.window < last_full].rename(columns={"window": "window_s"})

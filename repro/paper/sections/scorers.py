@@ -108,6 +108,8 @@ def scorer_rows(ctx: Section, formulas: Sequence[str] = FORMULAS,
     ref = paper_reference.load().set_index("key")
     rows: list[HeadlineRow] = []
     frames = []
+    # every formula's runs of every group at once (then each grid below reads them from the cache)
+    ctx.prefetch([item for group in groups for formula in formulas for item in _swap(plans[group][0](), formula)])
     for group in groups:
         make_specs, headline = plans[group]
         specs = make_specs()
