@@ -12,8 +12,9 @@
   the engine core and the detokenized answer).
 - `CpuAccount`: a sampler of ``/proc/<pid>/stat`` (every ``period_s``, and at its start and stop) that books
   each process's CPU seconds to a part of the run: each engine's frontend (the process the launcher
-  started) and its engine core (the child vLLM names ``VLLM::EngineCore``), the proxy, the load generator,
-  the rest of the driver's process tree, and everything outside the run. A process that ends in between
+  started, vLLM's API server), its engine core (the child vLLM names ``VLLM::EngineCore``: the scheduler) and
+  its workers (``VLLM::Worker``: the model's forward passes, on CPU a process of their own), the proxy, the
+  load generator, the rest of the driver's process tree, and everything outside the run. A process that ends in between
   counts up to its last sample. ``shares`` divides by the machine's CPU time over the interval (wall x
   cores): what part of the machine's capacity each part took.
 
@@ -140,12 +141,26 @@ class CpuAccount:
         root = chain[-1] if chain else pid
         for name, epid in self.engines.items():
             if root == epid:
-                return f"{name}:core" if "EngineCor" in table[pid][3] else f"{name}:frontend"
+                comm = table[pid][3]
+                return (f"{name}:core" if "EngineCor" in comm else f"{name}:worker" if comm.startswith("VLLM::")
+                        else f"{name}:frontend")
         if root == self.driver:
             if pid == self.driver:
                 return "driver"
-            cmd = _cmdline(pid)
-            return "loadgen" if "repro.cli.loadgen" in cmd else "proxy" if "repro.live.proxy" in cmd else "driver"
+            comm, cmd = table[pid][3], _cmdline(pid)
+            if "repro.cli.loadgen" in cmd:
+                return "loadgen"
+            if "repro.live.proxy" in cmd:
+                return "proxy"
+            # engines the driver started but the run was not told of (a cluster held for a whole validation):
+            # booked by role, all engines together
+            if "EngineCor" in comm:
+                return "engines:core"
+            if comm.startswith("VLLM::"):
+                return "engines:worker"
+            if "vllm.entrypoints" in cmd or "repro.emulator" in cmd:
+                return "engines:frontend"
+            return "driver"
         return "outside"
 
     def _sample(self) -> None:
