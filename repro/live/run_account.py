@@ -88,7 +88,7 @@ def request_time_delta(before: Mapping[str, Mapping[str, tuple[float, float]]],
     return out
 
 
-def _proc_table() -> dict[int, tuple[int, int, int, str]]:
+def proc_table() -> dict[int, tuple[int, int, int, str]]:
     """pid -> (parent pid, start time in ticks, CPU ticks, name), from ``/proc``."""
     out = {}
     for d in Path("/proc").glob("[0-9]*"):
@@ -164,7 +164,7 @@ class CpuAccount:
         return "outside"
 
     def _sample(self) -> None:
-        table = _proc_table()
+        table = proc_table()
         for pid, (_, start, cpu, _) in table.items():
             key = (pid, start)
             if key not in self._part:

@@ -173,24 +173,15 @@ class OutsideCpu:
         self._t0 = 0.0
 
     @staticmethod
-    def _table() -> dict[int, tuple[int, int, int]]:
-        """pid -> (parent pid, start time in ticks, CPU ticks)."""
-        out = {}
-        for d in Path("/proc").glob("[0-9]*"):
-            try:
-                text = (d / "stat").read_text()
-            except OSError:
-                continue
-            rest = text[text.rfind(")") + 2:].split()
-            try:
-                out[int(d.name)] = (int(rest[1]), int(rest[19]), int(rest[11]) + int(rest[12]))
-            except (IndexError, ValueError):
-                continue
-        return out
+    def _table() -> dict[int, tuple[int, int, int, str]]:
+        """pid -> (parent pid, start time in ticks, CPU ticks, name) (`repro.live.run_account.proc_table`)."""
+        from repro.live.run_account import proc_table
 
-    def _outside(self, table: dict[int, tuple[int, int, int]]) -> dict[tuple[int, int], int]:
+        return proc_table()
+
+    def _outside(self, table: dict[int, tuple[int, int, int, str]]) -> dict[tuple[int, int], int]:
         children: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in table.items():
+        for pid, (ppid, *_) in table.items():
             children.setdefault(ppid, []).append(pid)
         mine, todo = set(), [p for p in self.own if p in table]
         while todo:
@@ -198,7 +189,7 @@ class OutsideCpu:
             if p not in mine:
                 mine.add(p)
                 todo.extend(children.get(p, ()))
-        return {(pid, start): cpu for pid, (_, start, cpu) in table.items() if pid not in mine}
+        return {(pid, start): cpu for pid, (_, start, cpu, _) in table.items() if pid not in mine}
 
     def start(self) -> None:
         self._start = self._outside(self._table())
