@@ -31,6 +31,13 @@ def test_cpu_is_booked_to_the_engine_the_driver_and_outside():
     assert cpu["outside"] >= 0.5  # the independent burner and the test's own child (its driver is another pid)
     shares = acc.shares()
     assert sum(shares["share"].values()) == pytest.approx(1.0) and shares["cores"] >= 1
+    # the series: every sample's time, each part's CPU since the start, never falling, ending at the totals
+    series = acc.series()
+    times = series["t_unix"]
+    assert len(times) >= 3 and times == sorted(times)
+    for part, values in series["cpu_s"].items():
+        assert len(values) == len(times) and values == sorted(values), part
+        assert values[-1] == pytest.approx(cpu[part], abs=1e-3), part
 
 
 def test_an_engines_account_is_the_mean_per_request_between_two_scrapes():

@@ -155,6 +155,17 @@ def test_the_level_table_judges_each_level_by_the_budget() -> None:
     assert (table["traces"] == 3).all() and (table["requests"] == 120).all()
 
 
+def test_an_error_within_the_machines_own_noise_is_said_so_but_never_trusted() -> None:
+    row = {"ttft_err": 0.25, "tpot_err": 0.12, "ttft_noise": 0.30, "tpot_noise": 0.08, "goodput_diff": 0.2,
+           "goodput_diff_lo": 0.1, "goodput_diff_hi": 0.3}
+    budget = ErrorBudget(ttft=0.10, tpot=0.15)
+    assert accuracy.within_noise(row, budget)  # TTFT under its noise, TPOT under its budget (noise is smaller)
+    assert not accuracy.within_budget(row, budget)
+    assert not accuracy.within_noise({**row, "ttft_err": 0.31}, budget)
+    assert not accuracy.within_noise({**row, "tpot_noise": math.nan, "tpot_err": 0.16}, budget)  # no floor: budget
+    assert accuracy.within_noise({**row, "ttft_noise": math.nan, "ttft_err": 0.09}, budget)
+
+
 def test_a_goodput_gap_outside_the_budget_fails_the_level_and_none_passes() -> None:
     runs, pairs = _runs_and_pairs({0.25: 0.01}, {0.25: 0.05})
     table = accuracy.level_table(pairs, runs, ErrorBudget())
@@ -277,6 +288,38 @@ def test_validate_against_emulated_engines_agrees_tightly(tmp_path) -> None:
     assert "Where the TTFT error is" in (out / "validation.md").read_text()
 
 
+@pytest.mark.slow
+def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
+    """--shared-host: an idle window, the two differential probes and the training run are booked, the serving
+    path's costs fitted (every probe's CPU predicted within a third), the variant shared-host is the verdict,
+    and the simulator's saturation is searched for it too."""
+    out = tmp_path / "v"
+    res = CliRunner().invoke(app, ["validate", "--cluster", "1p1d", "--backend", "emulated", "--rates", "0.5",
+                                   "--policies", "round_robin", "--repeats", "1", "--duration", "6",
+                                   "--min-requests", "30", "--saturation-rate", "8", "--shared-host",
+                                   "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    record = json.loads((out / "validation.json").read_text())
+    assert record["variant"] == "shared-host" and set(record["variants"]) == {"profile", "shared-host"}
+    fit = record["physics"]["shared_host"]
+    assert fit["cores"] >= 1 and fit["bins"] >= 6
+    assert {p["workload"] for p in fit["probes"]} == {"mixed", "chat", "reasoning", ""}
+    for p in fit["probes"]:
+        if p["run"] != "idle":
+            assert p["tokens"] > 0 and p["steps"] > 0 and p["serving_cpu_s"] > 0
+            assert p["predicted_cpu_s"] == pytest.approx(p["serving_cpu_s"], rel=0.34), p
+    assert fit["per_token_s"] + fit["per_request_s"] + fit["per_step_s"] > 0
+    assert fit["serving_path"]["seed"] not in (1,)  # the judged trace is seed 1
+    phys = Physics.from_dict(json.loads((out / "physics-shared-host.json").read_text()))
+    assert phys.host_cores == fit["cores"] and phys.host_cpu_per_token_s == pytest.approx(fit["per_token_s"])
+    by = record["saturation"]["simulator_rate_by_variant"]
+    assert set(by) == {"profile", "shared-host"} and record["saturation"]["simulator_rate"] == by["shared-host"]
+    table = pd.read_csv(out / "validation.csv")
+    assert set(table["variant"]) == {"profile", "shared-host"}
+    md = (out / "validation.md").read_text()
+    assert "The shared host" in md and "(shared-host) puts it at" in md
+
+
 def test_validate_refuses_a_bad_policy_before_starting_anything(tmp_path) -> None:
     res = CliRunner().invoke(app, ["validate", "--cluster", "1p1d", "--backend", "emulated", "--policies",
                                    "round_robin,no_such_policy", "-o", str(tmp_path / "v")])
@@ -322,6 +365,7 @@ def test_a_simulated_report_says_which_validation_its_verdicts_rest_on(tmp_path,
     folder.mkdir()
     (folder / "validation.json").write_text(json.dumps({"cluster": "data/clusters/1p1d-cpu.yaml", "backend": "vllm",
                                                         "commit": "abc", "saturation_rate": 5.7,
+                                                        "saturation": {"simulator_rate": 6.27},
                                                         "trusted_up_to": 0.5}))
     pd.DataFrame({"fraction": [0.25, 0.5, 0.8], "ttft_err": [0.05, 0.08, 0.3], "tpot_err": [0.02, 0.04, 0.2]}
                  ).to_csv(folder / "validation.csv", index=False)
@@ -335,6 +379,7 @@ def test_a_simulated_report_says_which_validation_its_verdicts_rest_on(tmp_path,
         (shipped / name).write_bytes((folder / name).read_bytes())
     assert report.rests_on(results, "a40-identified").count("1p1d-cpu.yaml") == 1
     assert "0.8 x: TTFT 30 %, TPOT 20 %" in text
+    assert "saturation 5.7 req/s live, 6.27 simulated (+10 %)" in text
     assert "None of them is the testbed these verdicts simulate (a40-identified)" in text
     html = report.validation_section(results)
     assert "Simulator validation on data/clusters/1p1d-cpu.yaml" in html

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from repro.engine.physics import HOST_PARAMETERS
 from repro.errors import ConfigError
 
 
@@ -116,7 +117,46 @@ CATALOGUE: tuple[Mechanism, ...] = (
 docs/IDENTIFY.md): continuous batching in both stages, chunked prefill, the decode step's KV read per context
 token, recompute preemption."""
 
-UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared")
+SHARED_HOST = Mechanism(
+    "shared_host", "Engines that share one machine's cores with the serving path",
+    "every engine of the cluster and its serving path (the engines' API servers, the proxy, the load generator) "
+    "run on one machine of `host_cores` cores: the serving path's CPU (a base, a cost per request, one per "
+    "streamed token and one per decode step) runs first, the engines' steps share what is left, one core each at most "
+    "(`Physics.host_stretch`); a step, a KV pull and a serving-path hop all stretch by the same factor. Its "
+    "parameters are measured, not fitted: `repro.validation.host` books every process's CPU on the real cluster "
+    "(`repro.live.run_account`) over an idle window and two differential probes (short and long outputs)",
+    "this machine (2 cores; docs/VALIDATION.md): vLLM 0.32's CPU engines pin one OpenMP thread each "
+    "(VLLM_CPU_OMP_THREADS_BIND, repro.cluster.launchers.vllm_cpu) and run the forward pass in a process of its "
+    "own (VLLM::Worker); every token passes through the decode API server (vllm/v1/engine/output_processor.py, "
+    "detokenization and the SSE chunk, one asyncio loop), the proxy and the client, all Python on the same cores; "
+    "Linux's CFS lets a thread that slept (the serving path's) preempt one that computes (the worker)",
+    free=(Prior("host_base_cores", "physics", 0.0, 64.0, "cores", "none to a whole machine's", off=0.0),
+          Prior("host_cpu_per_request_s", "physics", 0.0, 1.0, "CPU s per request", "none to 1 s", off=0.0),
+          Prior("host_cpu_per_token_s", "physics", 0.0, 0.01, "CPU s per token", "none to 10 ms", off=0.0),
+          Prior("host_cpu_per_step_s", "physics", 0.0, 0.1, "CPU s per decode step", "none to 100 ms", off=0.0)))
+"""Not in `CATALOGUE`: `repro identify` fits the paper's GPU testbed, whose engines own their GPUs (and whose
+serving path runs on a host of its own); this mechanism is the CPU clusters' (`repro validate`), measured on
+them. Off (``host_cores`` 0, the default of every profile) it leaves journals byte for byte."""
+
+STREAM_ADMISSION = Mechanism(
+    "stream_admission", "A decode API server that admits new requests between its streams",
+    "a request reaching a decode engine's API server waits `admission_per_stream_s * n ** admission_exponent` "
+    "before the engine core has it, `n` the sequences the engine streams (`Physics.admission_delay_s`); measured "
+    "by `repro.validation.host.fit_admission` from the engines' own account of their requests (the time between "
+    "the API server's arrival and the engine core's queue) against the streams running at each arrival",
+    "vLLM 0.32's CPU engines, measured here (docs/VALIDATION.md): the decode engine's frontend time per request "
+    "(vllm:e2e_request_latency_seconds - request_queue_time - request_inference_time, repro.live.run_account) "
+    "went from 11-13 ms with a few streams to 35, 64, 110 and 178 ms with 21, 33, 45 and 65 streams, while the "
+    "prefill engine's (no streams) stayed at 5-20 ms and the API server process used a third of a core: one "
+    "asyncio loop (vllm/entrypoints/openai/api_server.py) serves the new request's HTTP, tokenization and "
+    "AsyncLLM.add_request between the output handler's per-step work for every stream "
+    "(vllm/v1/engine/async_llm.py, output_handler; vllm/v1/engine/output_processor.py)",
+    free=(Prior("admission_per_stream_s", "physics", 0.0, 0.1, "s", "none to 100 ms per stream", off=0.0),
+          Prior("admission_exponent", "physics", 0.5, 3.0, "exponent", "from sublinear to cubic")))
+"""Not in `CATALOGUE` either (see `SHARED_HOST`)."""
+
+UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared",
+                                          *HOST_PARAMETERS)
 """Physics switches a calibration cannot see (it times whole requests): the router's constants stay."""
 
 BY_NAME: dict[str, Mechanism] = {m.name: m for m in CATALOGUE}

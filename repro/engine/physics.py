@@ -43,6 +43,14 @@ NO_CONTEXT_BANDWIDTH = 1e30
 """``hbm_bandwidth_bytes_per_s`` of an engine whose decode step does not grow with its context (bytes/s)."""
 
 
+HOST_MAX_STRETCH = 1000.0
+"""The most a shared host stretches a step (`Physics.host_stretch`): where the serving path alone fills the
+host, the engines all but stop."""
+
+HOST_WINDOW_S = 1.0
+"""The window (s) over which a simulated shared host counts the request rate of `Physics.host_stretch`."""
+
+
 @dataclass(frozen=True)
 class Physics:
     """True timing of one engine. All times in seconds, sizes in tokens or bytes."""
@@ -79,6 +87,32 @@ class Physics:
     transfer_link_shared: int = 0
     """Mechanism ``shared_link``: 1 = a decode engine pulls one KV cache at a time over its link (NIXL
     reads into one engine queue FCFS behind each other's bytes); 0: concurrent pulls do not interact."""
+    host_cores: int = 0
+    """Mechanism ``shared_host`` (`repro.engine.mechanisms.SHARED_HOST`): the CPU cores of the one machine
+    that every engine of the cluster and its serving path (API servers, proxy, load generator) share. 0 (the
+    default): each engine owns its hardware and the serving path costs no engine time. Every engine of a
+    simulated cluster states the same host (`repro.sim.simulator.Simulator` checks)."""
+    host_base_cores: float = 0.0
+    """``shared_host``: cores the serving path takes whatever the load (pollers, metric scrapes)."""
+    host_cpu_per_request_s: float = 0.0
+    """``shared_host``: CPU seconds the serving path spends per request (HTTP, tokenization, routing)."""
+    host_cpu_per_token_s: float = 0.0
+    """``shared_host``: CPU seconds the serving path spends per streamed output token (detokenization and
+    the token's chunk through the decode API server, the proxy and the client)."""
+    host_cpu_per_step_s: float = 0.0
+    """``shared_host``: CPU seconds the serving path spends per decode step of an engine, whatever its batch (the
+    step's outputs handed from the engine core to the API server and handled there at once)."""
+    host_steal_share: float = 1.0
+    """``shared_host``: how much of the serving path's CPU preempts the engines while cores are left over (1: it
+    lands on every core alike, the engines' and the idle ones; 0: only on cores no engine computes on). Whatever
+    the share, the engines never get more than the cores the serving path leaves."""
+    admission_per_stream_s: float = 0.0
+    """Mechanism ``stream_admission`` (`repro.engine.mechanisms.STREAM_ADMISSION`): a request reaching a decode
+    engine's API server is admitted (handed to the engine core) after ``admission_per_stream_s * n **
+    admission_exponent`` seconds when the engine streams ``n`` sequences: the server's one event loop serves the
+    new request between the streams' outputs. 0 (the default): admitted at once."""
+    admission_exponent: float = 1.0
+    """``stream_admission``: how the admission delay grows with the streams (1: in proportion)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     stated_slo: tuple[float, float] | None = field(default=None, compare=False, repr=False)
     """The testbed's stated SLO targets (tight TTFT, tight TPOT; s), from the profile's optional ``slo``
@@ -129,6 +163,52 @@ class Physics:
             self.transfer_latency_s
             + prompt_tokens * self.kv_bytes_per_token / self.transfer_bandwidth_bytes_per_s
         )
+
+    @property
+    def shares_host(self) -> bool:
+        """Mechanism ``shared_host`` is on (`host_cores` > 0)."""
+        return self.host_cores > 0
+
+    def host_stretch(self, busy_engines: int, request_rate: float, token_rate: float, step_rate: float) -> float:
+        """Mechanism ``shared_host``: how many times longer an engine's step (and any other CPU work of the
+        cluster: a KV pull, a request's serving path) takes than on a machine of its own, when
+        ``busy_engines`` engines are computing, requests arrive at ``request_rate`` (req/s) and the decode
+        engines would stream ``token_rate`` tokens/s in ``step_rate`` steps/s at their own speed.
+
+        The host's ``C`` = `host_cores` cores are shared by the ``M = max(1, busy_engines)`` computing engines
+        (one runnable thread each, as vLLM's CPU worker with one OpenMP thread) and the serving path, whose
+        many short tasks run first (Linux's scheduler lets a thread that slept preempt one that computes): the
+        serving path takes ``S = R + T s`` cores, ``R = host_base_cores + host_cpu_per_request_s *
+        request_rate`` whatever the engines' speed ``s`` and ``T = host_cpu_per_token_s * token_rate +
+        host_cpu_per_step_s * step_rate`` for the tokens and steps, which come at that speed. A share ``phi =
+        host_steal_share * min(M, C) / C`` of ``S`` preempts the engines (``host_steal_share`` 1: spread over
+        the cores alike), so ``s = (min(M, C) - phi S) / M``; and the engines never take more than the serving
+        path leaves, ``s <= (C - S) / M``. Solved: ``s = min((min(M, C) - phi R) / (M + phi T), (C - R) / (M +
+        T))``; the stretch is ``1 / s`` (1 when nothing else runs and the engines fit the cores), at most
+        `HOST_MAX_STRETCH` (``R >= C``: the serving path alone fills the host)."""
+        cores = float(self.host_cores)
+        free = cores - self.host_base_cores - self.host_cpu_per_request_s * request_rate
+        if free <= 0.0:
+            return HOST_MAX_STRETCH
+        rest = cores - free  # R
+        engines = float(busy_engines) if busy_engines > 1 else 1.0
+        on_cores = engines if engines < cores else cores
+        streamed = self.host_cpu_per_token_s * token_rate + self.host_cpu_per_step_s * step_rate
+        phi = self.host_steal_share * on_cores / cores
+        speed = (on_cores - phi * rest) / (engines + phi * streamed)
+        bound = free / (engines + streamed)
+        if bound < speed:
+            speed = bound
+        if speed <= 1.0 / HOST_MAX_STRETCH:
+            return HOST_MAX_STRETCH
+        return 1.0 / speed
+
+    def admission_delay_s(self, streams: int) -> float:
+        """Mechanism ``stream_admission``: seconds before a request reaching this decode engine's API server is
+        admitted, when the engine streams ``streams`` sequences."""
+        if streams <= 0 or self.admission_per_stream_s <= 0.0:
+            return 0.0
+        return self.admission_per_stream_s * float(streams) ** self.admission_exponent
 
     def blocks_for(self, tokens: int) -> int:
         """KV blocks that ``tokens`` tokens occupy."""
@@ -237,8 +317,16 @@ _NUMERIC_FIELDS: dict[str, type] = {
 }
 PARAMETERS: tuple[str, ...] = tuple(_NUMERIC_FIELDS)
 """The numeric parameters of a profile (``params`` in its file), in field order."""
+HOST_PARAMETERS: tuple[str, ...] = ("host_cores", "host_base_cores", "host_cpu_per_request_s", "host_cpu_per_token_s",
+                                    "host_cpu_per_step_s", "host_steal_share", "admission_per_stream_s",
+                                    "admission_exponent")
+"""Mechanisms ``shared_host``'s and ``stream_admission``'s parameters: the machine's and the serving path's, not
+an engine's (a calibration of the engines alone does not see them; `repro.validation.host` measures them)."""
 _OPTIONAL: dict[str, float] = {"prefill_per_token2_s": 0.0, "prefill_step_share": 1.0, "serving_path_sigma": 0.0,
-                               "transfer_link_shared": 0}
+                               "transfer_link_shared": 0, "host_cores": 0, "host_base_cores": 0.0,
+                               "host_cpu_per_request_s": 0.0, "host_cpu_per_token_s": 0.0,
+                               "host_cpu_per_step_s": 0.0, "host_steal_share": 1.0, "admission_per_stream_s": 0.0,
+                               "admission_exponent": 1.0}
 """Parameters a profile file may leave out (their value then), and `Physics.to_dict` leaves out at it unless the
 profile stated it (a source)."""
 _MINIMA: dict[str, float] = {name: 0.0 for name in _NUMERIC_FIELDS}
@@ -262,12 +350,21 @@ OVERRIDABLE: dict[str, tuple[float, float]] = {
     "prefill_step_share": (0.05, 1.0),
     "serving_path_sigma": (0.0, 2.0),
     "transfer_link_shared": (0, 1),
+    "host_cores": (0, 1024),
+    "host_base_cores": (0.0, 1024.0),
+    "host_cpu_per_request_s": (0.0, 10.0),
+    "host_cpu_per_token_s": (0.0, 1.0),
+    "host_cpu_per_step_s": (0.0, 1.0),
+    "host_steal_share": (0.0, 1.0),
+    "admission_per_stream_s": (0.0, 1.0),
+    "admission_exponent": (0.0, 4.0),
 }
 """The profile parameters a run may override (`check_overrides`; a spec's ``physics`` field) and the
 allowed range of each (s/token, s per sequence per decode step, bytes/s, s): the estimates the paper
 does not state (the A40 profile's sources say "estimate (paper silent)"), for sensitivity sweeps and
 `repro identify`, and the switches of the engine's mechanisms (`repro.engine.mechanisms`: the prefill
-step's share of the stated base, the serving path's tail, a shared KV link; the scheduler's token budget
+step's share of the stated base, the serving path's tail, a shared KV link, a host shared with the serving
+path (cores, and its CPU per request and per token); the scheduler's token budget
 ``max_num_batched_tokens``, an integer: vLLM's default depends on the GPU). The ranges only exclude
 nonsense (a prefill of 0.1 us to 10 ms per token; up to 10 ms per sequence-step; a link of 100 MB/s to
 10 TB/s; up to 1 s of transfer setup); a sweep's plausible range is its own

@@ -44,6 +44,7 @@ import gc
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -100,6 +101,7 @@ class ReplayReport:
     cancelled: bool = False
     reasons: dict[str, int] = field(default_factory=dict)
     sched_policy: str | None = None  # the replaying thread's scheduling policy when it started sending
+    started_unix: float = float("nan")  # Unix time (s) of the replay's clock origin: a journal time t is this + t / K
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -294,6 +296,7 @@ async def replay(
         froze = True
         loop = asyncio.get_running_loop()
         t0 = loop.time()
+        report.started_unix = time.time()
 
         def now() -> float:
             return loop.time() - t0

@@ -227,6 +227,7 @@ class RunWatch:
         wall = time.monotonic() - self.t0
         self.account.stop()
         account = {"offered_rate": self.rate, "requests": report.sent, "cpu": self.account.shares(),
+                   "series": self.account.series(), "replay_started_unix": report.started_unix,
                    "engines": request_time_delta(self.times_before, request_times(self.urls),
                                                  {i.url: i.name for i in self.instances})}
         (run_dir / "account.json").write_text(json.dumps(account, indent=2))

@@ -16,7 +16,9 @@
   its workers (``VLLM::Worker``: the model's forward passes, on CPU a process of their own), the proxy, the
   load generator, the rest of the driver's process tree, and everything outside the run. A process that ends in between
   counts up to its last sample. ``shares`` divides by the machine's CPU time over the interval (wall x
-  cores): what part of the machine's capacity each part took.
+  cores): what part of the machine's capacity each part took; ``series`` each part's CPU seconds since the
+  start at every sample (with the samples' Unix times), so that a window of the run (its steady part, without
+  the processes' start-up) can be booked alone (`repro.validation.host`).
 
 Seconds throughout; CPU in CPU seconds.
 """
@@ -127,6 +129,8 @@ class CpuAccount:
         self._first: dict[tuple[int, int], int] = {}
         self._last: dict[tuple[int, int], int] = {}
         self._part: dict[tuple[int, int], str] = {}
+        self._times: list[float] = []  # Unix time of every sample
+        self._series: list[dict[str, float]] = []  # each part's CPU seconds since the start, at every sample
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = self._t1 = 0.0
@@ -171,6 +175,8 @@ class CpuAccount:
                 self._part[key] = self._classify(pid, table)
                 self._first[key] = cpu if self._thread is None else 0  # started during the interval: all of it
             self._last[key] = cpu
+        self._times.append(time.time())
+        self._series.append(self.cpu_s())
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
@@ -202,6 +208,13 @@ class CpuAccount:
         for key, part in self._part.items():
             out[part] = out.get(part, 0.0) + (self._last[key] - self._first.get(key, 0)) / self.tick
         return dict(sorted(out.items()))
+
+    def series(self) -> dict[str, Any]:
+        """``t_unix`` (every sample's Unix time, s) and ``cpu_s``: per part, its CPU seconds since the start at
+        each sample (0 before it was first seen)."""
+        parts = sorted({p for row in self._series for p in row})
+        return {"t_unix": [round(t, 3) for t in self._times],
+                "cpu_s": {p: [round(row.get(p, 0.0), 3) for row in self._series] for p in parts}}
 
     def shares(self) -> dict[str, Any]:
         """``wall_s``, ``cores``, ``cpu_s`` per part, and ``share`` per part: its CPU seconds over the machine's

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from repro.engine.physics import NO_CONTEXT_BANDWIDTH, PARAMETERS, Physics, check_overrides
+from repro.engine.physics import HOST_PARAMETERS, NO_CONTEXT_BANDWIDTH, PARAMETERS, Physics, check_overrides
 from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.paths import CALIBRATION_DIR
@@ -173,7 +173,7 @@ class CostModel:
                               f"{self.dec_concurrency_slope:g} is above 1 (a lone sequence's step would cost less "
                               f"than nothing)")
         said = f"{source} ({self.name})"
-        sources = {n: said for n in PARAMETERS}
+        sources = {n: said for n in PARAMETERS if n not in HOST_PARAMETERS}  # the host: not the engines
         sources.update(block_size=f"{source}: engine setting", max_num_seqs=f"{source}: engine setting",
                        max_model_len=f"{source}: engine setting",
                        hbm_bandwidth_bytes_per_s=f"{said}: context_share {context_share:g} of the concurrency slope")

@@ -27,6 +27,14 @@ Engine model (`repro.engine.physics.Physics` is the truth):
   ``prefill_per_token_s`` x its context longer, for every sequence in the batch (vLLM chunks a
   context longer than the step's token budget over several steps; here the batch pays the same
   seconds at once).
+- Mechanism ``shared_host`` (`Physics.host_cores` > 0): the engines and the serving path share one
+  machine's cores; every prefill step, KV pull, serving-path hop and decode segment started at ``t``
+  lasts `Physics.host_stretch` (at ``t``) times its own time, from the engines computing at ``t``, the
+  arrivals of the last `HOST_WINDOW_S` and the tokens the decode engines stream (a decode segment keeps
+  the stretch it started with until its batch next changes).
+- Mechanism ``stream_admission`` (`Physics.admission_per_stream_s` > 0): a request admitted by a decode
+  engine streaming ``n`` sequences starts its KV pull `Physics.admission_delay_s` (n) later (its API
+  server's event loop admits it between the streams' outputs).
 - ``service="serial"`` is the paper's original simulator (§VI): one request per prefill step and
   one running sequence per decode engine.
 - ``backlog="oracle"`` hands the policy the engines' true remaining work instead of the ledger's
@@ -48,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from repro.engine.mechanisms import path_factors
-from repro.engine.physics import Physics
+from repro.engine.physics import HOST_WINDOW_S, Physics
 from repro.errors import ConfigError
 from repro.journal_schema import FIELD_NAMES
 from repro.routing.policies.base import Placement, RequestInfo
@@ -108,7 +116,7 @@ class _Decode:
         "name", "phys", "step_base_s", "step_per_seq_s", "step_per_context_token_s", "kv_budget_tokens",
         "max_seqs", "waiting", "reserved_kv_tokens", "running", "finish_heap", "n_running", "sum_base_context",
         "sum_finish_step", "origin_step", "origin_s", "joining", "version", "in_transfer", "queued_output_tokens",
-        "admission_order", "admit_pending", "seg_step_s", "seg_cn", "recompute",
+        "admission_order", "admit_pending", "seg_step_s", "seg_cn", "recompute", "stretch", "raw_step_s",
     )
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
@@ -138,6 +146,8 @@ class _Decode:
         self.recompute: dict[int, int] = {}  # re-admitted preempted request -> context tokens it recomputes
         self.seg_step_s = 0.0  # A: the segment's first step (seconds); set by resegment
         self.seg_cn = 0.0  # c * n: how much each step of the segment outlasts the one before (seconds)
+        self.stretch = 1.0  # mechanism shared_host: the segment's steps take this many times their own time
+        self.raw_step_s = 0.0  # the segment's first step on a machine of its own (seconds)
         self.resegment()
 
     # closed-form step timing of the current segment: step j (0-based) of the segment runs
@@ -149,12 +159,14 @@ class _Decode:
     # so the floats are the same bits as computing them afresh.
     def resegment(self) -> None:
         """Recompute the segment's cached ``seg_step_s`` (A, seconds) and ``seg_cn`` (c * n, seconds):
-        to be called whenever ``n_running``, ``sum_base_context`` or ``origin_step`` changed."""
+        to be called whenever ``n_running``, ``sum_base_context``, ``origin_step`` or ``stretch`` changed.
+        (Multiplying by a ``stretch`` of 1 leaves the floats' bits as they are.)"""
         n = self.n_running
         c = self.step_per_context_token_s
-        self.seg_step_s = (self.step_base_s + self.step_per_seq_s * n
-                           + c * (self.sum_base_context + n * self.origin_step))
-        self.seg_cn = c * n
+        raw = self.step_base_s + self.step_per_seq_s * n + c * (self.sum_base_context + n * self.origin_step)
+        self.raw_step_s = raw
+        self.seg_step_s = raw * self.stretch
+        self.seg_cn = c * n * self.stretch
 
     def time_after(self, k: int) -> float:
         """Time (seconds) at which the segment's ``k``-th step ends (``k = 0``: its origin)."""
@@ -284,6 +296,18 @@ class Simulator:
         # mechanism shared_link: when each decode engine's link is next free (s)
         self.link_shared = [d.phys.transfer_link_shared >= 1 for d in self.dec]
         self.link_free_s = [0.0] * len(self.dec)
+        # mechanism shared_host: one machine's cores shared by every engine and the serving path
+        hosts = {(ph.host_cores, ph.host_base_cores, ph.host_cpu_per_request_s, ph.host_cpu_per_token_s,
+                  ph.host_cpu_per_step_s) for ph in [*prefill, *decode]}
+        if len(hosts) > 1:
+            raise ConfigError(f"sim: the engines state different shared hosts (physics host_cores, host_base_cores, "
+                              f"host_cpu_per_request_s, host_cpu_per_token_s, host_cpu_per_step_s): {sorted(hosts)}; "
+                              f"one cluster, one host")
+        first = prefill[0] if prefill else (decode[0] if decode else None)
+        self.host: Physics | None = first if first is not None and first.shares_host else None
+        self.host_arrivals: deque[float] = deque()  # arrivals within the last HOST_WINDOW_S (shared_host)
+        # mechanism stream_admission: whether each decode engine's API server admits behind its streams
+        self.admission = [d.phys.admission_per_stream_s > 0.0 for d in self.dec]
 
     # ---- event plumbing -------------------------------------------------------------------
     # An event is pushed as ``seq = self._seq = self._seq + 1`` then heappush(self._events, (time_s, kind,
@@ -341,8 +365,34 @@ class Simulator:
         for i, d in enumerate(self.dec):
             router.observe_kv("decode", i, d.kv_used(now) / d.kv_budget_tokens, now)
 
+    def _host_stretch(self) -> float:
+        """Mechanism shared_host: the stretch of CPU work started now (`Physics.host_stretch`), from the engines
+        computing now, the arrival rate over the last `HOST_WINDOW_S` and the tokens the decode engines stream
+        at their own speed (every running sequence gains one per step). 1 without a shared host."""
+        host = self.host
+        if host is None:
+            return 1.0
+        now = self.now
+        arrivals = self.host_arrivals
+        while arrivals and arrivals[0] <= now - HOST_WINDOW_S:
+            arrivals.popleft()
+        busy = 0
+        for e in self.pre:
+            if e.busy:
+                busy += 1
+        tokens = 0.0
+        steps = 0.0
+        for d in self.dec:
+            if d.n_running:
+                busy += 1
+                tokens += d.n_running / d.raw_step_s
+                steps += 1.0 / d.raw_step_s
+        return host.host_stretch(busy, len(arrivals) / HOST_WINDOW_S, tokens, steps)
+
     def _arrive(self, r: int) -> None:
         now = self.now
+        if self.host is not None:
+            self.host_arrivals.append(now)
         self._poll(now)
         prompt = self.prompt[r]
         out = self.out[r]
@@ -397,7 +447,10 @@ class Simulator:
             return
         e.batch = batch
         e.busy = True
-        e.step_end_s = self.now + e.phys.prefill_time_s(tokens)
+        if self.host is None:
+            e.step_end_s = self.now + e.phys.prefill_time_s(tokens)
+        else:
+            e.step_end_s = self.now + e.phys.prefill_time_s(tokens) * self._host_stretch()
         seq = self._seq = self._seq + 1
         heappush(self._events, (e.step_end_s, _PRE_STEP_END, seq, p, 0, 0))
 
@@ -415,6 +468,8 @@ class Simulator:
                 done.append(r)
         e.batch = []
         path = self.path_s[p]
+        if path > 0.0 and done and self.host is not None:
+            path *= self._host_stretch()
         for r in done:
             e.queue.popleft()  # completed requests are exactly the front of the queue
             if path > 0.0:  # mechanism request_path: the response travels the serving path first
@@ -454,6 +509,7 @@ class Simulator:
                       if d.n_running else 0)
         prompt = self.prompt
         gen_before = self.gen_before
+        preemptions = self.preemptions
         changed = False
         while d.waiting and d.n_running + len(d.in_transfer) + len(d.joining) < d.max_seqs:
             r = d.waiting[0]
@@ -476,6 +532,10 @@ class Simulator:
                 delay = start - now + ph.transfer_latency_s + wire
             else:  # pull the prompt's KV from the prefill engine, which still holds it
                 delay = self.pre[self.p_of[r]].phys.transfer_time_s(prompt[r])
+            if self.host is not None:  # mechanism shared_host: the pull is CPU work too
+                delay *= self._host_stretch()
+            if self.admission[di] and preemptions[r] == 0:  # mechanism stream_admission: the API server admits
+                delay += d.phys.admission_delay_s(d.n_running)  # it between the streams (once: not a re-admission)
             seq = self._seq = self._seq + 1
             heappush(self._events, (now + delay, _TRANSFER_DONE, seq, r, di, self.epoch[r]))
             used = d.reserved_kv_tokens + running_kv
@@ -631,6 +691,12 @@ class Simulator:
         d.sum_finish_step = sum_finish
         d.reserved_kv_tokens = reserved
         d.resegment()  # the batch (and the step origin) changed: a new segment starts here
+        if self.host is not None:  # mechanism shared_host: the segment's steps at the host's speed now
+            stretch = self._host_stretch()
+            if stretch != d.stretch:
+                d.stretch = stretch
+                d.resegment()
+            stall *= stretch
         if stall > 0.0 and n_running:  # the recompute runs inside the next step: every sequence waits for it
             d.origin_s += stall
         used = sum_base + n_running * (step + 1) + reserved

@@ -128,8 +128,9 @@ def level_table(pairs: pd.DataFrame, runs: pd.DataFrame, budget: ErrorBudget) ->
     90th percentile; ``_bias``: of the signed median, with its interval: the simulator's systematic error,
     where the machine's noise averages out), the goodputs and their difference ``sim - live`` with
     its t interval over traces, the machine's noise floor at the level (`noise_floor`), how often both
-    placed a request on the same decode engine, and ``within_budget`` (`ErrorBudget`: the TTFT and TPOT errors and
-    the goodput difference's interval inside ``+-budget.goodput``; with one trace, its value).
+    placed a request on the same decode engine, ``within_budget`` (`ErrorBudget`: the TTFT and TPOT errors and
+    the goodput difference's interval inside ``+-budget.goodput``; with one trace, its value) and ``within_noise``
+    (`within_noise`: the errors no larger than the budget or the machine's own noise floor, whichever is larger).
 
     ``pairs``: `pair` rows with `RUN_KEYS` columns; ``runs``: one row per live run with `RUN_KEYS`,
     ``live_goodput``, ``sim_goodput``, ``valid``."""
@@ -160,6 +161,7 @@ def level_table(pairs: pd.DataFrame, runs: pd.DataFrame, budget: ErrorBudget) ->
         row["goodput_diff_method"] = diff.method
         row["same_decode"] = float(p["same_decode"].mean()) if len(p) else math.nan
         row["within_budget"] = within_budget(row, budget)
+        row["within_noise"] = within_noise(row, budget)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -178,6 +180,18 @@ def within_budget(row: dict[str, Any] | pd.Series, budget: ErrorBudget) -> bool:
         lo = hi = row["goodput_diff"]
     return bool(row["ttft_err"] <= budget.ttft and row["tpot_err"] <= budget.tpot
                 and -budget.goodput <= lo and hi <= budget.goodput)
+
+
+def within_noise(row: dict[str, Any] | pd.Series, budget: ErrorBudget) -> bool:
+    """Whether one level's median TTFT and TPOT errors are each at most the larger of their budget and the
+    machine's own noise floor there (``<metric>_noise``: two live runs of one trace apart; without a measured
+    floor, the budget alone): an error this machine cannot tell from its own spread. Weaker than
+    `within_budget` (no goodput, and a noisy machine passes more), so it never sets `trusted_up_to`."""
+    def limit(metric: str, allowed: float) -> float:
+        noise = row[f"{metric}_noise"]
+        return allowed if noise is None or math.isnan(noise) else max(allowed, float(noise))
+
+    return bool(row["ttft_err"] <= limit("ttft", budget.ttft) and row["tpot_err"] <= limit("tpot", budget.tpot))
 
 
 def trusted_up_to(table: pd.DataFrame) -> float:

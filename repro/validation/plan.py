@@ -79,6 +79,12 @@ class ValidationConfig:
     one more live run, of a trace no judged run replays (seed ``seed + TRAINING_SEED_OFFSET``) at the
     lightest level, gives the decode step's factor (measured TPOT over the twin's) and the TTFT the serving
     path adds (proxy, API servers, CPU shared with the harness); every judged run stays a prediction."""
+    shared_host: bool = False
+    """Measure the machine the cluster shares with its serving path and simulate it (mechanism ``shared_host``,
+    `repro.validation.host`): an idle window and two differential probes (short and long outputs, of the
+    training seed's traces) give the serving path's CPU per request and per token, and the training replay
+    (as ``in_situ``'s) the serving path's light-load TTFT; the variant ``shared-host`` is then the verdict. Only
+    for engines on this machine (its CPU is what is booked)."""
     saturation: str = "auto"
     """Where the load levels' reference rate is found when ``saturation_rate`` does not state it: ``cluster``
     (live probes of round-robin, doubling then bisection: the cluster's own collapse, as the paper found its

@@ -47,7 +47,8 @@ def headline(folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"folder": str(folder), "cluster": rec["cluster"], "backend": rec["backend"],
                            "commit": rec.get("commit", "?"), "saturation_rate": rec["saturation_rate"],
                            "trusted_up_to": rec["trusted_up_to"], "shipped": SHIPPED_DIR in folder.parents,
-                           "variant": rec.get("variant", "calibration")}
+                           "variant": rec.get("variant", "calibration"),
+                           "simulator_rate": (rec.get("saturation") or {}).get("simulator_rate")}
     table_path = folder / "validation.csv"
     if table_path.exists() and table_path.stat().st_size > 1:
         import pandas as pd
@@ -79,9 +80,12 @@ def rests_on(results_dir: str | Path | None, testbed: str = "") -> str:
         errs = h.get("levels") or {}
         err = "; ".join(f"{k} x: TTFT {100 * v['ttft_err']:.0f} %, TPOT {100 * v['tpot_err']:.0f} %"
                         for k, v in errs.items() if not math.isnan(v["ttft_err"]))
+        sim_rate = h.get("simulator_rate")
+        sat = (f"; saturation {h['saturation_rate']:.3g} req/s live, {sim_rate:.3g} simulated "
+               f"({100 * (sim_rate / h['saturation_rate'] - 1):+.0f} %)" if sim_rate and h["saturation_rate"] else "")
         parts.append(f"{h['cluster']} (real vLLM, commit {h['commit']}{', shipped' if h['shipped'] else ''}, "
                      f"physics {h.get('variant', 'calibration')}): "
-                     f"{within}" + (f" (worst policy's median errors: {err})" if err else ""))
+                     f"{within}" + (f" (worst policy's median errors: {err})" if err else "") + sat)
     on = "" if any(testbed and testbed in str(h["cluster"]) for h in real) else (
         f" None of them is the testbed these verdicts simulate{f' ({testbed})' if testbed else ''}: they say how "
         f"far the simulator's engine and scheduler model is from real vLLM engines, not that its constants are "

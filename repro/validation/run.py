@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import pandas as pd
 
-from repro.errors import RunInvalid
+from repro.errors import ConfigError, RunInvalid
 from repro.experiment.inputs import cluster_calibration, truth_cost_model
 from repro.experiment.journal import write_frame
 from repro.experiment.manifest import versions, write_json_atomic
@@ -47,12 +47,14 @@ from repro.experiment.spec import LiveConfig, RunSpec
 from repro.routing.cost_model import CostModel
 from repro.sources import commit_id
 from repro.validation import accuracy, decomposition
+from repro.validation.host import markdown as host_markdown
 from repro.validation.plan import ValidationConfig
 from repro.validation.twin import PhysicsRecord, fit_in_situ, twin_goodput, twin_journal, validation_physics
 
 if TYPE_CHECKING:
     from repro.engine.physics import Physics
     from repro.experiment.runner import RunResult
+    from repro.experiment.saturation import SaturationResult
 
 SATURATION_PROBE_REQUESTS = 400
 """Requests of each simulated probe of the saturation search."""
@@ -69,6 +71,7 @@ class SaturationHow(TypedDict, total=False):
     how: str
     simulator_rate: float
     simulator_probes: list[list[float]]
+    simulator_rate_by_variant: dict[str, float]
     light_goodput: float
     target_goodput: float
     probes: list[list[float]]
@@ -214,6 +217,70 @@ def _live_spec(cfg: ValidationConfig, cluster: str, calibration_path: str | None
     return RunSpec(backend=cfg.backend_used, cluster=cluster, workload=cfg.workload, **extra, **fields)
 
 
+def simulated_saturation(base: RunSpec, cfg: ValidationConfig, physics: Physics) -> SaturationResult:
+    """Where the simulator with ``physics`` puts the cluster's saturation: round-robin mid-collapse
+    (`repro.experiment.saturation.saturation_search`), probes of `SATURATION_PROBE_REQUESTS` requests of the first
+    judged trace seed through `twin_goodput`."""
+    from repro.experiment.saturation import light_rate_for, saturation_search
+
+    probe_spec = base.replace(n_requests=SATURATION_PROBE_REQUESTS, seed=cfg.seed)
+    return saturation_search(probe_spec, light_rate=light_rate_for(probe_spec),
+                             probe=lambda s: twin_goodput(s, physics))
+
+
+def _shared_host(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat: float, physics: Physics,
+                 train_run: tuple[RunSpec, RunResult], out: Path, progress: bool) -> tuple[Physics, dict[str, Any]]:
+    """Mechanism ``shared_host`` measured on the cluster (`repro.validation.host`): an idle window, the two
+    differential probes (of the training seed) and the training run give the serving path's CPU; the training
+    run then gives its light-load TTFT. Returns the physics (``physics`` with the mechanism on) and the record."""
+    from repro.cluster.launchers.vllm_cpu import available_cores
+    from repro.experiment.inputs import build_trace
+    from repro.live.run_account import CpuAccount
+    from repro.validation import host
+
+    if cfg.topology.launcher == "remote":
+        raise ConfigError(f"validate: --shared-host books this machine's CPU, but the cluster {cfg.cluster} runs its "
+                          f"engines elsewhere (launcher remote)")
+    cores = len(available_cores())
+    idle_path = out / "host" / "idle.json"
+    if idle_path.exists():
+        idle = json.loads(idle_path.read_text())
+    else:
+        with CpuAccount({}) as account:
+            time.sleep(host.IDLE_S)
+        idle = host.idle_usage(account.cpu_s(), account.shares()["wall_s"])
+        idle_path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(idle_path, idle)
+    train, train_res = train_run
+    mean_output = {w: float(build_trace(train.replace(workload=w, rate=1.0, n_requests=400)).df["output_tokens"].mean())
+                   for w in ("mixed", *host.PROBE_WORKLOADS)}
+    probes = [host.probe_bins(train_res.run_dir)]
+    points = host.admission_points(train_res.run_dir)
+    runs = [(train, train_res.journal())]
+    for workload, rate in host.probe_rates(sat, mean_output):
+        spec = _live_spec(cfg, cluster, cal_path, seed=cfg.training_seed, rate=rate, n_requests=cfg.n_requests(rate),
+                          policy=cfg.policies[0]).replace(workload=workload)
+        res, _ = live_run(spec, out / "host", cfg.redo, progress)
+        if res is None:
+            raise RunInvalid(f"validate: the shared-host probe {spec.run_id} was invalid {cfg.redo + 1} times: the "
+                             f"machine could not keep up at {rate:.3g} req/s")
+        probes.append(host.probe_bins(res.run_dir))
+        points += host.admission_points(res.run_dir)
+        runs.append((spec, res.journal()))
+    fit = host.fit_host(cores, idle, probes)
+    admission = host.fit_admission(points)
+    steal = host.fit_steal_share(host.with_host(physics, fit, admission), runs)
+    measured = host.with_host(physics, fit, admission).with_overrides(host_steal_share=steal["share"])
+    fitted, path = host.fit_serving_path(train_res.journal(), train, measured)
+    _say(progress, f"validate: shared host: {cores} cores, the serving path {fit['base_cores']:.3f} cores + "
+                   f"{1e3 * fit['per_request_s']:.1f} ms/request + {1e6 * fit['per_token_s']:.0f} us/token + "
+                   f"{1e6 * fit['per_step_s']:.0f} us/step of CPU (R^2 {fit['r2']:.2f}), steal share "
+                   f"{steal['share']:.3g} (TPOT of the training run and the probes); admission "
+                   f"{1e3 * admission['per_stream_s']:.3f} ms x streams^{admission['exponent']:.2f}; its light-load "
+                   f"TTFT {1e3 * path['ttft_offset_s']:+.1f} ms")
+    return fitted, {**fit, "admission": admission, "steal": steal, "serving_path": path}
+
+
 def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Physics, out: Path, progress: bool
                     ) -> tuple[float, SaturationHow]:
     """The load levels' reference rate (req/s) and how it was found (`ValidationConfig.saturation`): where
@@ -222,11 +289,9 @@ def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Physics, out:
     the calibrated simulator (probes of `SATURATION_PROBE_REQUESTS` requests through `twin_goodput`), or
     as stated. The simulator's rate is always searched and recorded (``simulator_rate``). An input to the
     validation's levels, never one of its results."""
-    from repro.experiment.saturation import light_rate_for, saturation_search
+    from repro.experiment.saturation import saturation_search
 
-    probe_spec = base.replace(n_requests=SATURATION_PROBE_REQUESTS, seed=cfg.seed)
-    light = light_rate_for(probe_spec)
-    simulated = saturation_search(probe_spec, light_rate=light, probe=lambda s: twin_goodput(s, physics))
+    simulated = simulated_saturation(base, cfg, physics)
     how: SaturationHow = {"simulator_rate": float(simulated.rate),
                            "simulator_probes": [list(p) for p in simulated.probes]}
     used = cfg.saturation_used
@@ -306,7 +371,8 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                        f"{', '.join(f'{f:g}' for f in cfg.fractions)}")
         slo = truth_cost_model(base).slo
         variants = {physics_from["source"]: physics}  # "calibration" or "profile"
-        if cfg.in_situ:
+        train_run = None
+        if cfg.in_situ or cfg.shared_host:
             rate = round(cfg.fractions[0] * sat, 6)
             train = _live_spec(cfg, cluster, cal_path, seed=cfg.training_seed, rate=rate,
                                n_requests=cfg.n_requests(rate), policy=cfg.policies[0])
@@ -319,12 +385,28 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
             if res is None:
                 raise RunInvalid(f"validate: the in-situ training run {train.run_id} was invalid {cfg.redo + 1} "
                                  f"times: the machine could not keep up at {rate:.3g} req/s")
-            variants["in-situ"], fit = fit_in_situ(res.journal(), train, physics)
+            train_run = (train, res)
+        if cfg.in_situ and train_run is not None:
+            variants["in-situ"], fit = fit_in_situ(train_run[1].journal(), train_run[0], physics)
             physics_from["in_situ"] = fit
             write_json_atomic(out / "physics-in-situ.json", variants["in-situ"].to_dict(slo=True))
-            _say(progress, f"validate: in-situ fit on trace {train.seed} at {rate:.3g} req/s: decode step x "
-                           f"{fit['decode_factor']:.3f}, serving path {1e3 * fit['ttft_offset_s']:+.1f} ms TTFT")
-        primary = "in-situ" if cfg.in_situ else physics_from["source"]
+            _say(progress, f"validate: in-situ fit on trace {train_run[0].seed} at {train_run[0].rate:.3g} req/s: "
+                           f"decode step x {fit['decode_factor']:.3f}, serving path "
+                           f"{1e3 * fit['ttft_offset_s']:+.1f} ms TTFT")
+        if cfg.shared_host and train_run is not None:
+            variants["shared-host"], host_record = _shared_host(cfg, cluster, cal_path, sat, physics, train_run, out,
+                                                                progress)
+            physics_from["shared_host"] = host_record
+            write_json_atomic(out / "physics-shared-host.json", variants["shared-host"].to_dict(slo=True))
+        primary = "shared-host" if cfg.shared_host else "in-situ" if cfg.in_situ else physics_from["source"]
+        if primary != physics_from["source"]:  # where the verdict's physics puts saturation, searched the same way
+            sat_how["simulator_rate_by_variant"] = {physics_from["source"]: sat_how["simulator_rate"]}
+            for name, phys in variants.items():
+                if name != physics_from["source"]:
+                    sat_how["simulator_rate_by_variant"][name] = simulated_saturation(base, cfg, phys).rate
+            sat_how["simulator_rate"] = sat_how["simulator_rate_by_variant"][primary]
+            _say(progress, f"validate: the simulator ({primary}) puts saturation at {sat_how['simulator_rate']:.3g} "
+                           f"req/s (the cluster's: {sat:.3g})")
         run_rows: list[RunRow] = []
         pair_frames: list[pd.DataFrame] = []
         gaps: list[dict[str, Any]] = []
@@ -452,8 +534,12 @@ def write_outputs(out: Path, record: ValidationRecord, table: pd.DataFrame, orde
     stages.to_csv(out / "stages.csv", index=False)
     account.to_csv(out / "account.csv", index=False)
     probes.to_csv(out / "saturation_account.csv", index=False)
+    host_fit = record["physics"].get("shared_host")
     (out / "validation.md").write_text(markdown(record, table, order) + "\n".join(
-        ["", *decomposition.markdown(stages, account, record["variant"]), *decomposition.probe_markdown(probes)]))
+        ["", *decomposition.markdown(stages, account, record["variant"]), *decomposition.probe_markdown(probes),
+         *(["", "#### The shared host", "", *host_markdown(host_fit, host_fit.get("admission"),
+                                                                     host_fit.get("steal"))] if host_fit
+           else [])]))
 
 
 def _pct(x: float) -> str:
@@ -494,7 +580,25 @@ def physics_text(physics: PhysicsRecord) -> str:
         parts.append(f"in situ (variant in-situ): fitted on a training trace (seed {fit['seed']}, {fit['rate']:.3g} "
                      f"req/s, not judged): decode step x {fit['decode_factor']:.3f}, serving path "
                      f"{1e3 * fit['ttft_offset_s']:+.1f} ms")
+    host = physics.get("shared_host")
+    if host:
+        parts.append(f"shared host (variant shared-host, mechanism shared_host): {host['cores']} cores, the "
+                     f"serving path's CPU measured at {host['base_cores']:.3f} cores + "
+                     f"{1e3 * host['per_request_s']:.1f} ms per request + {1e6 * host['per_token_s']:.0f} us per "
+                     f"token + {1e6 * host['per_step_s']:.0f} us per decode step, steal share "
+                     f"{host['steal']['share']:.3g} (fitted on the TPOT of the training run and the probes)"
+                     + (f"; admission behind the streams {1e3 * host['admission']['per_stream_s']:.3f} ms x "
+                        f"streams^{host['admission']['exponent']:.2f} (mechanism stream_admission)"
+                        if host.get("admission", {}).get("per_stream_s") else "")
+                     + f"; its light-load TTFT {1e3 * host['serving_path']['ttft_offset_s']:+.1f} ms (training "
+                       f"trace seed {host['serving_path']['seed']}, not judged)")
     return ", ".join(parts)
+
+
+def _other_rates(record: ValidationRecord) -> str:
+    by = record["saturation"].get("simulator_rate_by_variant") or {}
+    others = [f"{name} {rate:.3g}" for name, rate in by.items() if name != record["variant"]]
+    return f"; the other physics: {', '.join(others)}" if others else ""
 
 
 def markdown(record: ValidationRecord, table: pd.DataFrame, order: pd.DataFrame) -> str:
@@ -503,8 +607,9 @@ def markdown(record: ValidationRecord, table: pd.DataFrame, order: pd.DataFrame)
     b = record["budget"]
     lines = [f"### Simulator validation on {record['cluster']} ({record['backend']})", "",
              f"Workload {record['workload']}; saturation {record['saturation_rate']:.3g} req/s "
-             f"({record['saturation']['how']}; the calibrated simulator puts it at "
-             f"{record['saturation']['simulator_rate']:.3g} req/s); physics: {physics_text(record['physics'])}; "
+             f"({record['saturation']['how']}; the simulator ({record['variant']}) puts it at "
+             f"{record['saturation']['simulator_rate']:.3g} req/s{_other_rates(record)}); "
+             f"physics: {physics_text(record['physics'])}; "
              f"{record['runs']} live runs ({record['invalid_runs']} invalid, left out); commit "
              f"{record.get('commit', '?')}.", "",
              f"Budget: median TTFT and TPOT error <= {b['ttft']:.0%} / {b['tpot']:.0%}, goodput within "
@@ -512,7 +617,9 @@ def markdown(record: ValidationRecord, table: pd.DataFrame, order: pd.DataFrame)
              f"[95 % t interval over traces]; bias: the same of the signed median (negative: the simulator is "
              f"faster; the machine's noise averages out of it); noise: the machine's own median per-request "
              f"spread between two live runs of one trace with the same placements (replays, or policies that "
-             f"placed alike): per-request errors below it cannot be told from noise here.", ""]
+             f"placed alike): per-request errors below it cannot be told from noise here; within noise: both "
+             f"median errors at most the larger of their budget and that noise (no goodput; never the load "
+             f"trusted up to).", ""]
     if table.empty:
         return "\n".join(lines + ["No valid live run: nothing to compare."])
     names = [record["variant"]] + [v for v in record.get("variants", []) if v != record["variant"]]
@@ -521,8 +628,8 @@ def markdown(record: ValidationRecord, table: pd.DataFrame, order: pd.DataFrame)
         o = order[order["variant"] == name] if "variant" in order.columns else order
         lines += [f"#### Physics: {name}" + (" (the validation's verdict)" if name == record["variant"] else ""), "",
                   "| load | rate req/s | policy | traces | requests | TTFT err | TPOT err | e2e err | TTFT bias | "
-                  "TPOT bias | noise TTFT/TPOT | goodput live | sim | sim - live | within |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "TPOT bias | noise TTFT/TPOT | goodput live | sim | sim - live | within budget | within noise |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in t.itertuples():
             lines.append(
                 f"| {r.fraction:g} | {r.rate:.3g} | {r.policy} | {r.traces} | {r.requests} | "
@@ -532,7 +639,8 @@ def markdown(record: ValidationRecord, table: pd.DataFrame, order: pd.DataFrame)
                 f"{_pct_interval(r.tpot_bias, r.tpot_bias_lo, r.tpot_bias_hi, '+')} | "
                 f"{_abs_pct(r.ttft_noise)} / {_abs_pct(r.tpot_noise)} | {r.live_goodput:.3f} | {r.sim_goodput:.3f} | "
                 f"{accuracy.estimate_text(r.goodput_diff, r.goodput_diff_lo, r.goodput_diff_hi)} | "
-                f"{'yes' if r.within_budget else 'no'} |")
+                f"{'yes' if r.within_budget else 'no'} | "
+                f"{'yes' if getattr(r, 'within_noise', False) else 'no'} |")
         trusted = record.get("trusted_up_to_by_variant", {}).get(name, record["trusted_up_to"])
         rate = trusted * record["saturation_rate"]
         lines += ["", (f"**Within budget up to {trusted:g} x saturation** ({rate:.3g} req/s)."

@@ -54,6 +54,7 @@ class PhysicsRecord(TypedDict, total=False):
     prefill_curve: PrefillCurve
     serving_path_s: dict[str, float]
     in_situ: InSituFit
+    shared_host: dict[str, Any]
 
 
 def validation_physics(cfg: ValidationConfig, topo: Topology, calibration: CostModel | None,

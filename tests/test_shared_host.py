@@ -1,0 +1,242 @@
+"""Mechanism ``shared_host``: engines that share one machine's cores with the serving path (the physics' stretch,
+the simulator's use of it, and its measurement on a cluster, `repro.validation.host`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from repro.engine.physics import HOST_MAX_STRETCH, Physics
+from repro.errors import ConfigError
+from repro.experiment.journal import frame, write_frame
+from repro.experiment.metrics import summarize
+from repro.experiment.spec import RunSpec
+from repro.routing.cost_model import CostModel
+from repro.validation import host
+from repro.validation.twin import twin_journal
+
+CPU_CAL = "data/clusters/cpu-tiny-calibration.json"
+HOST = {"host_cores": 2, "host_base_cores": 0.05, "host_cpu_per_request_s": 0.02, "host_cpu_per_token_s": 2e-4,
+        "host_cpu_per_step_s": 1e-3}
+
+
+def _physics() -> Physics:
+    return CostModel.load(CPU_CAL).to_physics(name="cal", model="tiny", block_size=128, max_num_seqs=128,
+                                              max_model_len=4096, max_num_batched_tokens=2048)
+
+
+def _spec(rate: float, n: int = 120) -> RunSpec:
+    return RunSpec(topology="1p1d", workload="mixed", rate=rate, n_requests=n, seed=3, cost_model=CPU_CAL,
+                   policy="round_robin")
+
+
+# ---- the stretch -------------------------------------------------------------------------------------------
+def test_the_stretch_is_one_on_an_idle_host_and_grows_with_what_the_serving_path_takes() -> None:
+    ph = _physics().with_overrides(host_cores=2)
+    assert ph.host_stretch(1, 0.0, 0.0, 0.0) == 1.0
+    assert ph.host_stretch(2, 0.0, 0.0, 0.0) == 1.0
+    assert ph.host_stretch(3, 0.0, 0.0, 0.0) == pytest.approx(1.5)  # three engines on two cores
+    on = _physics().with_overrides(**HOST)
+    # s = (C - R) / (M + T): R = 0.05 + 0.02 * 10, T = 2e-4 * 1000 + 1e-3 * 100
+    assert on.host_stretch(2, 10.0, 1000.0, 100.0) == pytest.approx((2 + 0.2 + 0.1) / (2 - 0.05 - 0.2))
+    rates = [on.host_stretch(2, r, 100.0 * r, 10.0 * r) for r in (1, 2, 4, 8, 16)]
+    assert rates == sorted(rates) and rates[0] > 1.0
+    assert on.host_stretch(2, 200.0, 0.0, 0.0) == HOST_MAX_STRETCH  # the serving path alone fills the host
+    assert not _physics().shares_host and on.shares_host
+
+
+def test_a_profile_without_the_mechanism_reads_and_writes_as_before() -> None:
+    ph = _physics()
+    assert "host_cores" not in ph.to_dict()["params"]
+    on = ph.with_overrides(**HOST)
+    back = Physics.from_dict(json.loads(json.dumps(on.to_dict())))
+    assert back.host_cores == 2 and back.host_cpu_per_step_s == pytest.approx(1e-3)
+
+
+# ---- the simulator -------------------------------------------------------------------------------------------
+def test_off_the_mechanism_leaves_the_journal_as_it_was() -> None:
+    """Costs stated but no cores: off, to the bit."""
+    spec = _spec(4.0)
+    ph = _physics()
+    costs = {k: v for k, v in HOST.items() if k != "host_cores"}
+    assert twin_journal(spec, ph).equals(twin_journal(spec, ph.with_overrides(**costs)))
+
+
+def test_a_shared_host_slows_every_stage_more_as_the_load_grows_and_collapses_goodput() -> None:
+    ph = _physics()
+    on = ph.with_overrides(**HOST)
+    slo = CostModel.load(CPU_CAL).slo
+    rows = {}
+    for rate in (0.5, 2.0, 4.0):  # below the engines' own saturation (where queueing takes over)
+        spec = _spec(rate)
+        off_j, on_j = twin_journal(spec, ph), twin_journal(spec, on)
+        rows[rate] = {"tpot": on_j["tpot_s"].median() / off_j["tpot_s"].median(),
+                      "ttft": on_j["ttft_s"].median() / off_j["ttft_s"].median(),
+                      "good_on": summarize(on_j, slo)["goodput"], "good_off": summarize(off_j, slo)["goodput"]}
+    light, mid, heavy = rows[0.5], rows[2.0], rows[4.0]
+    assert 1.0 < light["tpot"] < mid["tpot"] < heavy["tpot"]
+    assert 1.0 < light["ttft"] < mid["ttft"] < heavy["ttft"]
+    assert heavy["good_on"] < heavy["good_off"] and mid["good_on"] <= mid["good_off"]
+    assert light["good_on"] == pytest.approx(light["good_off"], abs=0.05)
+    spec = _spec(4.0)
+    assert twin_journal(spec, on).equals(twin_journal(spec, on))  # deterministic
+
+
+def test_engines_that_state_different_hosts_are_refused() -> None:
+    from repro.experiment.inputs import build_predictions, build_trace, make_router
+    from repro.sim.simulator import Simulator
+
+    spec = _spec(1.0, 10)
+    trace = build_trace(spec)
+    ph = _physics()
+    with pytest.raises(ConfigError, match="one cluster, one host"):
+        Simulator(trace.df, build_predictions(spec, trace), make_router(spec), [ph.with_overrides(**HOST)], [ph])
+
+
+# ---- the measurement -------------------------------------------------------------------------------------------
+def _journal(rows: list[dict]) -> pd.DataFrame:
+    full = []
+    for i, r in enumerate(rows):
+        n = r["tokens"]
+        full.append({"request_id": f"r{i}", "status": "ok", "arrival_s": r["arrival"], "first_token_s": r["first"],
+                     "finish_s": r["finish"], "generated_tokens": n, "output_tokens": n,
+                     "tpot_s": (r["finish"] - r["first"]) / (n - 1) if n > 1 else np.nan,
+                     "decode_instance": r.get("decode", "decode-0"), "prefill_instance": "prefill-0",
+                     "ttft_s": r["first"] - r["arrival"], "e2e_s": r["finish"] - r["arrival"]})
+    return frame(full)
+
+
+def test_tokens_and_steps_are_counted_where_they_streamed() -> None:
+    j = _journal([{"arrival": 0.5, "first": 1.0, "finish": 2.0, "tokens": 11},  # a step every 0.1 s
+                  {"arrival": 1.2, "first": 1.5, "finish": 3.0, "tokens": 16}])  # a step every 0.1 s
+    assert host.tokens_between(j, 0.0, 1.0) == pytest.approx(0.0)
+    assert host.tokens_between(j, 1.0, 1.5) == pytest.approx(1 + 5)
+    assert host.tokens_between(j, 0.0, 10.0) == pytest.approx(27)
+    steps = host.steps_between(j, np.array([0.0, 1.0, 2.0, 3.0]))
+    # one engine at 10 steps/s while anything streams, however many stream: [1, 3) -> 10 + 10
+    assert steps == pytest.approx([0.0, 10.0, 10.0], abs=0.2)
+    two = _journal([{"arrival": 0.5, "first": 1.0, "finish": 2.0, "tokens": 11},
+                    {"arrival": 0.5, "first": 1.0, "finish": 2.0, "tokens": 11, "decode": "decode-1"}])
+    assert host.steps_between(two, np.array([1.0, 2.0])) == pytest.approx([20.0], abs=0.3)  # two engines
+
+
+def test_the_fit_recovers_the_serving_paths_costs_from_bins_alone() -> None:
+    rng = np.random.default_rng(0)
+    truth = {"base": 0.04, "request": 0.015, "token": 1.5e-4, "step": 8e-4}
+    bins = []
+    for _ in range(3):
+        n = 30
+        seconds = np.full(n, 2.0)
+        requests = rng.poisson(rng.uniform(2, 12), n).astype(float)
+        tokens = requests * rng.uniform(150, 900) + rng.normal(0, 50, n).clip(0)
+        steps = seconds * rng.uniform(40, 140, n)
+        cpu = (truth["base"] * seconds + truth["request"] * requests + truth["token"] * tokens
+               + truth["step"] * steps) * rng.normal(1.0, 0.02, n)
+        b = pd.DataFrame({"seconds": seconds, "requests": requests, "tokens": tokens, "steps": steps, "cpu_s": cpu})
+        bins.append((b, {"run": "p", "workload": "w", "rate": 1.0, "seconds": 60.0, "requests": requests.sum(),
+                         "tokens": tokens.sum(), "steps": steps.sum(), "serving_cpu_s": cpu.sum(),
+                         "engines_cpu_s": 0.0, "parts_cpu_s": {}, "predicted_cpu_s": float("nan")}))
+    idle = host.idle_usage({"proxy": 0.1, "prefill-0:frontend": 0.14, "decode-0:worker": 0.5}, 6.0)
+    assert idle["serving_cpu_s"] == pytest.approx(0.24) and idle["engines_cpu_s"] == pytest.approx(0.5)
+    fit = host.fit_host(2, idle, bins)
+    assert fit["base_cores"] == pytest.approx(truth["base"], rel=0.15)
+    assert fit["per_request_s"] == pytest.approx(truth["request"], rel=0.15)
+    assert fit["per_token_s"] == pytest.approx(truth["token"], rel=0.15)
+    assert fit["per_step_s"] == pytest.approx(truth["step"], rel=0.15)
+    assert fit["r2"] > 0.95 and fit["bins"] == 91
+    for p in fit["probes"][:-1]:
+        assert p["predicted_cpu_s"] == pytest.approx(p["serving_cpu_s"], rel=0.03)
+    ph = host.with_host(_physics(), fit)
+    assert ph.host_cores == 2 and ph.host_cpu_per_step_s == pytest.approx(fit["per_step_s"])
+
+
+def test_a_probe_is_booked_over_its_steady_part_only(tmp_path) -> None:
+    """The load generator's start-up (before the first arrival) and the engines' own CPU stay out of the
+    serving path's; what is left is split into bins that add up to the window."""
+    run = tmp_path / "mixed-1p1d-round_robin-s1-x"
+    run.mkdir()
+    j = _journal([{"arrival": 0.1 + 0.5 * i, "first": 0.2 + 0.5 * i, "finish": 1.2 + 0.5 * i, "tokens": 21}
+                  for i in range(20)])
+    write_frame(j, run / "journal.jsonl")
+    (run / "manifest.json").write_text(json.dumps({"spec": {"workload": "mixed", "rate": 2.0}}))
+    t0 = 1_000_000.0
+    times = np.arange(-3.0, 12.0, 1.0)
+    loadgen = np.where(times < 0, 2.0 + times * 0.0, 2.0 + 0.1 * times)  # 2 s of imports before the replay
+    loadgen[times < -2] = 0.0
+    series = {"t_unix": (t0 + times).tolist(),
+              "cpu_s": {"loadgen": loadgen.tolist(), "proxy": (0.05 * (times + 3)).tolist(),
+                        "decode-0:worker": (0.6 * (times + 3)).tolist()}}
+    (run / "account.json").write_text(json.dumps({"series": series, "replay_started_unix": t0}))
+    bins, probe = host.probe_bins(run)
+    a, b = 0.1 + host.WARMUP_S, 1.2 + 0.5 * 19
+    assert probe["seconds"] == pytest.approx(b - a)
+    assert bins["seconds"].sum() == pytest.approx(b - a)
+    assert probe["serving_cpu_s"] == pytest.approx((0.1 + 0.05) * (b - a), rel=1e-6)  # no start-up in it
+    assert probe["engines_cpu_s"] == pytest.approx(0.6 * (b - a), rel=1e-6)
+    assert probe["tokens"] == pytest.approx(host.tokens_between(j, a, b))
+    (run / "account.json").write_text(json.dumps({"cpu": {}}))
+    with pytest.raises(ConfigError, match="no CPU series"):
+        host.probe_bins(run)
+
+
+def test_the_probes_stream_the_same_tokens_with_different_requests() -> None:
+    (chat, r_chat), (reasoning, r_reasoning), (many, r_many) = host.probe_rates(
+        10.0, {"mixed": 400.0, "chat": 250.0, "reasoning": 850.0})
+    assert (chat, reasoning, many) == ("chat", "reasoning", "reasoning")
+    assert r_chat * 250 == pytest.approx(0.5 * 10 * 400, rel=1e-4)
+    assert r_reasoning * 850 == pytest.approx(0.5 * 10 * 400, rel=1e-4)
+    assert r_chat > 3 * r_reasoning and r_many * 850 == pytest.approx(0.9 * 10 * 400, rel=1e-4)
+
+
+# ---- stream admission ------------------------------------------------------------------------------------------
+def test_a_decode_api_server_that_admits_between_its_streams_delays_first_tokens_more_under_load() -> None:
+    ph = _physics()
+    assert ph.admission_delay_s(40) == 0.0
+    adm = ph.with_overrides(admission_per_stream_s=2e-4, admission_exponent=1.5)
+    assert adm.admission_delay_s(0) == 0.0 and adm.admission_delay_s(16) == pytest.approx(2e-4 * 64)
+    light, heavy = _spec(0.5), _spec(3.0)
+    gap_light = (twin_journal(light, adm)["ttft_s"] - twin_journal(light, ph)["ttft_s"]).median()
+    gap_heavy = (twin_journal(heavy, adm)["ttft_s"] - twin_journal(heavy, ph)["ttft_s"]).median()
+    assert 0.0 <= gap_light < 0.002 < gap_heavy
+    on = twin_journal(heavy, adm)
+    assert (on["tpot_s"] > 0).all() and on["status"].eq("ok").all()
+
+
+def test_the_admission_delays_growth_is_fitted_from_each_engines_own_account(tmp_path) -> None:
+    points = [{"run": f"r{i}", "engine": "decode-0", "requests": 80, "streams": b,
+               "frontend_s": 0.011 + 1.5e-4 * b ** 1.7} for i, b in enumerate((4.0, 12.0, 25.0, 48.0))]
+    fit = host.fit_admission(points)
+    assert fit["exponent"] == pytest.approx(1.7, abs=0.05)
+    assert fit["per_stream_s"] == pytest.approx(1.5e-4, rel=0.15) and fit["base_s"] == pytest.approx(0.011, abs=1e-3)
+    assert host.fit_admission(points[:2])["per_stream_s"] == 0.0  # too few points: off
+    # the points: streams running at each request's arrival at its decode engine, its API server's time
+    run = tmp_path / "run"
+    run.mkdir()
+    j = _journal([{"arrival": 0.0, "first": 0.1, "finish": 5.0, "tokens": 50},
+                  {"arrival": 1.0, "first": 1.1, "finish": 5.0, "tokens": 40},
+                  {"arrival": 2.0, "first": 2.1, "finish": 3.0, "tokens": 10, "decode": "decode-1"}])
+    j["decode_start_s"] = j["arrival_s"] + 0.05
+    write_frame(j, run / "journal.jsonl")
+    (run / "account.json").write_text(json.dumps({"engines": {"decode-0": {"frontend_s": 0.02},
+                                                              "decode-1": {"frontend_s": 0.03}}}))
+    got = {p["engine"]: p for p in host.admission_points(run)}
+    assert got["decode-0"]["streams"] == pytest.approx(0.5)  # none at the first's arrival, one at the second's
+    assert got["decode-1"]["streams"] == 0.0 and got["decode-1"]["frontend_s"] == 0.03
+
+
+def test_the_steal_share_is_recovered_from_the_tpot_of_runs_no_verdict_judges() -> None:
+    """Runs made by a host whose serving path preempts the engines at share 0.4 (the simulator standing in for
+    the cluster): the fit on their median TPOTs finds it, with the costs given."""
+    true = _physics().with_overrides(**{**HOST, "host_cpu_per_token_s": 6e-4, "host_steal_share": 0.4})
+    runs = []
+    for rate, workload in ((1.0, "chat"), (2.5, "reasoning")):
+        spec = RunSpec(topology="1p1d", workload=workload, rate=rate, n_requests=60, seed=1001, cost_model=CPU_CAL,
+                       policy="round_robin")
+        runs.append((spec, twin_journal(spec, true)))
+    fit = host.fit_steal_share(true.with_overrides(host_steal_share=1.0), runs)
+    assert fit["share"] == pytest.approx(0.4, abs=0.08)
+    assert fit["score"] < 0.02 and set(fit["tpot_err"]) == {s.run_id for s, _ in runs}
+    assert fit["tried"]["1"] > fit["score"] and fit["tried"]["0"] > fit["score"]
