@@ -367,7 +367,8 @@ def test_a_simulated_report_says_which_validation_its_verdicts_rest_on(tmp_path,
                                                         "commit": "abc", "saturation_rate": 5.7,
                                                         "saturation": {"simulator_rate": 6.27},
                                                         "trusted_up_to": 0.5}))
-    pd.DataFrame({"fraction": [0.25, 0.5, 0.8], "ttft_err": [0.05, 0.08, 0.3], "tpot_err": [0.02, 0.04, 0.2]}
+    pd.DataFrame({"fraction": [0.25, 0.5, 0.8], "ttft_err": [0.05, 0.08, 0.3], "tpot_err": [0.02, 0.04, 0.2],
+                  "ttft_noise": [0.2, 0.25, 0.31], "tpot_noise": [0.1, float("nan"), 0.12]}
                  ).to_csv(folder / "validation.csv", index=False)
     (folder / "validation.md").write_text("### Simulator validation on data/clusters/1p1d-cpu.yaml (vllm)\n")
     text = report.rests_on(results, "a40-identified")
@@ -378,7 +379,7 @@ def test_a_simulated_report_says_which_validation_its_verdicts_rest_on(tmp_path,
     for name in ("validation.json", "validation.csv", "validation.md"):
         (shipped / name).write_bytes((folder / name).read_bytes())
     assert report.rests_on(results, "a40-identified").count("1p1d-cpu.yaml") == 1
-    assert "0.8 x: TTFT 30 %, TPOT 20 %" in text
+    assert "0.8 x: TTFT 30 %, TPOT 20 % (the machine's own noise 31 % / 12 %)" in text
     assert "saturation 5.7 req/s live, 6.27 simulated (+10 %)" in text
     assert "None of them is the testbed these verdicts simulate (a40-identified)" in text
     html = report.validation_section(results)

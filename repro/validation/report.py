@@ -57,9 +57,9 @@ def headline(folder: Path) -> dict[str, Any]:
         if "variant" in t.columns and rec.get("variant"):  # the validation's verdict: its primary physics
             t = t[t["variant"] == rec["variant"]]
         if len(t):
-            by = t.groupby("fraction")[["ttft_err", "tpot_err"]].max().sort_index()
-            out["levels"] = {f"{k:g}": {"ttft_err": float(v.ttft_err), "tpot_err": float(v.tpot_err)}
-                             for k, v in by.iterrows()}
+            cols = [c for c in ("ttft_err", "tpot_err", "ttft_noise", "tpot_noise") if c in t.columns]
+            by = t.groupby("fraction")[cols].max().sort_index()
+            out["levels"] = {f"{k:g}": {c: float(v[c]) for c in cols} for k, v in by.iterrows()}
     return out
 
 
@@ -79,6 +79,8 @@ def rests_on(results_dir: str | Path | None, testbed: str = "") -> str:
                   else "outside its error budget at every load measured")
         errs = h.get("levels") or {}
         err = "; ".join(f"{k} x: TTFT {100 * v['ttft_err']:.0f} %, TPOT {100 * v['tpot_err']:.0f} %"
+                        + (f" (the machine's own noise {100 * v['ttft_noise']:.0f} % / {100 * v['tpot_noise']:.0f} %)"
+                           if not math.isnan(v.get("ttft_noise", math.nan)) else "")
                         for k, v in errs.items() if not math.isnan(v["ttft_err"]))
         sim_rate = h.get("simulator_rate")
         sat = (f"; saturation {h['saturation_rate']:.3g} req/s live, {sim_rate:.3g} simulated "
