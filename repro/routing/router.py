@@ -33,7 +33,7 @@ import numpy as np
 
 from repro.errors import PolicyError, one_line
 from repro.routing.cost_model import CostModel
-from repro.routing.ledger import Ledger, ParallelBook, SerialBook
+from repro.routing.ledger import Ledger, MirroredBook, ParallelBook, SerialBook
 from repro.routing.policies import POLICIES, base
 from repro.routing.policies.base import ClusterView, Decision, InstanceSignals, Placement, Policy, RequestInfo
 from repro.vocab import Role
@@ -166,29 +166,22 @@ class Router:
         return ClusterView(now, self._sig_pre, self._sig_dec)
 
     def _fill(self, now: float) -> None:
-        """Bring every instance's `InstanceSignals` up to ``now`` (one Python step per instance; the
-        two pools written out: typed loops, a speed shortcut in the compiled module)."""
+        """Bring every instance's `InstanceSignals` up to ``now`` (one Python step per instance)."""
         led = self.ledger
+        self._fill_pool("prefill", led.prefill, self._sig_pre, self._kv_at_pre, now)
+        self._fill_pool("decode", led.decode, self._sig_dec, self._kv_at_dec, now)
+
+    def _fill_pool(self, role: Role, books: list[SerialBook] | list[ParallelBook], sigs: list[InstanceSignals],
+                   kv_at: list[float], now: float) -> None:
+        """One pool's signals at ``now``: each book's backlog (or the oracle's), work in flight and its age of
+        KV usage (a typed loop: native in the compiled module)."""
         oracle = self.oracle_backlog
-        sigs = self._sig_pre
-        kv_at = self._kv_at_pre
-        pre: list[SerialBook] = led.prefill
-        for i in range(len(pre)):
+        for i in range(len(books)):
             s = sigs[i]
-            book = pre[i]
-            s.backlog_s = oracle("prefill", i, now) if oracle is not None else book.backlog(now)
+            book: MirroredBook = books[i]
+            s.backlog_s = oracle(role, i, now) if oracle is not None else book.backlog(now)
             s.in_flight = book.in_flight
             s.in_flight_tokens = book.tokens
-            s.kv_age_s = now - kv_at[i]
-        sigs = self._sig_dec
-        kv_at = self._kv_at_dec
-        dec: list[ParallelBook] = led.decode
-        for i in range(len(dec)):
-            s = sigs[i]
-            dbook = dec[i]
-            s.backlog_s = oracle("decode", i, now) if oracle is not None else dbook.backlog(now)
-            s.in_flight = dbook.in_flight
-            s.in_flight_tokens = dbook.tokens
             s.kv_age_s = now - kv_at[i]
 
     def _pool_arrays(self, now: float) -> tuple[base.PoolArrays, base.PoolArrays]:

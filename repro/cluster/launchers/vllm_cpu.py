@@ -9,8 +9,9 @@ OpenMP thread count (`omp_threads`). Starts nothing: `repro.cluster.launchers.vl
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from repro.cluster.topology import topology_error
 from repro.errors import ConfigError
@@ -94,6 +95,7 @@ def omp_threads(cores: list[str], available: list[int] | None = None) -> int | N
     return max(1, len(available) // len(cores))
 
 
+@dataclass(frozen=True, kw_only=True)
 class CpuEngineOptions:
     """The ``vllm:`` options of a cluster file that only CPU engines read (units: bytes, tokens, seconds).
 
@@ -127,24 +129,21 @@ class CpuEngineOptions:
     - ``startup_timeout_s`` (default 300): how long to wait for every engine's ``/health``.
     """
 
-    KEYS = ("device", "python", "model", "dtype", "max_model_len", "kv_cache_bytes", "cores", "plugin",
-            "nixl_progress_delay_us", "shm_poll_ms", "nice", "startup_timeout_s", "served_model_name", "host",
-            "url_host", "side_channel_host", "extra_args")
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "device", "python", "model", "dtype", "max_model_len", "kv_cache_bytes", "cores", "plugin",
+        "nixl_progress_delay_us", "shm_poll_ms", "nice", "startup_timeout_s", "served_model_name", "host",
+        "url_host", "side_channel_host", "extra_args")
 
-    def __init__(self, *, python: str, max_model_len: int = 4096, kv_cache_bytes: int = 256 << 20,
-                 cores: list[int] | str | None = None, plugin: bool = True, nixl_progress_delay_us: int = 1000,
-                 shm_poll_ms: int = 1, nice: int = 5, startup_timeout_s: float = 300.0,
-                 served_model_name: str = "tiny-qwen2") -> None:
-        self.python = python
-        self.max_model_len = max_model_len
-        self.kv_cache_bytes = kv_cache_bytes
-        self.cores = cores
-        self.plugin = plugin
-        self.nixl_progress_delay_us = nixl_progress_delay_us
-        self.shm_poll_ms = shm_poll_ms
-        self.nice = nice
-        self.startup_timeout_s = startup_timeout_s
-        self.served_model_name = served_model_name
+    python: str
+    max_model_len: int = 4096
+    kv_cache_bytes: int = 256 << 20
+    cores: list[int] | str | None = None
+    plugin: bool = True
+    nixl_progress_delay_us: int = 1000
+    shm_poll_ms: int = 1
+    nice: int = 5
+    startup_timeout_s: float = 300.0
+    served_model_name: str = "tiny-qwen2"
 
     @classmethod
     def from_options(cls, opts: dict[str, Any]) -> CpuEngineOptions:
