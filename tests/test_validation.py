@@ -318,6 +318,13 @@ def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
     assert set(table["variant"]) == {"profile", "shared-host"}
     md = (out / "validation.md").read_text()
     assert "The shared host" in md and "(shared-host) puts it at" in md
+    # the training trace again after the judged runs: the machine's drift (emulated engines run fixed physics, so
+    # it is small), and the serving path and the steal share fitted on both training runs
+    moved = record["drift"]
+    assert moved["after"] is not None and moved["minutes_apart"] > 0 and (out / "training-end").is_dir()
+    assert abs(moved["ratio"]["tpot_s"] - 1) < 0.2, moved
+    assert fit["serving_path"]["runs"] == 2 and len(fit["steal"]["tpot_err"]) == 4
+    assert "The machine's drift: the training trace" in md
 
 
 def test_validate_refuses_a_bad_policy_before_starting_anything(tmp_path) -> None:
@@ -442,3 +449,27 @@ def test_a_late_metrics_poll_is_judged_by_the_deployments_period_on_real_engines
               cpu_steal_fraction=0.0)
     assert not judge(**kw).valid  # an emulated engine's poll 330 ms late: the harness fell behind
     assert judge(**kw, thresholds=real).valid  # a busy real engine's: the deployment's own
+
+
+def test_judged_runs_go_in_passes_so_two_replays_of_a_trace_lie_a_pass_apart(tmp_path, monkeypatch) -> None:
+    """Replay r of every level, policy and trace in pass r (the noise floor then holds the machine's drift over a
+    pass, not only back-to-back spread); `replay_spacing` says how far apart they were."""
+    from repro.validation import run as vrun
+
+    calls: list[tuple[int, float, str, int]] = []
+
+    def fake_live_run(spec, out_dir, redo, progress):
+        calls.append((spec.seed, spec.rate, spec.policy, int(out_dir.name.removeprefix("replay-"))))
+        return None, ["the machine did not keep up (a test)"]
+
+    monkeypatch.setattr(vrun, "live_run", fake_live_run)
+    cfg = ValidationConfig(cluster="1p1d", backend="emulated", fractions=(0.25, 0.5), policies=("round_robin",),
+                           repeats=2, replays=2, saturation_rate=8.0, duration_s=6, min_requests=30)
+    vrun.validate(cfg, tmp_path / "v", progress=False)
+    assert [c[3] for c in calls] == [1] * 4 + [2] * 4  # pass 1, then pass 2
+    assert calls[:4] == [c[:3] + (1,) for c in calls[4:]]  # the same runs in the same order
+    assert len(set(calls[:4])) == 4
+    rows = pd.DataFrame({"fraction": [0.25, 0.25, 0.5, 0.5], "policy": ["a"] * 4, "seed": [1] * 4,
+                         "replay": [1, 2, 1, 2], "started_unix": [0.0, 600.0, 60.0, 720.0]})
+    assert vrun.replay_spacing(rows) == pytest.approx(10.5)  # 10 and 11 min
+    assert math.isnan(vrun.replay_spacing(rows[rows["replay"] == 1]))

@@ -382,24 +382,29 @@ def fit_steal_share(physics: Physics, runs: Sequence[tuple[RunSpec, pd.DataFrame
             "tpot_err": errs[best]}
 
 
-def fit_serving_path(live: pd.DataFrame, spec: RunSpec, physics: Physics) -> tuple[Physics, dict[str, Any]]:
+def fit_serving_path(runs: Sequence[tuple[RunSpec, pd.DataFrame]], physics: Physics) -> tuple[Physics, dict[str, Any]]:
     """The serving path's light-load TTFT on top of ``physics`` (a shared host's included): the median of measured
-    minus simulated TTFT over one training run (``live``: its journal, of a trace no judged run replays), added to
-    the KV hop (at least 0 s in all). Returns the physics and a record (run, offset, the median signed relative
-    error per metric before and after; the TPOT's is a prediction: nothing of it is fitted)."""
+    minus simulated TTFT over the requests of the training runs (``runs``: specs and live journals of a trace no
+    judged run replays; `repro.validation.run.validate` gives the one before the judged runs and the one after,
+    so a machine that drifts between them is met halfway), added to the KV hop (at least 0 s in all). Returns the
+    physics and a record (runs, offset, the median signed relative error per metric before and after; the
+    TPOT's is a prediction: nothing of it is fitted)."""
     from repro.experiment.inputs import truth_cost_model
     from repro.validation.accuracy import pair
     from repro.validation.twin import twin_journal
 
+    if not runs:
+        raise ConfigError("validate: no training run to fit the serving path on")
+    spec = runs[0][0]
     slo = truth_cost_model(spec).slo
-    before = pair(live, twin_journal(spec, physics), slo)
+    before = pd.concat([pair(live, twin_journal(s, physics), slo) for s, live in runs], ignore_index=True)
     if before.empty:
         raise ConfigError(f"validate: the training run {spec.run_id} has no request to fit on")
     offset = float((before["live_ttft_s"] - before["sim_ttft_s"]).median())
     fitted = physics.with_overrides(transfer_latency_s=max(0.0, physics.transfer_latency_s + offset))
-    after = pair(live, twin_journal(spec, fitted), slo)
+    after = pd.concat([pair(live, twin_journal(s, fitted), slo) for s, live in runs], ignore_index=True)
     return fitted, {
-        "training_run": spec.run_id, "seed": spec.seed, "rate": spec.rate, "policy": spec.policy,
+        "training_run": spec.run_id, "seed": spec.seed, "rate": spec.rate, "policy": spec.policy, "runs": len(runs),
         "requests": int(len(before)), "ttft_offset_s": offset,
         "median_err_before": {m: float(before[f"err_{m}"].median()) for m in ("ttft_s", "tpot_s", "e2e_s")},
         "median_err_after": {m: float(after[f"err_{m}"].median()) for m in ("ttft_s", "tpot_s", "e2e_s")},

@@ -2,6 +2,9 @@
 now), the simulator's physics from it, the saturation rate (found on the calibrated simulator), then per
 load level, policy, trace and replay one live run (`repro.experiment.runner.run`: the real proxy and load
 generator, validity-checked) and its simulated twin (`repro.validation.twin`), paired request by request.
+The judged runs go in passes (replay r of every level, policy and trace in pass r), after the training run and
+the host probes and before the training trace's replay (``training-end``: the machine's drift); the physics
+variants that are fitted are fitted after all of them, on the training runs and probes alone.
 
 Everything lands in ``out_dir`` (resumable: a finished live run is found by its spec and skipped)::
 
@@ -19,9 +22,10 @@ Everything lands in ``out_dir`` (resumable: a finished live run is found by its 
     physics.json        the simulator's engine profile (a hardware-profile file: ``repro run --profile``);
                         with ``--in-situ`` also physics-in-situ.json (the fitted one)
     validation.md       the tables as text; figures: predicted_vs_measured.png, error_vs_load.png
-    live/, sim/<variant>/, saturation/, training/
+    live/, sim/<variant>/, saturation/, training/, training-end/, host/
                         the live runs (journal, manifest, validity), the twins' journals per physics
-                        variant, the live saturation probes, the in-situ training run
+                        variant, the live saturation probes, the training run before the judged runs and
+                        its replay after them, the shared host's probes
 """
 
 from __future__ import annotations
@@ -92,7 +96,8 @@ class ReplayKeys(TypedDict):
 class ReplayRow(ReplayKeys):
     """A live replay's row (`validate`'s ``on_run``): its requests, whether it was valid (after
     ``invalid_tries`` invalid tries, their reasons ``|``-separated), wall time (s), run folder (relative to
-    the validation's; "" when invalid) and live goodput (a fraction; NaN when invalid)."""
+    the validation's; "" when invalid), live goodput (a fraction; NaN when invalid) and start (Unix s, from
+    its manifest; NaN when invalid)."""
 
     n_requests: int
     valid: bool
@@ -101,6 +106,7 @@ class ReplayRow(ReplayKeys):
     wall_s: float
     run_dir: str
     live_goodput: float
+    started_unix: float
 
 
 class RunRow(ReplayRow):
@@ -117,7 +123,9 @@ class ValidationRecord(TypedDict):
     primary physics ``variant`` and all; the load trusted up to (a fraction of saturation), per variant too;
     versions, commit, start (Unix s) and wall time (s); live runs and invalid ones; requests completed on
     one side only (``live_only``, ``sim_only``); the engines' ``length_cap`` when requests were cut; the
-    residual patterns per variant (`residual_patterns`) when any request was paired."""
+    residual patterns per variant (`residual_patterns`) when any request was paired; the mean time between two
+    replays of one trace (minutes, `replay_spacing`; NaN with one replay) and, with a training run, how far the
+    machine moved over the judged runs (`drift`)."""
 
     config: dict[str, Any]
     cluster: str
@@ -142,6 +150,8 @@ class ValidationRecord(TypedDict):
     unpaired: dict[str, int]
     length_cap: dict[str, Any] | None
     residuals: NotRequired[dict[str, dict[str, Any]]]
+    replays_minutes_apart: float
+    drift: NotRequired[dict[str, Any]]
 
 
 @dataclass
@@ -228,11 +238,23 @@ def simulated_saturation(base: RunSpec, cfg: ValidationConfig, physics: Physics)
                              probe=lambda s: twin_goodput(s, physics))
 
 
-def _shared_host(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat: float, physics: Physics,
-                 train_run: tuple[RunSpec, RunResult], out: Path, progress: bool) -> tuple[Physics, dict[str, Any]]:
-    """Mechanism ``shared_host`` measured on the cluster (`repro.validation.host`): an idle window, the two
-    differential probes (of the training seed) and the training run give the serving path's CPU; the training
-    run then gives its light-load TTFT. Returns the physics (``physics`` with the mechanism on) and the record."""
+@dataclass
+class HostProbes:
+    """What `_host_probes` measured of the serving path before the judged runs: the machine's cores, the idle
+    window, each run's bins (`repro.validation.host.probe_bins`: the training run's, then each probe's), the
+    admission points, and the probes' specs and live journals (for the steal share)."""
+
+    cores: int
+    idle: Any
+    bins: list[Any]
+    points: list[Any]
+    runs: list[tuple[RunSpec, pd.DataFrame]]
+
+
+def _host_probes(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat: float,
+                 train_run: tuple[RunSpec, RunResult], out: Path, progress: bool) -> HostProbes:
+    """Mechanism ``shared_host``'s live measurements (`repro.validation.host`): an idle window and the
+    differential probes (of the training seed), beside the training run's own bins."""
     from repro.cluster.launchers.vllm_cpu import available_cores
     from repro.experiment.inputs import build_trace
     from repro.live.run_account import CpuAccount
@@ -241,7 +263,6 @@ def _shared_host(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat:
     if cfg.topology.launcher == "remote":
         raise ConfigError(f"validate: --shared-host books this machine's CPU, but the cluster {cfg.cluster} runs its "
                           f"engines elsewhere (launcher remote)")
-    cores = len(available_cores())
     idle_path = out / "host" / "idle.json"
     if idle_path.exists():
         idle = json.loads(idle_path.read_text())
@@ -254,9 +275,8 @@ def _shared_host(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat:
     train, train_res = train_run
     mean_output = {w: float(build_trace(train.replace(workload=w, rate=1.0, n_requests=400)).df["output_tokens"].mean())
                    for w in ("mixed", *host.PROBE_WORKLOADS)}
-    probes = [host.probe_bins(train_res.run_dir)]
-    points = host.admission_points(train_res.run_dir)
-    runs = [(train, train_res.journal())]
+    probes = HostProbes(len(available_cores()), idle, [host.probe_bins(train_res.run_dir)],
+                        host.admission_points(train_res.run_dir), [])
     for workload, rate in host.probe_rates(sat, mean_output):
         spec = _live_spec(cfg, cluster, cal_path, seed=cfg.training_seed, rate=rate, n_requests=cfg.n_requests(rate),
                           policy=cfg.policies[0]).replace(workload=workload)
@@ -264,21 +284,79 @@ def _shared_host(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat:
         if res is None:
             raise RunInvalid(f"validate: the shared-host probe {spec.run_id} was invalid {cfg.redo + 1} times: the "
                              f"machine could not keep up at {rate:.3g} req/s")
-        probes.append(host.probe_bins(res.run_dir))
-        points += host.admission_points(res.run_dir)
-        runs.append((spec, res.journal()))
-    fit = host.fit_host(cores, idle, probes)
-    admission = host.fit_admission(points)
-    steal = host.fit_steal_share(host.with_host(physics, fit, admission), runs)
+        probes.bins.append(host.probe_bins(res.run_dir))
+        probes.points += host.admission_points(res.run_dir)
+        probes.runs.append((spec, res.journal()))
+    return probes
+
+
+def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunSpec, pd.DataFrame]],
+                 progress: bool) -> tuple[Physics, dict[str, Any]]:
+    """Mechanism ``shared_host`` fitted (`repro.validation.host`): the serving path's CPU on the probes' bins,
+    the admission curve on their points, then the steal share on the median TPOT of the probes and the
+    ``training`` runs (specs and live journals: the training trace before the judged runs and after them) and
+    the serving path's light-load TTFT on the training runs. Returns the physics (``physics`` with the mechanism
+    on) and the record."""
+    from repro.validation import host
+
+    fit = host.fit_host(probes.cores, probes.idle, probes.bins)
+    admission = host.fit_admission(probes.points)
+    steal = host.fit_steal_share(host.with_host(physics, fit, admission), [*training, *probes.runs])
     measured = host.with_host(physics, fit, admission).with_overrides(host_steal_share=steal["share"])
-    fitted, path = host.fit_serving_path(train_res.journal(), train, measured)
-    _say(progress, f"validate: shared host: {cores} cores, the serving path {fit['base_cores']:.3f} cores + "
+    fitted, path = host.fit_serving_path(training, measured)
+    _say(progress, f"validate: shared host: {probes.cores} cores, the serving path {fit['base_cores']:.3f} cores + "
                    f"{1e3 * fit['per_request_s']:.1f} ms/request + {1e6 * fit['per_token_s']:.0f} us/token + "
                    f"{1e6 * fit['per_step_s']:.0f} us/step of CPU (R^2 {fit['r2']:.2f}), steal share "
-                   f"{steal['share']:.3g} (TPOT of the training run and the probes); admission "
+                   f"{steal['share']:.3g} (TPOT of the training runs and the probes); admission "
                    f"{1e3 * admission['per_stream_s']:.3f} ms x streams^{admission['exponent']:.2f}; its light-load "
                    f"TTFT {1e3 * path['ttft_offset_s']:+.1f} ms")
     return fitted, {**fit, "admission": admission, "steal": steal, "serving_path": path}
+
+
+def replay_spacing(rows: pd.DataFrame) -> float:
+    """The mean time (minutes) between consecutive replays of one trace at one level and policy (``runs.csv``'s
+    rows of one variant); NaN without two valid replays of any."""
+    if rows.empty or "started_unix" not in rows.columns:
+        return float("nan")
+    gaps = (rows.dropna(subset=["started_unix"]).sort_values("replay")
+            .groupby(["fraction", "policy", "seed"])["started_unix"].diff().dropna())
+    return float(gaps.mean() / 60) if len(gaps) else float("nan")
+
+
+def _started(res: RunResult | None) -> float:
+    """When a live run started (Unix s, its manifest's ``started_unix``; NaN for none)."""
+    if res is None or res.run_dir is None:
+        return float("nan")
+    return float(json.loads((res.run_dir / "manifest.json").read_text()).get("started_unix", float("nan")))
+
+
+def drift_text(rec: dict[str, Any]) -> str:
+    """`drift`'s record in words."""
+    if rec.get("after") is None:
+        return "the training trace after the judged runs was invalid: the machine's drift is not measured"
+    return (f"the training trace {rec['minutes_apart']:.0f} min apart, before and after the judged runs: median "
+            f"TTFT {1e3 * rec['before']['ttft_s']:.1f} -> {1e3 * rec['after']['ttft_s']:.1f} ms "
+            f"(x {rec['ratio']['ttft_s']:.3f}), TPOT {1e3 * rec['before']['tpot_s']:.2f} -> "
+            f"{1e3 * rec['after']['tpot_s']:.2f} ms (x {rec['ratio']['tpot_s']:.3f})")
+
+
+def drift(before: tuple[RunSpec, RunResult], after: RunResult | None) -> dict[str, Any]:
+    """How far the machine moved over the judged runs: the training trace's run before them and its replay after
+    them (None: invalid), their start (Unix s), median TTFT and TPOT (s) and goodput, and the ratio after /
+    before of each median."""
+    def one(res: RunResult) -> dict[str, float]:
+        j = res.journal()
+        ok = j[j["status"] == "ok"]
+        return {"started_unix": _started(res), "ttft_s": float(ok["ttft_s"].median()),
+                "tpot_s": float(ok["tpot_s"].median()), "goodput": float(res.summary["goodput"])}
+
+    rec: dict[str, Any] = {"run_id": before[0].run_id, "before": one(before[1])}
+    if after is None:
+        return {**rec, "after": None}
+    rec["after"] = one(after)
+    rec["minutes_apart"] = (rec["after"]["started_unix"] - rec["before"]["started_unix"]) / 60
+    rec["ratio"] = {m: rec["after"][m] / rec["before"][m] for m in ("ttft_s", "tpot_s")}
+    return rec
 
 
 def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Physics, out: Path, progress: bool
@@ -386,6 +464,40 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                 raise RunInvalid(f"validate: the in-situ training run {train.run_id} was invalid {cfg.redo + 1} "
                                  f"times: the machine could not keep up at {rate:.3g} req/s")
             train_run = (train, res)
+        probes = (_host_probes(cfg, cluster, cal_path, sat, train_run, out, progress)
+                  if cfg.shared_host and train_run is not None else None)
+        # the judged runs in passes: replay r of every run in pass r, so two replays of a trace lie a pass apart
+        # and their spread (the noise floor) holds what the machine moves in that time, not only back to back
+        judged = [(seed, fraction, policy,
+                   _live_spec(cfg, cluster, cal_path, seed=seed, rate=round(fraction * sat, 6),
+                              n_requests=cfg.n_requests(round(fraction * sat, 6)), policy=policy))
+                  for seed in cfg.seeds for fraction in cfg.fractions for policy in cfg.policies]
+        done: list[tuple[ReplayRow, RunResult | None, RunSpec]] = []
+        for replay in range(1, cfg.replays + 1):
+            for seed, fraction, policy, spec in judged:
+                t0 = time.monotonic()
+                res, invalid = live_run(spec, out / "live" / f"replay-{replay}", cfg.redo, progress)
+                row: ReplayRow = {"fraction": fraction, "rate": spec.rate, "policy": policy, "seed": seed,
+                                  "replay": replay, "n_requests": spec.n_requests,
+                                  "valid": res is not None, "invalid_tries": len(invalid),
+                                  "invalid_reasons": " | ".join(invalid),
+                                  "wall_s": round(time.monotonic() - t0, 1),
+                                  "run_dir": str(res.run_dir.relative_to(out)) if res else "",
+                                  "live_goodput": float(res.summary["goodput"]) if res is not None else float("nan"),
+                                  "started_unix": _started(res)}
+                done.append((row, res, spec))
+                _say(progress, f"validate: {policy} at {fraction:g} x saturation ({spec.rate:.3g} req/s), "
+                               f"trace {seed}, replay {replay}: live goodput {row['live_goodput']:.3f}"
+                               + ("" if res else " (invalid: left out)"))
+                if on_run is not None:
+                    on_run(row)
+        training: list[tuple[RunSpec, pd.DataFrame]] = []
+        moved: dict[str, Any] | None = None
+        if train_run is not None:  # the training trace again: how far the machine moved over the judged runs
+            end, _ = live_run(train_run[0], out / "training-end", cfg.redo, progress)
+            moved = drift(train_run, end)
+            training = [(train_run[0], train_run[1].journal())] + ([(train_run[0], end.journal())] if end else [])
+            _say(progress, "validate: " + drift_text(moved))
         if cfg.in_situ and train_run is not None:
             variants["in-situ"], fit = fit_in_situ(train_run[1].journal(), train_run[0], physics)
             physics_from["in_situ"] = fit
@@ -393,9 +505,8 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
             _say(progress, f"validate: in-situ fit on trace {train_run[0].seed} at {train_run[0].rate:.3g} req/s: "
                            f"decode step x {fit['decode_factor']:.3f}, serving path "
                            f"{1e3 * fit['ttft_offset_s']:+.1f} ms TTFT")
-        if cfg.shared_host and train_run is not None:
-            variants["shared-host"], host_record = _shared_host(cfg, cluster, cal_path, sat, physics, train_run, out,
-                                                                progress)
+        if probes is not None:
+            variants["shared-host"], host_record = _shared_host(probes, physics, training, progress)
             physics_from["shared_host"] = host_record
             write_json_atomic(out / "physics-shared-host.json", variants["shared-host"].to_dict(slo=True))
         primary = "shared-host" if cfg.shared_host else "in-situ" if cfg.in_situ else physics_from["source"]
@@ -407,43 +518,25 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
             sat_how["simulator_rate"] = sat_how["simulator_rate_by_variant"][primary]
             _say(progress, f"validate: the simulator ({primary}) puts saturation at {sat_how['simulator_rate']:.3g} "
                            f"req/s (the cluster's: {sat:.3g})")
+        # every live run against its twin under each physics (fitted only now: the training trace after the
+        # judged runs is one of the fit's; no judged trace ever is)
         run_rows: list[RunRow] = []
         pair_frames: list[pd.DataFrame] = []
         gaps: list[dict[str, Any]] = []
-        for seed in cfg.seeds:
-            for fraction in cfg.fractions:
-                rate = round(fraction * sat, 6)
-                for policy in cfg.policies:
-                    spec = _live_spec(cfg, cluster, cal_path, seed=seed, rate=rate, n_requests=cfg.n_requests(rate),
-                                      policy=policy)
-                    sims = {name: twin_journal(spec, phys) for name, phys in variants.items()}
-                    for name, sim in sims.items():
-                        write_frame(sim, out / "sim" / name / f"{spec.run_id}.jsonl")
-                    sim_goodput = {name: float(summarize(sim, slo)["goodput"]) for name, sim in sims.items()}
-                    for replay in range(1, cfg.replays + 1):
-                        keys: ReplayKeys = {"fraction": fraction, "rate": rate, "policy": policy, "seed": seed,
-                                            "replay": replay}
-                        t0 = time.monotonic()
-                        res, invalid = live_run(spec, out / "live" / f"replay-{replay}", cfg.redo, progress)
-                        row: ReplayRow = {**keys, "n_requests": spec.n_requests,
-                                          "valid": res is not None, "invalid_tries": len(invalid),
-                                          "invalid_reasons": " | ".join(invalid),
-                                          "wall_s": round(time.monotonic() - t0, 1),
-                                          "run_dir": str(res.run_dir.relative_to(out)) if res else "",
-                                          "live_goodput": float("nan")}
-                        live = res.journal() if res is not None else None
-                        if res is not None:
-                            row["live_goodput"] = float(res.summary["goodput"])
-                        for name, sim in sims.items():
-                            run_rows.append({**row, "variant": name, "sim_goodput": sim_goodput[name]})
-                            if live is not None:
-                                pair_frames.append(accuracy.pair(live, sim, slo).assign(**keys, variant=name))
-                                gaps.append({**keys, "variant": name, **accuracy.unpaired(live, sim)})
-                        _say(progress, f"validate: {policy} at {fraction:g} x saturation ({rate:.3g} req/s), "
-                                       f"trace {seed}, replay {replay}: live goodput {row['live_goodput']:.3f}, "
-                                       f"sim {sim_goodput[primary]:.3f}" + ("" if res else " (invalid: left out)"))
-                        if on_run is not None:
-                            on_run(row)
+        twins: dict[str, dict[str, pd.DataFrame]] = {}
+        for row, res, spec in done:
+            sims = twins.setdefault(spec.run_id, {})
+            for name, phys in variants.items():
+                if name not in sims:
+                    sims[name] = twin_journal(spec, phys)
+                    write_frame(sims[name], out / "sim" / name / f"{spec.run_id}.jsonl")
+            keys = {k: row[k] for k in ("fraction", "rate", "policy", "seed", "replay")}
+            live = res.journal() if res is not None else None
+            for name, sim in sims.items():
+                run_rows.append({**row, "variant": name, "sim_goodput": float(summarize(sim, slo)["goodput"])})
+                if live is not None:
+                    pair_frames.append(accuracy.pair(live, sim, slo).assign(**keys, variant=name))
+                    gaps.append({**keys, "variant": name, **accuracy.unpaired(live, sim)})
     runs = pd.DataFrame(run_rows)
     pairs = pd.concat(pair_frames, ignore_index=True) if pair_frames else pd.DataFrame()
     tables, orders, trusted = [], [], {}
@@ -470,7 +563,10 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
         "unpaired": ({k: int(v) for k, v in pd.DataFrame(gaps).query("variant == @primary")[["live_only", "sim_only"]]
                       .sum().items()} if gaps else {}),
         "length_cap": _length_cap(out),
+        "replays_minutes_apart": replay_spacing(live_rows),
     }
+    if moved is not None:
+        record["drift"] = moved
     if len(pairs):
         record["residuals"] = {name: residual_patterns(pairs[pairs["variant"] == name]) for name in variants}
     write_outputs(out, record, table, order, runs, pairs)
@@ -620,6 +716,15 @@ def markdown(record: ValidationRecord, table: pd.DataFrame, order: pd.DataFrame)
              f"placed alike): per-request errors below it cannot be told from noise here; within noise: both "
              f"median errors at most the larger of their budget and that noise (no goodput; never the load "
              f"trusted up to).", ""]
+    apart = record.get("replays_minutes_apart", float("nan"))
+    said = []
+    if apart == apart:  # not NaN
+        said.append(f"Replays run in passes (replay r of every run in pass r): two replays of one trace lie "
+                    f"{apart:.1f} min apart on average, so the noise floor holds what the machine moves in that time.")
+    if "drift" in record:
+        said.append(f"The machine's drift: {drift_text(record['drift'])}.")
+    if said:
+        lines += [" ".join(said), ""]
     if table.empty:
         return "\n".join(lines + ["No valid live run: nothing to compare."])
     names = [record["variant"]] + [v for v in record.get("variants", []) if v != record["variant"]]
