@@ -321,9 +321,10 @@ def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
     # the training trace again after the judged runs: the machine's drift (emulated engines run fixed physics, so
     # it is small), and the serving path and the steal share fitted on both training runs
     moved = record["drift"]
-    assert moved["after"] is not None and moved["minutes_apart"] > 0 and (out / "training-end").is_dir()
-    assert abs(moved["ratio"]["tpot_s"] - 1) < 0.2, moved
-    assert fit["serving_path"]["runs"] == 2 and len(fit["steal"]["tpot_err"]) == 4
+    assert [r["label"] for r in moved["runs"]] == ["before pass 1", "after the last pass"], moved
+    assert moved["runs"][1]["started_unix"] > moved["runs"][0]["started_unix"] and (out / "training-end").is_dir()
+    assert abs(moved["ratio"]["tpot_s"] - 1) < 0.2 and moved["spread"]["tpot_s"] >= 1, moved
+    assert fit["serving_path"]["runs"] == 2 and len(fit["steal"]["tpot_err"]) == 5  # 2 training runs, 3 probes
     assert "The machine's drift: the training trace" in md
 
 
@@ -473,3 +474,29 @@ def test_judged_runs_go_in_passes_so_two_replays_of_a_trace_lie_a_pass_apart(tmp
                          "replay": [1, 2, 1, 2], "started_unix": [0.0, 600.0, 60.0, 720.0]})
     assert vrun.replay_spacing(rows) == pytest.approx(10.5)  # 10 and 11 min
     assert math.isnan(vrun.replay_spacing(rows[rows["replay"] == 1]))
+
+
+def test_drift_is_the_training_trace_run_again_between_and_after_the_passes(tmp_path) -> None:
+    """`drift`: each valid run of the training trace in order, the last against the first and the largest
+    against the smallest median; `drift_text` says it."""
+    from types import SimpleNamespace
+
+    from repro.validation import run as vrun
+
+    def result(name: str, started: float, ttft: float, tpot: float) -> SimpleNamespace:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"started_unix": started}))
+        j = pd.DataFrame({"status": ["ok", "ok", "error"], "ttft_s": [ttft, ttft, 9.0], "tpot_s": [tpot, tpot, 9.0]})
+        return SimpleNamespace(run_dir=d, journal=lambda: j, summary={"goodput": 1.0})
+
+    spec = SimpleNamespace(run_id="mixed-train")
+    runs = [("before pass 1", result("a", 0.0, 0.060, 0.006)), ("before pass 2", result("b", 600.0, 0.090, 0.009)),
+            ("after the last pass", result("c", 1200.0, 0.075, 0.0075))]
+    rec = vrun.drift(spec, runs)
+    assert [r["label"] for r in rec["runs"]] == ["before pass 1", "before pass 2", "after the last pass"]
+    assert rec["ratio"] == pytest.approx({"ttft_s": 1.25, "tpot_s": 1.25})
+    assert rec["spread"] == pytest.approx({"ttft_s": 1.5, "tpot_s": 1.5})
+    text = vrun.drift_text(rec)
+    assert "3 times over 20 min" in text and "60.0 / 90.0 / 75.0 ms" in text and "x 1.500" in text
+    assert "not measured" in vrun.drift_text(vrun.drift(spec, runs[:1]))

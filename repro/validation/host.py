@@ -369,7 +369,13 @@ def fit_steal_share(physics: Physics, runs: Sequence[tuple[RunSpec, pd.DataFrame
             sims = [float(twin_journal(spec, ph)["tpot_s"].median()) for spec, _ in runs]
             ratios = [s / m for s, m in zip(sims, live, strict=True) if s > 0 and m > 0]
             tried[share] = float(np.mean([abs(math.log(r)) for r in ratios])) if ratios else math.inf
-            errs[share] = {spec.run_id: s / m - 1.0 for (spec, _), s, m in zip(runs, sims, live, strict=True)}
+            errs[share] = {}
+            for (spec, _), s, m in zip(runs, sims, live, strict=True):  # a trace run again: run_id#2, #3, ...
+                key, n = spec.run_id, 1
+                while key in errs[share]:
+                    n += 1
+                    key = f"{spec.run_id}#{n}"
+                errs[share][key] = s / m - 1.0
         return tried[share]
 
     best = min(STEAL_SHARES, key=score)
@@ -385,10 +391,10 @@ def fit_steal_share(physics: Physics, runs: Sequence[tuple[RunSpec, pd.DataFrame
 def fit_serving_path(runs: Sequence[tuple[RunSpec, pd.DataFrame]], physics: Physics) -> tuple[Physics, dict[str, Any]]:
     """The serving path's light-load TTFT on top of ``physics`` (a shared host's included): the median of measured
     minus simulated TTFT over the requests of the training runs (``runs``: specs and live journals of a trace no
-    judged run replays; `repro.validation.run.validate` gives the one before the judged runs and the one after,
-    so a machine that drifts between them is met halfway), added to the KV hop (at least 0 s in all). Returns the
-    physics and a record (runs, offset, the median signed relative error per metric before and after; the
-    TPOT's is a prediction: nothing of it is fitted)."""
+    judged run replays; `repro.validation.run.validate` gives its runs before, between and after the passes of
+    judged runs, so a machine that moves while they run is met where they were), added to the KV hop (at least
+    0 s in all). Returns the physics and a record (runs, offset, the median signed relative error per metric
+    before and after; the TPOT's is a prediction: nothing of it is fitted)."""
     from repro.experiment.inputs import truth_cost_model
     from repro.validation.accuracy import pair
     from repro.validation.twin import twin_journal

@@ -3,7 +3,8 @@ now), the simulator's physics from it, the saturation rate (found on the calibra
 load level, policy, trace and replay one live run (`repro.experiment.runner.run`: the real proxy and load
 generator, validity-checked) and its simulated twin (`repro.validation.twin`), paired request by request.
 The judged runs go in passes (replay r of every level, policy and trace in pass r), after the training run and
-the host probes and before the training trace's replay (``training-end``: the machine's drift); the physics
+the host probes; the training trace runs again before each later pass (``training-pass-<r>``) and after the
+last (``training-end``): the machine's drift, and a fit that meets it where the judged runs did. The physics
 variants that are fitted are fitted after all of them, on the training runs and probes alone.
 
 Everything lands in ``out_dir`` (resumable: a finished live run is found by its spec and skipped)::
@@ -22,10 +23,10 @@ Everything lands in ``out_dir`` (resumable: a finished live run is found by its 
     physics.json        the simulator's engine profile (a hardware-profile file: ``repro run --profile``);
                         with ``--in-situ`` also physics-in-situ.json (the fitted one)
     validation.md       the tables as text; figures: predicted_vs_measured.png, error_vs_load.png
-    live/, sim/<variant>/, saturation/, training/, training-end/, host/
+    live/, sim/<variant>/, saturation/, training/, training-pass-<r>/, training-end/, host/
                         the live runs (journal, manifest, validity), the twins' journals per physics
-                        variant, the live saturation probes, the training run before the judged runs and
-                        its replay after them, the shared host's probes
+                        variant, the live saturation probes, the training runs (before the judged runs,
+                        before each later pass, after the last), the shared host's probes
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,7 +295,7 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
                  progress: bool) -> tuple[Physics, dict[str, Any]]:
     """Mechanism ``shared_host`` fitted (`repro.validation.host`): the serving path's CPU on the probes' bins,
     the admission curve on their points, then the steal share on the median TPOT of the probes and the
-    ``training`` runs (specs and live journals: the training trace before the judged runs and after them) and
+    ``training`` runs (specs and live journals: the training trace before, between and after the passes) and
     the serving path's light-load TTFT on the training runs. Returns the physics (``physics`` with the mechanism
     on) and the record."""
     from repro.validation import host
@@ -332,30 +333,33 @@ def _started(res: RunResult | None) -> float:
 
 def drift_text(rec: dict[str, Any]) -> str:
     """`drift`'s record in words."""
-    if rec.get("after") is None:
-        return "the training trace after the judged runs was invalid: the machine's drift is not measured"
-    return (f"the training trace {rec['minutes_apart']:.0f} min apart, before and after the judged runs: median "
-            f"TTFT {1e3 * rec['before']['ttft_s']:.1f} -> {1e3 * rec['after']['ttft_s']:.1f} ms "
-            f"(x {rec['ratio']['ttft_s']:.3f}), TPOT {1e3 * rec['before']['tpot_s']:.2f} -> "
-            f"{1e3 * rec['after']['tpot_s']:.2f} ms (x {rec['ratio']['tpot_s']:.3f})")
+    runs = rec["runs"]
+    if len(runs) < 2:
+        return "one valid run of the training trace: the machine's drift is not measured"
+    t0 = runs[0]["started_unix"]
+    return (f"the training trace {len(runs)} times over {(runs[-1]['started_unix'] - t0) / 60:.0f} min (at "
+            + ", ".join(f"+{(r['started_unix'] - t0) / 60:.0f}" for r in runs) + " min): median TTFT "
+            + " / ".join(f"{1e3 * r['ttft_s']:.1f}" for r in runs) + " ms, TPOT "
+            + " / ".join(f"{1e3 * r['tpot_s']:.2f}" for r in runs)
+            + f" ms (last / first x {rec['ratio']['ttft_s']:.3f} and x {rec['ratio']['tpot_s']:.3f}; "
+            f"largest / smallest x {rec['spread']['ttft_s']:.3f} and x {rec['spread']['tpot_s']:.3f})")
 
 
-def drift(before: tuple[RunSpec, RunResult], after: RunResult | None) -> dict[str, Any]:
-    """How far the machine moved over the judged runs: the training trace's run before them and its replay after
-    them (None: invalid), their start (Unix s), median TTFT and TPOT (s) and goodput, and the ratio after /
-    before of each median."""
-    def one(res: RunResult) -> dict[str, float]:
+def drift(train: RunSpec, runs: Sequence[tuple[str, RunResult]]) -> dict[str, Any]:
+    """How far the machine moved over the judged runs: each valid run of the training trace ``train`` (its
+    ``runs``, labelled, in the order they ran: before the first pass, before each later one, after the last)
+    with its start (Unix s), median TTFT and TPOT (s) and goodput; the ratio of the last to the first median
+    and of the largest to the smallest."""
+    rows = []
+    for label, res in runs:
         j = res.journal()
         ok = j[j["status"] == "ok"]
-        return {"started_unix": _started(res), "ttft_s": float(ok["ttft_s"].median()),
-                "tpot_s": float(ok["tpot_s"].median()), "goodput": float(res.summary["goodput"])}
-
-    rec: dict[str, Any] = {"run_id": before[0].run_id, "before": one(before[1])}
-    if after is None:
-        return {**rec, "after": None}
-    rec["after"] = one(after)
-    rec["minutes_apart"] = (rec["after"]["started_unix"] - rec["before"]["started_unix"]) / 60
-    rec["ratio"] = {m: rec["after"][m] / rec["before"][m] for m in ("ttft_s", "tpot_s")}
+        rows.append({"label": label, "started_unix": _started(res), "ttft_s": float(ok["ttft_s"].median()),
+                     "tpot_s": float(ok["tpot_s"].median()), "goodput": float(res.summary["goodput"])})
+    rec: dict[str, Any] = {"run_id": train.run_id, "runs": rows}
+    if len(rows) >= 2:
+        rec["ratio"] = {m: rows[-1][m] / rows[0][m] for m in ("ttft_s", "tpot_s")}
+        rec["spread"] = {m: max(r[m] for r in rows) / min(r[m] for r in rows) for m in ("ttft_s", "tpot_s")}
     return rec
 
 
@@ -473,7 +477,11 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                               n_requests=cfg.n_requests(round(fraction * sat, 6)), policy=policy))
                   for seed in cfg.seeds for fraction in cfg.fractions for policy in cfg.policies]
         done: list[tuple[ReplayRow, RunResult | None, RunSpec]] = []
+        trained: list[tuple[str, RunResult]] = [("before pass 1", train_run[1])] if train_run is not None else []
         for replay in range(1, cfg.replays + 1):
+            if train_run is not None and replay > 1:  # the training trace again before each later pass
+                again, _ = live_run(train_run[0], out / f"training-pass-{replay}", cfg.redo, progress)
+                trained += [(f"before pass {replay}", again)] if again is not None else []
             for seed, fraction, policy, spec in judged:
                 t0 = time.monotonic()
                 res, invalid = live_run(spec, out / "live" / f"replay-{replay}", cfg.redo, progress)
@@ -495,8 +503,9 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
         moved: dict[str, Any] | None = None
         if train_run is not None:  # the training trace again: how far the machine moved over the judged runs
             end, _ = live_run(train_run[0], out / "training-end", cfg.redo, progress)
-            moved = drift(train_run, end)
-            training = [(train_run[0], train_run[1].journal())] + ([(train_run[0], end.journal())] if end else [])
+            trained += [("after the last pass", end)] if end is not None else []
+            moved = drift(train_run[0], trained)
+            training = [(train_run[0], res.journal()) for _, res in trained]
             _say(progress, "validate: " + drift_text(moved))
         if cfg.in_situ and train_run is not None:
             variants["in-situ"], fit = fit_in_situ(train_run[1].journal(), train_run[0], physics)
