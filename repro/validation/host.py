@@ -390,11 +390,12 @@ def fit_steal_share(physics: Physics, runs: Sequence[tuple[RunSpec, pd.DataFrame
 
 def fit_serving_path(runs: Sequence[tuple[RunSpec, pd.DataFrame]], physics: Physics) -> tuple[Physics, dict[str, Any]]:
     """The serving path's light-load TTFT on top of ``physics`` (a shared host's included): the median of measured
-    minus simulated TTFT over the requests of the training runs (``runs``: specs and live journals of a trace no
-    judged run replays; `repro.validation.run.validate` gives its runs before, between and after the passes of
-    judged runs, so a machine that moves while they run is met where they were), added to the KV hop (at least
-    0 s in all). Returns the physics and a record (runs, offset, the median signed relative error per metric
-    before and after; the TPOT's is a prediction: nothing of it is fitted)."""
+    minus simulated TTFT over the requests of ``runs`` (specs and live journals of the training seed, which no
+    judged run replays: `repro.validation.run.validate` gives the training trace's runs before, between and
+    after the passes of judged runs, so a machine that moves while they run is met where they were, and the
+    probes), added to the KV hop (at least 0 s in all). Returns the physics and a record (runs, offset, the
+    median signed relative error per metric before and after; the TPOT's is a prediction: nothing of it is
+    fitted)."""
     from repro.experiment.inputs import truth_cost_model
     from repro.validation.accuracy import pair
     from repro.validation.twin import twin_journal

@@ -296,15 +296,17 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
     """Mechanism ``shared_host`` fitted (`repro.validation.host`): the serving path's CPU on the probes' bins,
     the admission curve on their points, then the steal share on the median TPOT of the probes and the
     ``training`` runs (specs and live journals: the training trace before, between and after the passes) and
-    the serving path's light-load TTFT on the training runs. Returns the physics (``physics`` with the mechanism
-    on) and the record."""
+    the serving path's light-load TTFT on the same runs. Returns the physics (``physics`` with the mechanism on)
+    and the record."""
     from repro.validation import host
 
     fit = host.fit_host(probes.cores, probes.idle, probes.bins)
     admission = host.fit_admission(probes.points)
     steal = host.fit_steal_share(host.with_host(physics, fit, admission), [*training, *probes.runs])
     measured = host.with_host(physics, fit, admission).with_overrides(host_steal_share=steal["share"])
-    fitted, path = host.fit_serving_path(training, measured)
+    # its light-load TTFT on every run of the training seed (training runs and probes alike): one run's offset is
+    # that run's luck (the training trace, run twice 25 s apart, once measured a median TTFT 17 ms above the other)
+    fitted, path = host.fit_serving_path([*training, *probes.runs], measured)
     _say(progress, f"validate: shared host: {probes.cores} cores, the serving path {fit['base_cores']:.3f} cores + "
                    f"{1e3 * fit['per_request_s']:.1f} ms/request + {1e6 * fit['per_token_s']:.0f} us/token + "
                    f"{1e6 * fit['per_step_s']:.0f} us/step of CPU (R^2 {fit['r2']:.2f}), steal share "
