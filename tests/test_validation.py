@@ -374,7 +374,9 @@ def test_a_simulated_report_says_which_validation_its_verdicts_rest_on(tmp_path,
     (folder / "validation.json").write_text(json.dumps({"cluster": "data/clusters/1p1d-cpu.yaml", "backend": "vllm",
                                                         "commit": "abc", "saturation_rate": 5.7,
                                                         "saturation": {"simulator_rate": 6.27},
-                                                        "trusted_up_to": 0.5}))
+                                                        "trusted_up_to": 0.5,
+                                                        "drift": {"runs": [{"started_unix": t} for t in (0, 60, 1260)],
+                                                                  "spread": {"ttft_s": 1.57, "tpot_s": 1.27}}}))
     pd.DataFrame({"fraction": [0.25, 0.5, 0.8], "ttft_err": [0.05, 0.08, 0.3], "tpot_err": [0.02, 0.04, 0.2],
                   "ttft_noise": [0.2, 0.25, 0.31], "tpot_noise": [0.1, float("nan"), 0.12]}
                  ).to_csv(folder / "validation.csv", index=False)
@@ -389,6 +391,8 @@ def test_a_simulated_report_says_which_validation_its_verdicts_rest_on(tmp_path,
     assert report.rests_on(results, "a40-identified").count("1p1d-cpu.yaml") == 1
     assert "0.8 x: TTFT 30 %, TPOT 20 % (the machine's own noise 31 % / 12 %)" in text
     assert "saturation 5.7 req/s live, 6.27 simulated (+10 %)" in text
+    assert ("the machine itself moved up to x 1.57 in TTFT and x 1.27 in TPOT over its 21 minutes (one trace run 3 "
+            "times)") in text
     assert "None of them is the testbed these verdicts simulate (a40-identified)" in text
     html = report.validation_section(results)
     assert "Simulator validation on data/clusters/1p1d-cpu.yaml" in html

@@ -42,13 +42,19 @@ def find_validations(results_dir: str | Path | None = None) -> list[Path]:
 
 def headline(folder: Path) -> dict[str, Any]:
     """One validation in a sentence's parts: cluster, backend, commit, saturation, the load trusted up to,
-    and the median TTFT / TPOT errors at its lowest and highest load (over policies)."""
+    the median TTFT / TPOT errors and noise per load (the worse policy's), and how far the machine moved over the
+    judged runs (the training trace's runs: ``drift``, when there were two)."""
     rec = json.loads((folder / "validation.json").read_text())
     out: dict[str, Any] = {"folder": str(folder), "cluster": rec["cluster"], "backend": rec["backend"],
                            "commit": rec.get("commit", "?"), "saturation_rate": rec["saturation_rate"],
                            "trusted_up_to": rec["trusted_up_to"], "shipped": SHIPPED_DIR in folder.parents,
                            "variant": rec.get("variant", "calibration"),
                            "simulator_rate": (rec.get("saturation") or {}).get("simulator_rate")}
+    moved = rec.get("drift") or {}
+    if moved.get("spread") and len(moved.get("runs", [])) >= 2:
+        runs = moved["runs"]
+        out["drift"] = {"minutes": (runs[-1]["started_unix"] - runs[0]["started_unix"]) / 60,
+                        "runs": len(runs), **{f"{m}_spread": float(moved["spread"][m]) for m in ("ttft_s", "tpot_s")}}
     table_path = folder / "validation.csv"
     if table_path.exists() and table_path.stat().st_size > 1:
         import pandas as pd
@@ -85,9 +91,12 @@ def rests_on(results_dir: str | Path | None, testbed: str = "") -> str:
         sim_rate = h.get("simulator_rate")
         sat = (f"; saturation {h['saturation_rate']:.3g} req/s live, {sim_rate:.3g} simulated "
                f"({100 * (sim_rate / h['saturation_rate'] - 1):+.0f} %)" if sim_rate and h["saturation_rate"] else "")
+        d = h.get("drift")
+        moved = (f"; the machine itself moved up to x {d['ttft_s_spread']:.2f} in TTFT and x {d['tpot_s_spread']:.2f} "
+                 f"in TPOT over its {d['minutes']:.0f} minutes (one trace run {d['runs']} times)" if d else "")
         parts.append(f"{h['cluster']} (real vLLM, commit {h['commit']}{', shipped' if h['shipped'] else ''}, "
                      f"physics {h.get('variant', 'calibration')}): "
-                     f"{within}" + (f" (worst policy's median errors: {err})" if err else "") + sat)
+                     f"{within}" + (f" (worst policy's median errors: {err})" if err else "") + sat + moved)
     on = "" if any(testbed and testbed in str(h["cluster"]) for h in real) else (
         f" None of them is the testbed these verdicts simulate{f' ({testbed})' if testbed else ''}: they say how "
         f"far the simulator's engine and scheduler model is from real vLLM engines, not that its constants are "
