@@ -693,7 +693,7 @@ def physics_text(physics: PhysicsRecord) -> str:
                      f"serving path's CPU measured at {host['base_cores']:.3f} cores + "
                      f"{1e3 * host['per_request_s']:.1f} ms per request + {1e6 * host['per_token_s']:.0f} us per "
                      f"token + {1e6 * host['per_step_s']:.0f} us per decode step, steal share "
-                     f"{host['steal']['share']:.3g} (fitted on the TPOT of the training run and the probes)"
+                     f"{host['steal']['share']:.3g} (fitted on the TPOT of the training runs and the probes)"
                      + (f"; admission behind the streams {1e3 * host['admission']['per_stream_s']:.3f} ms x "
                         f"streams^{host['admission']['exponent']:.2f} (mechanism stream_admission)"
                         if host.get("admission", {}).get("per_stream_s") else "")
