@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.engine.physics import HOST_MAX_STRETCH, Physics
+from repro.engine.physics import ADMISSION_MAX_UTILISATION, HOST_MAX_STRETCH, Physics
 from repro.errors import ConfigError
 from repro.experiment.journal import frame, write_frame
 from repro.experiment.metrics import summarize
@@ -21,6 +21,8 @@ from repro.validation.twin import twin_journal
 CPU_CAL = "data/clusters/cpu-tiny-calibration.json"
 HOST = {"host_cores": 2, "host_base_cores": 0.05, "host_cpu_per_request_s": 0.02, "host_cpu_per_token_s": 2e-4,
         "host_cpu_per_step_s": 1e-3}
+FIT = {"cores": 2, "base_cores": 0.05, "per_request_s": 0.02, "per_token_s": 2e-4, "per_step_s": 1e-3, "bins": 0,
+       "r2": 1.0, "probes": []}
 
 
 def _physics() -> Physics:
@@ -194,7 +196,7 @@ def test_the_probes_stream_the_same_tokens_with_different_requests() -> None:
 # ---- stream admission ------------------------------------------------------------------------------------------
 def test_a_decode_api_server_that_admits_between_its_streams_delays_first_tokens_more_under_load() -> None:
     ph = _physics()
-    assert ph.admission_delay_s(40) == 0.0
+    assert ph.admission_delay_s(40, 9.0) == 0.0
     adm = ph.with_overrides(admission_per_stream_s=2e-4, admission_exponent=1.5)
     assert adm.admission_delay_s(0) == 0.0 and adm.admission_delay_s(16) == pytest.approx(2e-4 * 64)
     light, heavy = _spec(0.5), _spec(3.0)
@@ -205,14 +207,41 @@ def test_a_decode_api_server_that_admits_between_its_streams_delays_first_tokens
     assert (on["tpot_s"] > 0).all() and on["status"].eq("ok").all()
 
 
-def test_the_admission_delays_growth_is_fitted_from_each_engines_own_account(tmp_path) -> None:
-    points = [{"run": f"r{i}", "engine": "decode-0", "requests": 80, "streams": b,
-               "frontend_s": 0.011 + 1.5e-4 * b ** 1.7} for i, b in enumerate((4.0, 12.0, 25.0, 48.0))]
+def test_the_api_servers_loop_holds_a_request_longer_the_busier_it_is() -> None:
+    """The event loop's form: loop / (1 - rho), rho from the arrivals and the streams, at most 0.95 busy."""
+    loop = _physics().with_overrides(admission_loop_s=0.02, admission_per_arrival_s=0.05,
+                                     admission_busy_per_stream=0.01)
+    assert loop.admission_delay_s(0, 0.0) == pytest.approx(0.02)
+    assert loop.admission_delay_s(10, 4.0) == pytest.approx(0.02 / (1 - 0.2 - 0.1))
+    assert loop.admission_delay_s(100, 50.0) == pytest.approx(0.02 / (1 - ADMISSION_MAX_UTILISATION))
+    # in the simulator: the arrivals the decode engine's server counts make its first tokens later
+    busy = _physics().with_overrides(admission_loop_s=0.005, admission_per_arrival_s=0.25)
+    idle = busy.with_overrides(admission_per_arrival_s=0.0)
+    light, heavy = _spec(0.5), _spec(3.0)
+    gap_light = (twin_journal(light, busy)["ttft_s"] - twin_journal(light, idle)["ttft_s"]).median()
+    gap_heavy = (twin_journal(heavy, busy)["ttft_s"] - twin_journal(heavy, idle)["ttft_s"]).median()
+    assert 0.0 <= gap_light < gap_heavy and gap_heavy > 0.005  # 3 req/s: 75 % busy, 4 x the idle loop's 5 ms
+
+
+def test_the_admission_loop_is_fitted_from_each_engines_own_account(tmp_path) -> None:
+    truth = (0.025, 0.04, 0.006)  # the loop's idle time (s), its busy share per req/s and per stream
+
+    def frontend(a: float, b: float) -> float:
+        return truth[0] / (1 - truth[1] * a - truth[2] * b)
+
+    # the probes break the collinearity of arrivals and streams: many arrivals and few streams, and the reverse
+    grid = ((2.5, 8.0), (5.0, 30.0), (9.0, 15.0), (3.0, 12.0), (6.0, 40.0))
+    points = [{"run": f"r{i}", "engine": "decode-0", "requests": 80, "streams": b, "arrivals": a,
+               "frontend_s": frontend(a, b)} for i, (a, b) in enumerate(grid)]
     fit = host.fit_admission(points)
-    assert fit["exponent"] == pytest.approx(1.7, abs=0.05)
-    assert fit["per_stream_s"] == pytest.approx(1.5e-4, rel=0.15) and fit["base_s"] == pytest.approx(0.011, abs=1e-3)
-    assert host.fit_admission(points[:2])["per_stream_s"] == 0.0  # too few points: off
-    # the points: streams running at each request's arrival at its decode engine, its API server's time
+    assert fit["loop_s"] == pytest.approx(truth[0], rel=0.05) and fit["r2"] > 0.99
+    assert fit["per_arrival_s"] == pytest.approx(truth[1], rel=0.1)
+    assert fit["busy_per_stream"] == pytest.approx(truth[2], rel=0.1)
+    ph = host.with_host(_physics(), FIT, fit)
+    assert ph.admission_delay_s(15, 9.0) == pytest.approx(frontend(9.0, 15.0), rel=0.05)
+    assert host.fit_admission(points[:2])["loop_s"] == 0.0  # too few points: off
+    assert host.with_host(_physics(), FIT, host.fit_admission(points[:2])).admission_loop_s == 0.0
+    # the points: streams running at each request's arrival at its decode engine, their rate, its API server's time
     run = tmp_path / "run"
     run.mkdir()
     j = _journal([{"arrival": 0.0, "first": 0.1, "finish": 5.0, "tokens": 50},
@@ -224,6 +253,7 @@ def test_the_admission_delays_growth_is_fitted_from_each_engines_own_account(tmp
                                                               "decode-1": {"frontend_s": 0.03}}}))
     got = {p["engine"]: p for p in host.admission_points(run)}
     assert got["decode-0"]["streams"] == pytest.approx(0.5)  # none at the first's arrival, one at the second's
+    assert got["decode-0"]["arrivals"] == pytest.approx(1.0)  # two, one second apart
     assert got["decode-1"]["streams"] == 0.0 and got["decode-1"]["frontend_s"] == 0.03
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import pandas as pd
 
+from repro.engine.physics import ADMISSION_MAX_UTILISATION
 from repro.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -248,21 +249,27 @@ def fit_host(cores: int, idle: HostProbe | None, probes: Sequence[tuple[pd.DataF
 
 
 class AdmissionPoint(TypedDict):
-    """One decode engine in one run: its requests, the streams it ran at their arrivals (mean), and its API
-    server's time per request outside the engine core (s, the engines' own account)."""
+    """One decode engine in one run: its requests, the streams it ran at their arrivals (mean), the rate at which
+    they arrived (req/s, over their span), and its API server's time per request outside the engine core (s, the
+    engines' own account)."""
 
     run: str
     engine: str
     requests: int
     streams: float
+    arrivals: float
     frontend_s: float
 
 
 class AdmissionFit(TypedDict):
-    """`fit_admission`'s record: ``frontend_s = base_s + per_stream_s * streams ** exponent`` over the points."""
+    """`fit_admission`'s record: ``frontend_s = loop_s / (1 - per_arrival_s * arrivals - busy_per_stream *
+    streams)`` over the points (the streams' additive slope ``per_stream_s`` 0 and ``exponent`` 1: that older
+    form is not fitted), the fit's R^2 (NaN: off), and the points."""
 
-    base_s: float
+    loop_s: float
     per_stream_s: float
+    per_arrival_s: float
+    busy_per_stream: float
     exponent: float
     r2: float
     points: list[AdmissionPoint]
@@ -270,9 +277,10 @@ class AdmissionFit(TypedDict):
 
 def admission_points(run_dir: str | Path) -> list[AdmissionPoint]:
     """Each decode engine of a live run: its requests, the mean number of sequences it streamed when each of them
-    reached it (answers between their first and last token at the request's ``decode_start_s``), and its API
-    server's mean time per request outside the engine core (``account.json``'s ``engines``: e2e - queue -
-    inference, `repro.live.run_account.request_time_delta`)."""
+    reached it (answers between their first and last token at the request's ``decode_start_s``), the rate they
+    reached it at (requests / the span of their ``decode_start_s``), and its API server's mean time per request
+    outside the engine core (``account.json``'s ``engines``: e2e - queue - inference,
+    `repro.live.run_account.request_time_delta`)."""
     from repro.experiment.journal import read
 
     run_dir = Path(run_dir)
@@ -288,40 +296,48 @@ def admission_points(run_dir: str | Path) -> list[AdmissionPoint]:
         e = mine["finish_s"].to_numpy(dtype=float)
         at = mine["decode_start_s"].to_numpy(dtype=float)
         streams = ((f[None, :] <= at[:, None]) & (e[None, :] > at[:, None])).sum(axis=1)
+        span = float(at.max() - at.min())
         out.append({"run": run_dir.name, "engine": str(name), "requests": int(len(mine)),
-                    "streams": float(streams.mean()), "frontend_s": float(frontend)})
+                    "streams": float(streams.mean()), "arrivals": float(len(mine) - 1) / span if span > 0 else 0.0,
+                    "frontend_s": float(frontend)})
     return out
 
 
 def fit_admission(points: Sequence[AdmissionPoint]) -> AdmissionFit:
-    """``frontend_s = base_s + per_stream_s * streams ** exponent`` by least squares over the ``points`` (each
-    weighted by its requests; ``exponent`` in [0.5, 3], the others >= 0). With fewer than 3 points, or points that
-    do not spread over the streams, the mechanism stays off (``per_stream_s`` 0) and the record says so by its
-    NaN R^2."""
+    """``frontend_s = loop_s / (1 - rho)``, ``rho = per_arrival_s * arrivals + busy_per_stream * streams``, by
+    least squares over the ``points`` (each weighted by its requests; all >= 0, ``rho`` below 1 at every point):
+    the API server's one event loop serves each new request in turn behind the other arrivals' HTTP and
+    tokenization and the streams' per-step outputs (an M/M/1 server's mean time in system). The probes tell the
+    two apart (``chat``: many arrivals, few streams; ``reasoning``: the reverse). With fewer than 3 points, or
+    points that spread over neither, the mechanism stays off (``loop_s`` 0) and the record says so by its NaN
+    R^2."""
     from scipy.optimize import curve_fit
 
+    a = np.asarray([p["arrivals"] for p in points], dtype=float)
     b = np.asarray([p["streams"] for p in points], dtype=float)
     y = np.asarray([p["frontend_s"] for p in points], dtype=float)
     w = np.asarray([p["requests"] for p in points], dtype=float)
-    off: AdmissionFit = {"base_s": float(np.average(y, weights=w)) if len(y) else math.nan, "per_stream_s": 0.0,
+    off: AdmissionFit = {"loop_s": 0.0, "per_stream_s": 0.0, "per_arrival_s": 0.0, "busy_per_stream": 0.0,
                          "exponent": 1.0, "r2": math.nan, "points": list(points)}
-    if len(points) < 3 or float(b.max() - b.min()) < 1.0:
+    if len(points) < 3 or (float(np.ptp(a)) < 0.5 and float(np.ptp(b)) < 1.0):
         return off
 
-    def model(x: np.ndarray, base: float, per: float, exponent: float) -> np.ndarray:
-        return base + per * np.power(x, exponent)
+    def model(x: np.ndarray, loop: float, per: float, busy: float) -> np.ndarray:
+        rho = np.minimum(per * x[0] + busy * x[1], ADMISSION_MAX_UTILISATION)
+        return loop / (1.0 - rho)
 
+    x = np.vstack([a, b])
     try:
-        (base, per, exponent), _ = curve_fit(model, b, y, p0=(max(float(y.min()), 0.0), 1e-3, 1.0),
-                                             sigma=1.0 / np.sqrt(w), bounds=([0.0, 0.0, 0.5], [1.0, 1.0, 3.0]),
-                                             maxfev=20000)
+        (loop, per, busy), _ = curve_fit(model, x, y, p0=(float(y.min()), 0.2 / float(a.max()), 0.2 / float(b.max())),
+                                         sigma=1.0 / np.sqrt(w), bounds=([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
+                                         maxfev=20000)
     except (RuntimeError, ValueError):
         return off
-    resid = y - model(b, base, per, exponent)
+    resid = y - model(x, loop, per, busy)
     total = float((w * (y - np.average(y, weights=w)) ** 2).sum())
     r2 = 1.0 - float((w * resid ** 2).sum()) / total if total > 0 else math.nan
-    return {"base_s": float(base), "per_stream_s": float(per), "exponent": float(exponent), "r2": r2,
-            "points": list(points)}
+    return {"loop_s": float(loop), "per_stream_s": 0.0, "per_arrival_s": float(per), "busy_per_stream": float(busy),
+            "exponent": 1.0, "r2": r2, "points": list(points)}
 
 
 def with_host(physics: Physics, fit: HostFit, admission: AdmissionFit | None = None) -> Physics:
@@ -331,9 +347,10 @@ def with_host(physics: Physics, fit: HostFit, admission: AdmissionFit | None = N
     out = physics.with_overrides(host_cores=fit["cores"], host_base_cores=fit["base_cores"],
                                  host_cpu_per_request_s=fit["per_request_s"], host_cpu_per_token_s=fit["per_token_s"],
                                  host_cpu_per_step_s=fit["per_step_s"])
-    if admission is not None and admission["per_stream_s"] > 0:
-        out = out.with_overrides(admission_per_stream_s=admission["per_stream_s"],
-                                 admission_exponent=admission["exponent"])
+    if admission is not None and admission["loop_s"] > 0:
+        out = out.with_overrides(admission_per_stream_s=0.0, admission_loop_s=admission["loop_s"],
+                                 admission_per_arrival_s=admission["per_arrival_s"],
+                                 admission_busy_per_stream=admission["busy_per_stream"])
     return out
 
 
@@ -438,16 +455,19 @@ def markdown(fit: HostFit, admission: AdmissionFit | None = None, steal: StealFi
                       f"|log(sim / live)| {steal['score']:.3f}; each run's TPOT error there: "
                       + ", ".join(f"{k} {100 * v:+.0f} %" for k, v in steal["tpot_err"].items()) + ")."]
     if admission is not None:
-        lines += ["", (f"Stream admission (mechanism `stream_admission`): a decode engine's API server holds a "
-                       f"request {1e3 * admission['base_s']:.1f} ms + {1e3 * admission['per_stream_s']:.3f} ms x "
-                       f"streams^{admission['exponent']:.2f} before its engine core has it (R^2 "
-                       f"{admission['r2']:.2f}; the base is the light-load serving path's, already in the TTFT "
-                       f"offset)." if admission["per_stream_s"] > 0 else
-                       "Stream admission: off (the probes did not spread over the streams)."), "",
-                  "| run | engine | requests | streams at arrival (mean) | API server's time (ms) | fitted (ms) |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", (f"Admission (mechanism `stream_admission`): a decode engine's API server, one event loop, "
+                       f"holds a request {1e3 * admission['loop_s']:.1f} ms / (1 - {admission['per_arrival_s']:.4f} "
+                       f"s x arrivals per second - {admission['busy_per_stream']:.4f} x streams) before its engine "
+                       f"core has it (least squares over "
+                       f"{len(admission['points'])} points of the training seed, R^2 {admission['r2']:.2f})."
+                       if admission["loop_s"] > 0 else
+                       "Admission: off (the points did not spread over the arrivals)."), "",
+                  "| run | engine | requests | arrivals (req/s) | streams at arrival (mean) | API server's time (ms) "
+                  "| fitted (ms) |", "|---|---|---|---|---|---|---|"]
         for p in admission["points"]:
-            fitted = admission["base_s"] + admission["per_stream_s"] * p["streams"] ** admission["exponent"]
-            lines.append(f"| {p['run']} | {p['engine']} | {p['requests']} | {p['streams']:.1f} | "
-                         f"{1e3 * p['frontend_s']:.1f} | {1e3 * fitted:.1f} |")
+            rho = min(admission["per_arrival_s"] * p["arrivals"] + admission["busy_per_stream"] * p["streams"],
+                      ADMISSION_MAX_UTILISATION)
+            fitted = admission["loop_s"] / (1.0 - rho)
+            lines.append(f"| {p['run']} | {p['engine']} | {p['requests']} | {p['arrivals']:.2f} | "
+                         f"{p['streams']:.1f} | {1e3 * p['frontend_s']:.1f} | {1e3 * fitted:.1f} |")
     return lines

@@ -52,6 +52,7 @@ from repro.experiment.spec import LiveConfig, RunSpec
 from repro.routing.cost_model import CostModel
 from repro.sources import commit_id
 from repro.validation import accuracy, decomposition
+from repro.validation.host import admission_points as host_points
 from repro.validation.host import markdown as host_markdown
 from repro.validation.plan import ValidationConfig
 from repro.validation.twin import PhysicsRecord, fit_in_situ, twin_goodput, twin_journal, validation_physics
@@ -292,27 +293,30 @@ def _host_probes(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat:
 
 
 def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunSpec, pd.DataFrame]],
-                 progress: bool) -> tuple[Physics, dict[str, Any]]:
-    """Mechanism ``shared_host`` fitted (`repro.validation.host`): the serving path's CPU on the probes' bins,
-    the admission curve on their points, then the steal share on the median TPOT of the probes and the
-    ``training`` runs (specs and live journals: the training trace before, between and after the passes) and
-    the serving path's light-load TTFT on the same runs. Returns the physics (``physics`` with the mechanism on)
-    and the record."""
+                 progress: bool, points: Sequence[Any] = ()) -> tuple[Physics, dict[str, Any]]:
+    """Mechanisms ``shared_host`` and ``stream_admission`` fitted (`repro.validation.host`), on the runs of the
+    training seed alone (none judged): the serving path's CPU on the probes' bins; the admission delay against the
+    arrivals on the probes' points and ``points`` (the later training runs'); the steal share on the median TPOT
+    of the probes and the ``training`` runs (specs and live journals: the training trace before, between and after
+    the passes); then the serving path's light-load TTFT on the same runs. Returns the physics (``physics`` with
+    the mechanisms on) and the record."""
     from repro.validation import host
 
     fit = host.fit_host(probes.cores, probes.idle, probes.bins)
-    admission = host.fit_admission(probes.points)
-    steal = host.fit_steal_share(host.with_host(physics, fit, admission), [*training, *probes.runs])
+    admission = host.fit_admission([*probes.points, *points])
+    runs = [*training, *probes.runs]
+    steal = host.fit_steal_share(host.with_host(physics, fit, admission), runs)
     measured = host.with_host(physics, fit, admission).with_overrides(host_steal_share=steal["share"])
     # its light-load TTFT on every run of the training seed (training runs and probes alike): one run's offset is
     # that run's luck (the training trace, run twice 25 s apart, once measured a median TTFT 17 ms above the other)
-    fitted, path = host.fit_serving_path([*training, *probes.runs], measured)
+    fitted, path = host.fit_serving_path(runs, measured)
     _say(progress, f"validate: shared host: {probes.cores} cores, the serving path {fit['base_cores']:.3f} cores + "
                    f"{1e3 * fit['per_request_s']:.1f} ms/request + {1e6 * fit['per_token_s']:.0f} us/token + "
                    f"{1e6 * fit['per_step_s']:.0f} us/step of CPU (R^2 {fit['r2']:.2f}), steal share "
                    f"{steal['share']:.3g} (TPOT of the training runs and the probes); admission "
-                   f"{1e3 * admission['per_stream_s']:.3f} ms x streams^{admission['exponent']:.2f}; its light-load "
-                   f"TTFT {1e3 * path['ttft_offset_s']:+.1f} ms")
+                   f"{1e3 * admission['loop_s']:.1f} ms / (1 - {admission['per_arrival_s']:.4f} s x arrivals - "
+                   f"{admission['busy_per_stream']:.4f} x streams) (R^2 "
+                   f"{admission['r2']:.2f}); its light-load TTFT {1e3 * path['ttft_offset_s']:+.1f} ms")
     return fitted, {**fit, "admission": admission, "steal": steal, "serving_path": path}
 
 
@@ -517,7 +521,8 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                            f"decode step x {fit['decode_factor']:.3f}, serving path "
                            f"{1e3 * fit['ttft_offset_s']:+.1f} ms TTFT")
         if probes is not None:
-            variants["shared-host"], host_record = _shared_host(probes, physics, training, progress)
+            later = [p for _, res in trained[1:] for p in host_points(res.run_dir)]  # the first is in probes
+            variants["shared-host"], host_record = _shared_host(probes, physics, training, progress, later)
             physics_from["shared_host"] = host_record
             write_json_atomic(out / "physics-shared-host.json", variants["shared-host"].to_dict(slo=True))
         primary = "shared-host" if cfg.shared_host else "in-situ" if cfg.in_situ else physics_from["source"]
