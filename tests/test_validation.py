@@ -325,6 +325,11 @@ def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
     assert moved["runs"][1]["started_unix"] > moved["runs"][0]["started_unix"] and (out / "training-end").is_dir()
     assert abs(moved["ratio"]["tpot_s"] - 1) < 0.2 and moved["spread"]["tpot_s"] >= 1, moved
     assert fit["serving_path"]["runs"] == 5 and len(fit["steal"]["tpot_err"]) == 5  # 2 training runs, 3 probes
+    # the admission loop on the same five runs of the training seed, one decode engine each: never a judged trace
+    seed = fit["serving_path"]["seed"]
+    points = fit["admission"]["points"]
+    assert len(points) == 5 and all(f"-s{seed}-" in p["run"] for p in points), points
+    assert all(p["arrivals"] > 0 and p["frontend_s"] >= 0 for p in points)
     assert "The machine's drift: the training trace" in md
 
 

@@ -141,11 +141,10 @@ them. Off (``host_cores`` 0, the default of every profile) it leaves journals by
 STREAM_ADMISSION = Mechanism(
     "stream_admission", "A decode API server that admits new requests between its streams",
     "a request reaching a decode engine's API server waits `admission_per_stream_s * n ** admission_exponent + "
-    "admission_loop_s / (1 - admission_per_arrival_s * a)` before the engine core has it, `n` the sequences the "
-    "engine streams and `a` the requests per second reaching the server (`Physics.admission_delay_s`: the time in "
-    "one busy event loop); measured by `repro.validation.host.fit_admission` from the engines' own account of "
-    "their requests (the time between the API server's arrival and the engine core's queue) against the arrivals "
-    "of each run of the training seed",
+    "admission_loop_s / (1 - admission_busy_per_stream * n)` before the engine core has it, `n` the sequences the "
+    "engine streams (`Physics.admission_delay_s`: the time in one busy event loop); measured by "
+    "`repro.validation.host.fit_admission` from the engines' own account of their requests (the time between the "
+    "API server's arrival and the engine core's queue) against the streams of each run of the training seed",
     "vLLM 0.32's CPU engines, measured here (docs/VALIDATION.md): the decode engine's frontend time per request "
     "(vllm:e2e_request_latency_seconds - request_queue_time - request_inference_time, repro.live.run_account) "
     "went from 11-13 ms with a few streams to 35, 64, 110 and 178 ms with 21, 33, 45 and 65 streams, while the "
@@ -156,8 +155,8 @@ STREAM_ADMISSION = Mechanism(
     free=(Prior("admission_per_stream_s", "physics", 0.0, 0.1, "s", "none to 100 ms per stream", off=0.0),
           Prior("admission_exponent", "physics", 0.5, 3.0, "exponent", "from sublinear to cubic"),
           Prior("admission_loop_s", "physics", 0.0, 0.2, "s", "none to 200 ms through an idle loop", off=0.0),
-          Prior("admission_per_arrival_s", "physics", 0.0, 1.0, "s per req/s",
-                "none to a loop that one request a second fills")))
+          Prior("admission_busy_per_stream", "physics", 0.0, 1.0, "share of the loop",
+                "none to a loop that one stream fills")))
 """Not in `CATALOGUE` either (see `SHARED_HOST`)."""
 
 UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared",

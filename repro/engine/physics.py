@@ -49,11 +49,6 @@ host, the engines all but stop."""
 
 HOST_WINDOW_S = 1.0
 """The window (s) over which a simulated shared host counts the request rate of `Physics.host_stretch`."""
-ADMISSION_WINDOW_S = 10.0
-"""The window (s) over which a simulated decode API server counts its arrival rate (`Physics.admission_delay_s`).
-The loop's mean time in system is for a steady rate, and `repro.validation.host.fit_admission` fits it against
-each run's mean rate: a window of 10 s keeps a Poisson count's own noise (``1 / sqrt(rate x window)``) near 10 %
-at 10 req/s, where one of 1 s would feed the convex formula 30 % of sampling noise the fit never saw."""
 ADMISSION_MAX_UTILISATION = 0.95
 """The most a decode API server's event loop is counted busy (`Physics.admission_delay_s`): beyond, its queue
 grows without bound; the delay stays at 20 x its light-load time."""
@@ -122,17 +117,13 @@ class Physics:
     admission_exponent: float = 1.0
     """``stream_admission``: how the admission delay grows with the streams (1: in proportion)."""
     admission_loop_s: float = 0.0
-    """``stream_admission``: the decode engine's API server as one event loop that serves its arrivals in turn
-    (`admission_delay_s`): a request's own time through it with nothing else arriving (s). 0 (the default): the
-    streams alone."""
-    admission_per_arrival_s: float = 0.0
-    """``stream_admission``: the loop's busy share per request per second arriving at it (s; its utilisation is
-    ``admission_per_arrival_s x`` the arrivals of the last `ADMISSION_WINDOW_S` per second, the streams' outputs it
-    handles between them included, as they come with the arrivals)."""
+    """``stream_admission``: the decode engine's API server as one event loop that serves the new request and every
+    stream's per-step outputs in turn (`admission_delay_s`): a request's own time through it with no stream (s).
+    0 (the default): off (or the streams' power law alone)."""
     admission_busy_per_stream: float = 0.0
     """``stream_admission``: the loop's busy share per sequence the engine streams (each stream's outputs pass
-    through it every step); the loop's utilisation is ``admission_per_arrival_s x arrivals +
-    admission_busy_per_stream x streams``."""
+    through it every step: detokenization, the SSE chunk); its utilisation is ``admission_busy_per_stream x
+    streams``, at most `ADMISSION_MAX_UTILISATION`."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     stated_slo: tuple[float, float] | None = field(default=None, compare=False, repr=False)
     """The testbed's stated SLO targets (tight TTFT, tight TPOT; s), from the profile's optional ``slo``
@@ -223,18 +214,17 @@ class Physics:
             return HOST_MAX_STRETCH
         return 1.0 / speed
 
-    def admission_delay_s(self, streams: int, arrival_rate: float = 0.0) -> float:
+    def admission_delay_s(self, streams: int) -> float:
         """Mechanism ``stream_admission``: seconds before a request reaching this decode engine's API server is
-        admitted, when the engine streams ``streams`` sequences and requests reach the server at ``arrival_rate``
-        (req/s): ``admission_per_stream_s * streams ** admission_exponent`` behind the streams, plus the time
-        through one busy event loop, ``admission_loop_s / (1 - rho)`` (an M/M/1 server's mean time in system),
-        ``rho = admission_per_arrival_s * arrival_rate + admission_busy_per_stream * streams`` at most
+        admitted, when the engine streams ``streams`` sequences: ``admission_per_stream_s * streams **
+        admission_exponent`` (the first form), plus the time through one busy event loop, ``admission_loop_s /
+        (1 - rho)`` (an M/M/1 server's mean time in system), ``rho = admission_busy_per_stream * streams`` at most
         `ADMISSION_MAX_UTILISATION`."""
         delay = 0.0
         if streams > 0 and self.admission_per_stream_s > 0.0:
             delay += self.admission_per_stream_s * float(streams) ** self.admission_exponent
         if self.admission_loop_s > 0.0:
-            rho = self.admission_per_arrival_s * arrival_rate + self.admission_busy_per_stream * streams
+            rho = self.admission_busy_per_stream * streams
             if rho > ADMISSION_MAX_UTILISATION:
                 rho = ADMISSION_MAX_UTILISATION
             delay += self.admission_loop_s / (1.0 - rho)
@@ -354,16 +344,14 @@ PARAMETERS: tuple[str, ...] = tuple(_NUMERIC_FIELDS)
 """The numeric parameters of a profile (``params`` in its file), in field order."""
 HOST_PARAMETERS: tuple[str, ...] = ("host_cores", "host_base_cores", "host_cpu_per_request_s", "host_cpu_per_token_s",
                                     "host_cpu_per_step_s", "host_steal_share", "admission_per_stream_s",
-                                    "admission_exponent", "admission_loop_s", "admission_per_arrival_s",
-                                    "admission_busy_per_stream")
+                                    "admission_exponent", "admission_loop_s", "admission_busy_per_stream")
 """Mechanisms ``shared_host``'s and ``stream_admission``'s parameters: the machine's and the serving path's, not
 an engine's (a calibration of the engines alone does not see them; `repro.validation.host` measures them)."""
 _OPTIONAL: dict[str, float] = {"prefill_per_token2_s": 0.0, "prefill_step_share": 1.0, "serving_path_sigma": 0.0,
                                "transfer_link_shared": 0, "host_cores": 0, "host_base_cores": 0.0,
                                "host_cpu_per_request_s": 0.0, "host_cpu_per_token_s": 0.0,
                                "host_cpu_per_step_s": 0.0, "host_steal_share": 1.0, "admission_per_stream_s": 0.0,
-                               "admission_exponent": 1.0, "admission_loop_s": 0.0, "admission_per_arrival_s": 0.0,
-                               "admission_busy_per_stream": 0.0}
+                               "admission_exponent": 1.0, "admission_loop_s": 0.0, "admission_busy_per_stream": 0.0}
 """Parameters a profile file may leave out (their value then), and `Physics.to_dict` leaves out at it unless the
 profile stated it (a source)."""
 _MINIMA: dict[str, float] = {name: 0.0 for name in _NUMERIC_FIELDS}
@@ -396,7 +384,6 @@ OVERRIDABLE: dict[str, tuple[float, float]] = {
     "admission_per_stream_s": (0.0, 1.0),
     "admission_exponent": (0.0, 4.0),
     "admission_loop_s": (0.0, 1.0),
-    "admission_per_arrival_s": (0.0, 10.0),
     "admission_busy_per_stream": (0.0, 1.0),
 }
 """The profile parameters a run may override (`check_overrides`; a spec's ``physics`` field) and the

@@ -33,9 +33,8 @@ Engine model (`repro.engine.physics.Physics` is the truth):
   arrivals of the last `HOST_WINDOW_S` and the tokens the decode engines stream (a decode segment keeps
   the stretch it started with until its batch next changes).
 - Mechanism ``stream_admission`` (`Physics.admission_per_stream_s` or ``admission_loop_s`` > 0): a request
-  admitted by a decode engine streaming ``n`` sequences, to which ``a`` requests came in the last
-  `ADMISSION_WINDOW_S`, starts its KV pull `Physics.admission_delay_s` (n, a / `ADMISSION_WINDOW_S`) later: its
-  API server's event loop admits it between the streams' outputs and the other arrivals.
+  admitted by a decode engine streaming ``n`` sequences starts its KV pull `Physics.admission_delay_s` (n) later:
+  its API server's event loop admits it between the streams' outputs.
 - ``service="serial"`` is the paper's original simulator (§VI): one request per prefill step and
   one running sequence per decode engine.
 - ``backlog="oracle"`` hands the policy the engines' true remaining work instead of the ledger's
@@ -57,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from repro.engine.mechanisms import path_factors
-from repro.engine.physics import ADMISSION_WINDOW_S, HOST_WINDOW_S, Physics
+from repro.engine.physics import HOST_WINDOW_S, Physics
 from repro.errors import ConfigError
 from repro.journal_schema import FIELD_NAMES
 from repro.routing.policies.base import Placement, RequestInfo
@@ -307,11 +306,8 @@ class Simulator:
         first = prefill[0] if prefill else (decode[0] if decode else None)
         self.host: Physics | None = first if first is not None and first.shares_host else None
         self.host_arrivals: deque[float] = deque()  # arrivals within the last HOST_WINDOW_S (shared_host)
-        # mechanism stream_admission: whether each decode engine's API server admits behind its streams and its
-        # arrivals (those of the last ADMISSION_WINDOW_S, per engine)
+        # mechanism stream_admission: whether each decode engine's API server admits behind its streams
         self.admission = [d.phys.admits_behind_load for d in self.dec]
-        self.dec_arrivals: list[deque[float]] = [deque() for _ in self.dec]
-        self.dec_first_arrival: list[float] = [-1.0] * len(self.dec)
 
     # ---- event plumbing -------------------------------------------------------------------
     # An event is pushed as ``seq = self._seq = self._seq + 1`` then heappush(self._events, (time_s, kind,
@@ -492,10 +488,6 @@ class Simulator:
         d = self.d_of[r]
         dd = self.dec[d]
         dd.waiting.append(r)
-        if self.admission[d]:  # mechanism stream_admission: the arrivals its API server handles
-            if self.dec_first_arrival[d] < 0.0:
-                self.dec_first_arrival[d] = self.now
-            self.dec_arrivals[d].append(self.now)
         dd.queued_output_tokens += self.out[r]
         if dd.n_running:  # a busy engine schedules new requests at its next step boundary (vLLM)
             if not dd.admit_pending:
@@ -543,7 +535,7 @@ class Simulator:
             if self.host is not None:  # mechanism shared_host: the pull is CPU work too
                 delay *= self._host_stretch()
             if self.admission[di] and preemptions[r] == 0:  # mechanism stream_admission: the API server admits
-                delay += self._admission_delay(d, di)  # it between the streams (once: not a re-admission)
+                delay += d.phys.admission_delay_s(d.n_running)  # it between the streams (once: not a re-admission)
             seq = self._seq = self._seq + 1
             heappush(self._events, (now + delay, _TRANSFER_DONE, seq, r, di, self.epoch[r]))
             used = d.reserved_kv_tokens + running_kv
@@ -551,19 +543,6 @@ class Simulator:
                 self.kv_peak[di] = used
         if changed and schedule:
             self._decode_schedule(d, di)
-
-    def _admission_delay(self, d: _Decode, di: int) -> float:
-        """Mechanism stream_admission: a request's admission delay at decode engine ``di`` now (s), behind its
-        streams and its arrival rate over the last `ADMISSION_WINDOW_S` (or the seconds since its first arrival,
-        at least one, when fewer) (`Physics.admission_delay_s`)."""
-        arrivals = self.dec_arrivals[di]
-        now = self.now
-        while arrivals and arrivals[0] <= now - ADMISSION_WINDOW_S:
-            arrivals.popleft()
-        # the window's seconds, or those since the engine's first arrival when fewer (at least one)
-        span = now - self.dec_first_arrival[di]
-        span = ADMISSION_WINDOW_S if span > ADMISSION_WINDOW_S else (span if span > 1.0 else 1.0)
-        return d.phys.admission_delay_s(d.n_running, len(arrivals) / span)
 
     def _transfer_done(self, r: int, di: int, epoch: int) -> None:
         if epoch != self.epoch[r]:  # this admission was cancelled by a preemption

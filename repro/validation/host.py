@@ -262,13 +262,11 @@ class AdmissionPoint(TypedDict):
 
 
 class AdmissionFit(TypedDict):
-    """`fit_admission`'s record: ``frontend_s = loop_s / (1 - per_arrival_s * arrivals - busy_per_stream *
-    streams)`` over the points (the streams' additive slope ``per_stream_s`` 0 and ``exponent`` 1: that older
-    form is not fitted), the fit's R^2 (NaN: off), and the points."""
+    """`fit_admission`'s record: ``frontend_s = loop_s / (1 - busy_per_stream * streams)`` over the points (the
+    first form's ``per_stream_s`` 0 and ``exponent`` 1: not fitted), the fit's R^2 (NaN: off), and the points."""
 
     loop_s: float
     per_stream_s: float
-    per_arrival_s: float
     busy_per_stream: float
     exponent: float
     r2: float
@@ -304,40 +302,38 @@ def admission_points(run_dir: str | Path) -> list[AdmissionPoint]:
 
 
 def fit_admission(points: Sequence[AdmissionPoint]) -> AdmissionFit:
-    """``frontend_s = loop_s / (1 - rho)``, ``rho = per_arrival_s * arrivals + busy_per_stream * streams``, by
-    least squares over the ``points`` (each weighted by its requests; all >= 0, ``rho`` below 1 at every point):
-    the API server's one event loop serves each new request in turn behind the other arrivals' HTTP and
-    tokenization and the streams' per-step outputs (an M/M/1 server's mean time in system). The probes tell the
-    two apart (``chat``: many arrivals, few streams; ``reasoning``: the reverse). With fewer than 3 points, or
-    points that spread over neither, the mechanism stays off (``loop_s`` 0) and the record says so by its NaN
-    R^2."""
+    """``frontend_s = loop_s / (1 - busy_per_stream * streams)`` by least squares over the ``points`` (each
+    weighted by its requests; both >= 0, the utilisation below 1 at every point): the API server's one event loop
+    serves the new request in turn with every stream's per-step outputs (an M/M/1 server's mean time in system).
+    The streams, not the arrivals, load the loop: `fit_host`'s own costs on the same runs put a streamed token at
+    173-215 us of the serving path's CPU and a request at 6-8 ms, so at the mixed workload's saturation (about 250
+    tokens per request) the tokens take several times the arrivals' CPU (docs/VALIDATION.md). With fewer than 3
+    points, or points that do not spread over the streams, the mechanism stays off (``loop_s`` 0) and the record
+    says so by its NaN R^2."""
     from scipy.optimize import curve_fit
 
-    a = np.asarray([p["arrivals"] for p in points], dtype=float)
     b = np.asarray([p["streams"] for p in points], dtype=float)
     y = np.asarray([p["frontend_s"] for p in points], dtype=float)
     w = np.asarray([p["requests"] for p in points], dtype=float)
-    off: AdmissionFit = {"loop_s": 0.0, "per_stream_s": 0.0, "per_arrival_s": 0.0, "busy_per_stream": 0.0,
-                         "exponent": 1.0, "r2": math.nan, "points": list(points)}
-    if len(points) < 3 or (float(np.ptp(a)) < 0.5 and float(np.ptp(b)) < 1.0):
+    off: AdmissionFit = {"loop_s": 0.0, "per_stream_s": 0.0, "busy_per_stream": 0.0, "exponent": 1.0,
+                         "r2": math.nan, "points": list(points)}
+    if len(points) < 3 or float(np.ptp(b)) < 1.0:
         return off
+    top = 0.99 / float(b.max())
 
-    def model(x: np.ndarray, loop: float, per: float, busy: float) -> np.ndarray:
-        rho = np.minimum(per * x[0] + busy * x[1], ADMISSION_MAX_UTILISATION)
-        return loop / (1.0 - rho)
+    def model(x: np.ndarray, loop: float, busy: float) -> np.ndarray:
+        return loop / (1.0 - busy * x)
 
-    x = np.vstack([a, b])
     try:
-        (loop, per, busy), _ = curve_fit(model, x, y, p0=(float(y.min()), 0.2 / float(a.max()), 0.2 / float(b.max())),
-                                         sigma=1.0 / np.sqrt(w), bounds=([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
-                                         maxfev=20000)
+        (loop, busy), _ = curve_fit(model, b, y, p0=(float(y.min()), 0.5 * top), sigma=1.0 / np.sqrt(w),
+                                    bounds=([0.0, 0.0], [1.0, top]), maxfev=20000)
     except (RuntimeError, ValueError):
         return off
-    resid = y - model(x, loop, per, busy)
+    resid = y - model(b, loop, busy)
     total = float((w * (y - np.average(y, weights=w)) ** 2).sum())
     r2 = 1.0 - float((w * resid ** 2).sum()) / total if total > 0 else math.nan
-    return {"loop_s": float(loop), "per_stream_s": 0.0, "per_arrival_s": float(per), "busy_per_stream": float(busy),
-            "exponent": 1.0, "r2": r2, "points": list(points)}
+    return {"loop_s": float(loop), "per_stream_s": 0.0, "busy_per_stream": float(busy), "exponent": 1.0, "r2": r2,
+            "points": list(points)}
 
 
 def with_host(physics: Physics, fit: HostFit, admission: AdmissionFit | None = None) -> Physics:
@@ -349,7 +345,6 @@ def with_host(physics: Physics, fit: HostFit, admission: AdmissionFit | None = N
                                  host_cpu_per_step_s=fit["per_step_s"])
     if admission is not None and admission["loop_s"] > 0:
         out = out.with_overrides(admission_per_stream_s=0.0, admission_loop_s=admission["loop_s"],
-                                 admission_per_arrival_s=admission["per_arrival_s"],
                                  admission_busy_per_stream=admission["busy_per_stream"])
     return out
 
@@ -456,17 +451,15 @@ def markdown(fit: HostFit, admission: AdmissionFit | None = None, steal: StealFi
                       + ", ".join(f"{k} {100 * v:+.0f} %" for k, v in steal["tpot_err"].items()) + ")."]
     if admission is not None:
         lines += ["", (f"Admission (mechanism `stream_admission`): a decode engine's API server, one event loop, "
-                       f"holds a request {1e3 * admission['loop_s']:.1f} ms / (1 - {admission['per_arrival_s']:.4f} "
-                       f"s x arrivals per second - {admission['busy_per_stream']:.4f} x streams) before its engine "
-                       f"core has it (least squares over "
+                       f"holds a request {1e3 * admission['loop_s']:.1f} ms / (1 - {admission['busy_per_stream']:.4f} "
+                       f"x streams) before its engine core has it (least squares over "
                        f"{len(admission['points'])} points of the training seed, R^2 {admission['r2']:.2f})."
                        if admission["loop_s"] > 0 else
-                       "Admission: off (the points did not spread over the arrivals)."), "",
+                       "Admission: off (the points did not spread over the streams)."), "",
                   "| run | engine | requests | arrivals (req/s) | streams at arrival (mean) | API server's time (ms) "
                   "| fitted (ms) |", "|---|---|---|---|---|---|---|"]
         for p in admission["points"]:
-            rho = min(admission["per_arrival_s"] * p["arrivals"] + admission["busy_per_stream"] * p["streams"],
-                      ADMISSION_MAX_UTILISATION)
+            rho = min(admission["busy_per_stream"] * p["streams"], ADMISSION_MAX_UTILISATION)
             fitted = admission["loop_s"] / (1.0 - rho)
             lines.append(f"| {p['run']} | {p['engine']} | {p['requests']} | {p['arrivals']:.2f} | "
                          f"{p['streams']:.1f} | {1e3 * p['frontend_s']:.1f} | {1e3 * fitted:.1f} |")

@@ -296,7 +296,7 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
                  progress: bool, points: Sequence[Any] = ()) -> tuple[Physics, dict[str, Any]]:
     """Mechanisms ``shared_host`` and ``stream_admission`` fitted (`repro.validation.host`), on the runs of the
     training seed alone (none judged): the serving path's CPU on the probes' bins; the admission delay against the
-    arrivals on the probes' points and ``points`` (the later training runs'); the steal share on the median TPOT
+    streams on the probes' points and ``points`` (the later training runs'); the steal share on the median TPOT
     of the probes and the ``training`` runs (specs and live journals: the training trace before, between and after
     the passes); then the serving path's light-load TTFT on the same runs. Returns the physics (``physics`` with
     the mechanisms on) and the record."""
@@ -314,8 +314,7 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
                    f"{1e3 * fit['per_request_s']:.1f} ms/request + {1e6 * fit['per_token_s']:.0f} us/token + "
                    f"{1e6 * fit['per_step_s']:.0f} us/step of CPU (R^2 {fit['r2']:.2f}), steal share "
                    f"{steal['share']:.3g} (TPOT of the training runs and the probes); admission "
-                   f"{1e3 * admission['loop_s']:.1f} ms / (1 - {admission['per_arrival_s']:.4f} s x arrivals - "
-                   f"{admission['busy_per_stream']:.4f} x streams) (R^2 "
+                   f"{1e3 * admission['loop_s']:.1f} ms / (1 - {admission['busy_per_stream']:.4f} x streams) (R^2 "
                    f"{admission['r2']:.2f}); its light-load TTFT {1e3 * path['ttft_offset_s']:+.1f} ms")
     return fitted, {**fit, "admission": admission, "steal": steal, "serving_path": path}
 
@@ -699,9 +698,12 @@ def physics_text(physics: PhysicsRecord) -> str:
                      f"{1e3 * host['per_request_s']:.1f} ms per request + {1e6 * host['per_token_s']:.0f} us per "
                      f"token + {1e6 * host['per_step_s']:.0f} us per decode step, steal share "
                      f"{host['steal']['share']:.3g} (fitted on the TPOT of the training runs and the probes)"
-                     + (f"; admission behind the streams {1e3 * host['admission']['per_stream_s']:.3f} ms x "
-                        f"streams^{host['admission']['exponent']:.2f} (mechanism stream_admission)"
-                        if host.get("admission", {}).get("per_stream_s") else "")
+                     + (f"; admission through the decode API server's event loop {1e3 * adm['loop_s']:.1f} ms / (1 - "
+                        f"{adm['busy_per_stream']:.4f} x streams) (mechanism stream_admission, R^2 {adm['r2']:.2f})"
+                        if (adm := host.get("admission") or {}).get("loop_s") else
+                        f"; admission behind the streams {1e3 * adm['per_stream_s']:.3f} ms x "
+                        f"streams^{adm['exponent']:.2f} (mechanism stream_admission)" if adm.get("per_stream_s")
+                        else "")
                      + f"; its light-load TTFT {1e3 * host['serving_path']['ttft_offset_s']:+.1f} ms (training "
                        f"trace seed {host['serving_path']['seed']}, not judged)")
     return ", ".join(parts)
