@@ -185,9 +185,10 @@ def test_a_probe_is_booked_over_its_steady_part_only(tmp_path) -> None:
 
 
 def test_the_probes_stream_the_same_tokens_with_different_requests() -> None:
-    (chat, r_chat), (reasoning, r_reasoning), (many, r_many) = host.probe_rates(
+    (chat, r_chat), (reasoning, r_reasoning), (many, r_many), (mixed, r_mixed) = host.probe_rates(
         10.0, {"mixed": 400.0, "chat": 250.0, "reasoning": 850.0})
-    assert (chat, reasoning, many) == ("chat", "reasoning", "reasoning")
+    assert (chat, reasoning, many, mixed) == ("chat", "reasoning", "reasoning", "mixed")
+    assert r_mixed == pytest.approx(10.0)  # the last at the cluster's saturation: the judged runs' heaviest load
     assert r_chat * 250 == pytest.approx(0.5 * 10 * 400, rel=1e-4)
     assert r_reasoning * 850 == pytest.approx(0.5 * 10 * 400, rel=1e-4)
     assert r_chat > 3 * r_reasoning and r_many * 850 == pytest.approx(0.9 * 10 * 400, rel=1e-4)
@@ -222,21 +223,31 @@ def test_the_api_servers_loop_holds_a_request_longer_the_more_it_streams() -> No
     assert 0.0 <= gap_light < gap_heavy and gap_heavy > 0.002
 
 
-def test_the_admission_loop_is_fitted_from_each_engines_own_account(tmp_path) -> None:
-    truth = (0.025, 0.012)  # the loop's idle time (s), its busy share per stream
+def test_the_admission_delay_is_fitted_from_each_engines_own_account(tmp_path) -> None:
+    truth = (0.012, 2e-4, 1.5)  # the loop's idle time (s), its growth with the streams (s), how fast
 
     def frontend(b: float) -> float:
-        return truth[0] / (1 - truth[1] * b)
+        return truth[0] + truth[1] * b ** truth[2]
 
     points = [{"run": f"r{i}", "engine": "decode-0", "requests": 80, "streams": b, "arrivals": 3.0,
-               "frontend_s": frontend(b)} for i, b in enumerate((8.0, 15.0, 30.0, 12.0, 40.0))]
+               "frontend_s": frontend(b)} for i, b in enumerate((8.0, 15.0, 30.0, 12.0, 40.0, 50.0))]
     fit = host.fit_admission(points)
-    assert fit["loop_s"] == pytest.approx(truth[0], rel=0.05) and fit["r2"] > 0.99
-    assert fit["busy_per_stream"] == pytest.approx(truth[1], rel=0.05)
+    assert fit["loop_s"] == pytest.approx(truth[0], rel=0.05) and fit["r2"] > 0.99 and fit["edge"] == ""
+    assert fit["per_stream_s"] == pytest.approx(truth[1], rel=0.05)
+    assert fit["exponent"] == pytest.approx(truth[2], rel=0.02) and fit["busy_per_stream"] == 0.0
     ph = host.with_host(_physics(), FIT, fit)
-    assert ph.admission_delay_s(20) == pytest.approx(frontend(20.0), rel=0.05)
-    assert host.fit_admission(points[:2])["loop_s"] == 0.0  # too few points: off
-    assert host.with_host(_physics(), FIT, host.fit_admission(points[:2])).admission_loop_s == 0.0
+    assert ph.admission_delay_s(20) == pytest.approx(frontend(20.0), rel=0.02)
+    # the record's own delay is the physics' (either form: a shipped validation's event loop too)
+    loop = {"loop_s": 0.02, "per_stream_s": 0.0, "busy_per_stream": 0.01, "exponent": 1.0}
+    for record in (fit, loop):
+        phys = host.with_host(_physics(), FIT, record)
+        assert all(host.admission_delay(record, n) == pytest.approx(phys.admission_delay_s(n)) for n in (0, 9, 40))
+    assert "/ (1 - 0.0100 x streams)" in host.admission_formula(loop) and "streams^1.50" in host.admission_formula(fit)
+    assert host.fit_admission(points[:3])["loop_s"] == 0.0  # too few points: off
+    assert host.with_host(_physics(), FIT, host.fit_admission(points[:3])).admission_loop_s == 0.0
+    # a delay that explodes faster than any power in range: the exponent stops at its bound, and the record says so
+    steep = [{**p, "frontend_s": 0.01 + 1e-9 * p["streams"] ** 5} for p in points]
+    assert host.fit_admission(steep)["edge"] == "exponent"
     # the points: streams running at each request's arrival at its decode engine, their rate, its API server's time
     run = tmp_path / "run"
     run.mkdir()

@@ -324,11 +324,13 @@ def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
     assert [r["label"] for r in moved["runs"]] == ["before pass 1", "after the last pass"], moved
     assert moved["runs"][1]["started_unix"] > moved["runs"][0]["started_unix"] and (out / "training-end").is_dir()
     assert abs(moved["ratio"]["tpot_s"] - 1) < 0.2 and moved["spread"]["tpot_s"] >= 1, moved
-    assert fit["serving_path"]["runs"] == 5 and len(fit["steal"]["tpot_err"]) == 5  # 2 training runs, 3 probes
-    # the admission loop on the same five runs of the training seed, one decode engine each: never a judged trace
+    assert fit["serving_path"]["runs"] == 6 and len(fit["steal"]["tpot_err"]) == 6  # 2 training runs, 4 probes
+    assert fit["probes_left_out"] == []
+    # the admission delay on the same six runs of the training seed, one decode engine each: never a judged trace;
+    # the last probe at the saturation's rate (the judged runs' heaviest load)
     seed = fit["serving_path"]["seed"]
     points = fit["admission"]["points"]
-    assert len(points) == 5 and all(f"-s{seed}-" in p["run"] for p in points), points
+    assert len(points) == 6 and all(f"-s{seed}-" in p["run"] for p in points), points
     assert all(p["arrivals"] > 0 and p["streams"] > 0 for p in points), points
     assert "The machine's drift: the training trace" in md
 

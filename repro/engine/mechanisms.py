@@ -143,8 +143,10 @@ STREAM_ADMISSION = Mechanism(
     "a request reaching a decode engine's API server waits `admission_per_stream_s * n ** admission_exponent + "
     "admission_loop_s / (1 - admission_busy_per_stream * n)` before the engine core has it, `n` the sequences the "
     "engine streams (`Physics.admission_delay_s`: the time in one busy event loop); measured by "
-    "`repro.validation.host.fit_admission` from the engines' own account of their requests (the time between the "
-    "API server's arrival and the engine core's queue) against the streams of each run of the training seed",
+    "`repro.validation.host.fit_admission` (the power law with the loop's own time; the event loop's pole is the "
+    "form of validations shipped before it) from the engines' own account of their requests (the time between the "
+    "API server's arrival and the engine core's queue) against the streams of each run of the training seed, "
+    "probes up to the saturation's rate among them",
     "vLLM 0.32's CPU engines, measured here (docs/VALIDATION.md): the decode engine's frontend time per request "
     "(vllm:e2e_request_latency_seconds - request_queue_time - request_inference_time, repro.live.run_account) "
     "went from 11-13 ms with a few streams to 35, 64, 110 and 178 ms with 21, 33, 45 and 65 streams, while the "

@@ -49,11 +49,16 @@ WARMUP_S = 2.0
 """Seconds after a probe's first arrival that are left out (the client's and the proxy's first requests)."""
 BIN_S = 2.0
 """Seconds per bin of a probe's steady part (`probe_bins`)."""
-PROBES: tuple[tuple[str, float], ...] = (("chat", 0.5), ("reasoning", 0.5), ("reasoning", 0.9))
-"""The differential probes: a workload (short outputs: chat, mean 253 tokens; long: reasoning, 845) and the share
-of the mixed workload's token rate at the cluster's saturation it streams. The first two stream the same tokens
-with three times as many requests apart (the cost of a request against a token's); the third runs more streams
-at once (the admission delay's growth with them, `fit_admission`)."""
+PROBES: tuple[tuple[str, float], ...] = (("chat", 0.5), ("reasoning", 0.5), ("reasoning", 0.9), ("mixed", 1.0))
+"""The differential probes: a workload (short outputs: chat, mean 253 tokens; long: reasoning, 845; the judged
+mix) and the share of the mixed workload's token rate at the cluster's saturation it streams. The first two
+stream the same tokens with three times as many requests apart (the cost of a request against a token's); the
+third runs more streams at once, the fourth as many as the judged runs at 1.0 x (the admission delay's growth
+with them, `fit_admission`: fitted on the first three alone, on 7-32 streams, it was extrapolated to the 40-52
+streams a 1p1d-cpu decode engine runs at saturation). A probe at `SATURATION_SHARE` may be left out when the
+machine cannot keep up with it; the others may not."""
+SATURATION_SHARE = 1.0
+"""The probes' share (`PROBES`) at the cluster's saturation: the one a validation may go without."""
 PROBE_WORKLOADS: tuple[str, ...] = tuple(dict.fromkeys(w for w, _ in PROBES))
 REGRESSORS = ("seconds", "requests", "tokens", "steps")
 """What the serving path's CPU is fitted on (`fit_host`): its base, the requests, the tokens and the decode steps."""
@@ -262,14 +267,17 @@ class AdmissionPoint(TypedDict):
 
 
 class AdmissionFit(TypedDict):
-    """`fit_admission`'s record: ``frontend_s = loop_s / (1 - busy_per_stream * streams)`` over the points (the
-    first form's ``per_stream_s`` 0 and ``exponent`` 1: not fitted), the fit's R^2 (NaN: off), and the points."""
+    """`fit_admission`'s record: ``frontend_s = loop_s + per_stream_s * streams ** exponent`` over the points, the
+    fit's R^2 (NaN: off), the parameter at the edge of its range if one is (``edge``: "" when none), and the
+    points. ``busy_per_stream`` is the event loop's form (``loop_s / (1 - busy_per_stream * streams)``) that
+    validations shipped before the power law state; a new fit leaves it 0 (`admission_delay`)."""
 
     loop_s: float
     per_stream_s: float
     busy_per_stream: float
     exponent: float
     r2: float
+    edge: str
     points: list[AdmissionPoint]
 
 
@@ -301,39 +309,65 @@ def admission_points(run_dir: str | Path) -> list[AdmissionPoint]:
     return out
 
 
+ADMISSION_EXPONENT_RANGE = (0.5, 3.0)
+"""`fit_admission`'s bounds on the exponent (the prior of mechanism ``stream_admission``: sublinear to cubic)."""
+
+
+def admission_delay(fit: Mapping[str, Any], streams: float) -> float:
+    """The admission delay (s) a `fit_admission` record (or a shipped validation's, in the event loop's form)
+    states at ``streams``: `repro.engine.physics.Physics.admission_delay_s` of its parameters."""
+    delay = float(fit.get("per_stream_s") or 0.0) * float(streams) ** float(fit.get("exponent") or 1.0)
+    rho = min(float(fit.get("busy_per_stream") or 0.0) * float(streams), ADMISSION_MAX_UTILISATION)
+    return delay + float(fit.get("loop_s") or 0.0) / (1.0 - rho)
+
+
+def admission_formula(fit: Mapping[str, Any]) -> str:
+    """A `fit_admission` record's delay as a formula in ms (either form)."""
+    if fit.get("busy_per_stream"):
+        return f"{1e3 * fit['loop_s']:.1f} ms / (1 - {fit['busy_per_stream']:.4f} x streams)"
+    return f"{1e3 * fit['loop_s']:.1f} ms + {1e3 * fit['per_stream_s']:.4g} ms x streams^{fit['exponent']:.2f}"
+
+
 def fit_admission(points: Sequence[AdmissionPoint]) -> AdmissionFit:
-    """``frontend_s = loop_s / (1 - busy_per_stream * streams)`` by least squares over the ``points`` (each
-    weighted by its requests; both >= 0, the utilisation below 1 at every point): the API server's one event loop
-    serves the new request in turn with every stream's per-step outputs (an M/M/1 server's mean time in system).
-    The streams, not the arrivals, load the loop: `fit_host`'s own costs on the same runs put a streamed token at
-    173-215 us of the serving path's CPU and a request at 6-8 ms, so at the mixed workload's saturation (about 250
-    tokens per request) the tokens take several times the arrivals' CPU (docs/VALIDATION.md). With fewer than 3
-    points, or points that do not spread over the streams, the mechanism stays off (``loop_s`` 0) and the record
-    says so by its NaN R^2."""
+    """``frontend_s = loop_s + per_stream_s * streams ** exponent`` by least squares over the ``points`` (each
+    weighted by its requests; ``loop_s`` and ``per_stream_s`` >= 0, the exponent in `ADMISSION_EXPONENT_RANGE`):
+    the API server's one event loop serves the new request in turn with every stream's per-step outputs, so its
+    time grows with the streams; the exponent says how fast, from the points (the probe at saturation,
+    `PROBES`, puts some where the judged runs' heaviest load is, so the delay is interpolated, not extrapolated).
+    The form has no pole: the event loop's ``loop_s / (1 - busy x streams)`` of the validations shipped before
+    it, fitted on 7-32 streams, passed its utilisation cap at the 50 a decode engine streamed at saturation (332
+    ms against 108 measured, docs/VALIDATION.md). The streams, not the arrivals, load the loop: `fit_host`'s own
+    costs on the same runs put a streamed token at 173-215 us of the serving path's CPU and a request at 6-8
+    ms. With fewer than 4 points, or points that do not spread over the streams, the mechanism stays off
+    (``loop_s`` 0) and the record says so by its NaN R^2; a fitted exponent at a bound of its range is named in
+    ``edge``: the form then misses what the points show."""
     from scipy.optimize import curve_fit
 
     b = np.asarray([p["streams"] for p in points], dtype=float)
     y = np.asarray([p["frontend_s"] for p in points], dtype=float)
     w = np.asarray([p["requests"] for p in points], dtype=float)
     off: AdmissionFit = {"loop_s": 0.0, "per_stream_s": 0.0, "busy_per_stream": 0.0, "exponent": 1.0,
-                         "r2": math.nan, "points": list(points)}
-    if len(points) < 3 or float(np.ptp(b)) < 1.0:
+                         "r2": math.nan, "edge": "", "points": list(points)}
+    if len(points) < 4 or float(np.ptp(b)) < 1.0:
         return off
-    top = 0.99 / float(b.max())
+    lo, hi = ADMISSION_EXPONENT_RANGE
 
-    def model(x: np.ndarray, loop: float, busy: float) -> np.ndarray:
-        return loop / (1.0 - busy * x)
+    def model(x: np.ndarray, loop: float, per_stream: float, exponent: float) -> np.ndarray:
+        return loop + per_stream * np.power(x, exponent)
 
+    slope = max(float(np.polyfit(b, y, 1, w=np.sqrt(w))[0]), 1e-6)
     try:
-        (loop, busy), _ = curve_fit(model, b, y, p0=(float(y.min()), 0.5 * top), sigma=1.0 / np.sqrt(w),
-                                    bounds=([0.0, 0.0], [1.0, top]), maxfev=20000)
+        (loop, per_stream, exponent), _ = curve_fit(
+            model, b, y, p0=(max(float(y.min()) * 0.5, 1e-4), slope, 1.0), sigma=1.0 / np.sqrt(w),
+            bounds=([0.0, 0.0, lo], [1.0, 1.0, hi]), maxfev=20000)
     except (RuntimeError, ValueError):
         return off
-    resid = y - model(b, loop, busy)
+    resid = y - model(b, loop, per_stream, exponent)
     total = float((w * (y - np.average(y, weights=w)) ** 2).sum())
     r2 = 1.0 - float((w * resid ** 2).sum()) / total if total > 0 else math.nan
-    return {"loop_s": float(loop), "per_stream_s": 0.0, "busy_per_stream": float(busy), "exponent": 1.0, "r2": r2,
-            "points": list(points)}
+    edge = "exponent" if min(exponent - lo, hi - exponent) < 0.01 * (hi - lo) else ""
+    return {"loop_s": float(loop), "per_stream_s": float(per_stream), "busy_per_stream": 0.0,
+            "exponent": float(exponent), "r2": r2, "edge": edge, "points": list(points)}
 
 
 def with_host(physics: Physics, fit: HostFit, admission: AdmissionFit | None = None) -> Physics:
@@ -344,7 +378,8 @@ def with_host(physics: Physics, fit: HostFit, admission: AdmissionFit | None = N
                                  host_cpu_per_request_s=fit["per_request_s"], host_cpu_per_token_s=fit["per_token_s"],
                                  host_cpu_per_step_s=fit["per_step_s"])
     if admission is not None and admission["loop_s"] > 0:
-        out = out.with_overrides(admission_per_stream_s=0.0, admission_loop_s=admission["loop_s"],
+        out = out.with_overrides(admission_per_stream_s=admission["per_stream_s"],
+                                 admission_exponent=admission["exponent"], admission_loop_s=admission["loop_s"],
                                  admission_busy_per_stream=admission["busy_per_stream"])
     return out
 
@@ -451,16 +486,17 @@ def markdown(fit: HostFit, admission: AdmissionFit | None = None, steal: StealFi
                       + ", ".join(f"{k} {100 * v:+.0f} %" for k, v in steal["tpot_err"].items()) + ")."]
     if admission is not None:
         lines += ["", (f"Admission (mechanism `stream_admission`): a decode engine's API server, one event loop, "
-                       f"holds a request {1e3 * admission['loop_s']:.1f} ms / (1 - {admission['busy_per_stream']:.4f} "
-                       f"x streams) before its engine core has it (least squares over "
-                       f"{len(admission['points'])} points of the training seed, R^2 {admission['r2']:.2f})."
+                       f"holds a request {admission_formula(admission)} before its engine core has it (least "
+                       f"squares over {len(admission['points'])} points of the training seed, R^2 "
+                       f"{admission['r2']:.2f}"
+                       + (f"; the {admission['edge']} at the edge of its range: the form misses what the points "
+                          f"show" if admission.get("edge") else "") + ")."
                        if admission["loop_s"] > 0 else
                        "Admission: off (the points did not spread over the streams)."), "",
                   "| run | engine | requests | arrivals (req/s) | streams at arrival (mean) | API server's time (ms) "
                   "| fitted (ms) |", "|---|---|---|---|---|---|---|"]
         for p in admission["points"]:
-            rho = min(admission["busy_per_stream"] * p["streams"], ADMISSION_MAX_UTILISATION)
-            fitted = admission["loop_s"] / (1.0 - rho)
+            fitted = admission_delay(admission, p["streams"])
             lines.append(f"| {p['run']} | {p['engine']} | {p['requests']} | {p['arrivals']:.2f} | "
                          f"{p['streams']:.1f} | {1e3 * p['frontend_s']:.1f} | {1e3 * fitted:.1f} |")
     return lines

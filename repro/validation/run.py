@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
@@ -52,6 +52,7 @@ from repro.experiment.spec import LiveConfig, RunSpec
 from repro.routing.cost_model import CostModel
 from repro.sources import commit_id
 from repro.validation import accuracy, decomposition
+from repro.validation.host import admission_formula
 from repro.validation.host import admission_points as host_points
 from repro.validation.host import markdown as host_markdown
 from repro.validation.plan import ValidationConfig
@@ -244,13 +245,15 @@ def simulated_saturation(base: RunSpec, cfg: ValidationConfig, physics: Physics)
 class HostProbes:
     """What `_host_probes` measured of the serving path before the judged runs: the machine's cores, the idle
     window, each run's bins (`repro.validation.host.probe_bins`: the training run's, then each probe's), the
-    admission points, and the probes' specs and live journals (for the steal share)."""
+    admission points, the probes' specs and live journals (for the steal share), and the probes left out (the
+    one at saturation when the machine could not keep up with it)."""
 
     cores: int
     idle: Any
     bins: list[Any]
     points: list[Any]
     runs: list[tuple[RunSpec, pd.DataFrame]]
+    left_out: list[str] = field(default_factory=list)
 
 
 def _host_probes(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat: float,
@@ -279,10 +282,15 @@ def _host_probes(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat:
                    for w in ("mixed", *host.PROBE_WORKLOADS)}
     probes = HostProbes(len(available_cores()), idle, [host.probe_bins(train_res.run_dir)],
                         host.admission_points(train_res.run_dir), [])
-    for workload, rate in host.probe_rates(sat, mean_output):
+    for (workload, rate), (_, share) in zip(host.probe_rates(sat, mean_output), host.PROBES, strict=True):
         spec = _live_spec(cfg, cluster, cal_path, seed=cfg.training_seed, rate=rate, n_requests=cfg.n_requests(rate),
                           policy=cfg.policies[0]).replace(workload=workload)
         res, _ = live_run(spec, out / "host", cfg.redo, progress)
+        if res is None and share >= host.SATURATION_SHARE:
+            probes.left_out.append(spec.run_id)
+            _say(progress, f"validate: the shared-host probe at saturation ({spec.run_id}) left out: the machine "
+                           f"could not keep up at {rate:.3g} req/s; the admission delay is fitted without it")
+            continue
         if res is None:
             raise RunInvalid(f"validate: the shared-host probe {spec.run_id} was invalid {cfg.redo + 1} times: the "
                              f"machine could not keep up at {rate:.3g} req/s")
@@ -314,9 +322,11 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
                    f"{1e3 * fit['per_request_s']:.1f} ms/request + {1e6 * fit['per_token_s']:.0f} us/token + "
                    f"{1e6 * fit['per_step_s']:.0f} us/step of CPU (R^2 {fit['r2']:.2f}), steal share "
                    f"{steal['share']:.3g} (TPOT of the training runs and the probes); admission "
-                   f"{1e3 * admission['loop_s']:.1f} ms / (1 - {admission['busy_per_stream']:.4f} x streams) (R^2 "
-                   f"{admission['r2']:.2f}); its light-load TTFT {1e3 * path['ttft_offset_s']:+.1f} ms")
-    return fitted, {**fit, "admission": admission, "steal": steal, "serving_path": path}
+                   f"{host.admission_formula(admission)} (R^2 {admission['r2']:.2f}"
+                   f"{', the ' + admission['edge'] + ' at its edge' if admission['edge'] else ''}); its light-load "
+                   f"TTFT {1e3 * path['ttft_offset_s']:+.1f} ms")
+    return fitted, {**fit, "admission": admission, "steal": steal, "serving_path": path,
+                    "probes_left_out": list(probes.left_out)}
 
 
 def replay_spacing(rows: pd.DataFrame) -> float:
@@ -698,8 +708,8 @@ def physics_text(physics: PhysicsRecord) -> str:
                      f"{1e3 * host['per_request_s']:.1f} ms per request + {1e6 * host['per_token_s']:.0f} us per "
                      f"token + {1e6 * host['per_step_s']:.0f} us per decode step, steal share "
                      f"{host['steal']['share']:.3g} (fitted on the TPOT of the training runs and the probes)"
-                     + (f"; admission through the decode API server's event loop {1e3 * adm['loop_s']:.1f} ms / (1 - "
-                        f"{adm['busy_per_stream']:.4f} x streams) (mechanism stream_admission, R^2 {adm['r2']:.2f})"
+                     + (f"; admission through the decode API server's event loop {admission_formula(adm)} "
+                        f"(mechanism stream_admission, R^2 {adm['r2']:.2f})"
                         if (adm := host.get("admission") or {}).get("loop_s") else
                         f"; admission behind the streams {1e3 * adm['per_stream_s']:.3f} ms x "
                         f"streams^{adm['exponent']:.2f} (mechanism stream_admission)" if adm.get("per_stream_s")
