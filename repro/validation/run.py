@@ -245,8 +245,9 @@ def simulated_saturation(base: RunSpec, cfg: ValidationConfig, physics: Physics)
 class HostProbes:
     """What `_host_probes` measured of the serving path before the judged runs: the machine's cores, the idle
     window, each run's bins (`repro.validation.host.probe_bins`: the training run's, then each probe's), the
-    admission points, the probes' specs and live journals (for the steal share), and the probes left out (the
-    one at saturation when the machine could not keep up with it)."""
+    admission points, the probes' specs and live journals (for the steal share), the probes left out (the one at
+    saturation when the machine could not keep up with it) and the run ids of those at saturation (not light
+    load: the serving path's light-load TTFT is fitted without them)."""
 
     cores: int
     idle: Any
@@ -254,6 +255,7 @@ class HostProbes:
     points: list[Any]
     runs: list[tuple[RunSpec, pd.DataFrame]]
     left_out: list[str] = field(default_factory=list)
+    at_saturation: list[str] = field(default_factory=list)
 
 
 def _host_probes(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat: float,
@@ -291,6 +293,8 @@ def _host_probes(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat:
             _say(progress, f"validate: the shared-host probe at saturation ({spec.run_id}) left out: the machine "
                            f"could not keep up at {rate:.3g} req/s; the admission delay is fitted without it")
             continue
+        if share >= host.SATURATION_SHARE:
+            probes.at_saturation.append(spec.run_id)
         if res is None:
             raise RunInvalid(f"validate: the shared-host probe {spec.run_id} was invalid {cfg.redo + 1} times: the "
                              f"machine could not keep up at {rate:.3g} req/s")
@@ -306,8 +310,8 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
     training seed alone (none judged): the serving path's CPU on the probes' bins; the admission delay against the
     streams on the probes' points and ``points`` (the later training runs'); the steal share on the median TPOT
     of the probes and the ``training`` runs (specs and live journals: the training trace before, between and after
-    the passes); then the serving path's light-load TTFT on the same runs. Returns the physics (``physics`` with
-    the mechanisms on) and the record."""
+    the passes); then the serving path's light-load TTFT on the same runs but the probe at saturation. Returns the
+    physics (``physics`` with the mechanisms on) and the record."""
     from repro.validation import host
 
     fit = host.fit_host(probes.cores, probes.idle, probes.bins)
@@ -315,9 +319,10 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
     runs = [*training, *probes.runs]
     steal = host.fit_steal_share(host.with_host(physics, fit, admission), runs)
     measured = host.with_host(physics, fit, admission).with_overrides(host_steal_share=steal["share"])
-    # its light-load TTFT on every run of the training seed (training runs and probes alike): one run's offset is
-    # that run's luck (the training trace, run twice 25 s apart, once measured a median TTFT 17 ms above the other)
-    fitted, path = host.fit_serving_path(runs, measured)
+    # its light-load TTFT on every run of the training seed below saturation (training runs and probes alike): one
+    # run's offset is that run's luck (the training trace, run twice 25 s apart, once measured a median TTFT 17 ms
+    # above the other); the probe at saturation is there for the admission delay, which it would otherwise absorb
+    fitted, path = host.fit_serving_path([r for r in runs if r[0].run_id not in probes.at_saturation], measured)
     _say(progress, f"validate: shared host: {probes.cores} cores, the serving path {fit['base_cores']:.3f} cores + "
                    f"{1e3 * fit['per_request_s']:.1f} ms/request + {1e6 * fit['per_token_s']:.0f} us/token + "
                    f"{1e6 * fit['per_step_s']:.0f} us/step of CPU (R^2 {fit['r2']:.2f}), steal share "
