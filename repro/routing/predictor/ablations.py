@@ -22,7 +22,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from repro.errors import ConfigError
-from repro.routing.predictor.features import PredictorInput
+from repro.routing.predictor.features import PredictorInput, elementwise
 from repro.routing.predictor.model import MAX_TOKENS, OutputLengthModel, default_train_median, load_default
 
 REL_ERROR_MAX = 10.0
@@ -142,7 +142,7 @@ class NoisyPredictor(RegressorMixin, BaseEstimator):
         if a == 0:
             return base
         u = a * (2.0 * keyed_uniform(keys, self.random_state) - 1.0)
-        return np.clip(base * np.exp(u), 1.0, MAX_TOKENS)
+        return np.clip(base * elementwise(math.exp, u), 1.0, MAX_TOKENS)
 
     def predict_one(self, prompt_head: str, prompt_tokens: int, key: Any = None) -> float:
         """One request, keyed by ``key`` (its request id), equal to `predict` on that row."""
@@ -152,4 +152,4 @@ class NoisyPredictor(RegressorMixin, BaseEstimator):
         if a == 0:
             return base
         u = a * (2.0 * keyed_uniform([key], self.random_state)[0] - 1.0)
-        return float(np.clip(base * np.exp(u), 1.0, MAX_TOKENS))
+        return float(np.clip(base * math.exp(float(u)), 1.0, MAX_TOKENS))

@@ -24,8 +24,9 @@ Input ``X``: a DataFrame with ``prompt_head`` (first characters of the prompt, s
 from __future__ import annotations
 
 import functools
+import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -206,11 +207,20 @@ def text_score_one(text: str, coef: Sequence[float], head_chars: int = 256) -> f
     return float(acc / np.sqrt(max(float(len(cols)), 1.0)))
 
 
+def elementwise(fn: Callable[[float], float], values: np.ndarray) -> np.ndarray:
+    """``fn`` (one of `math`'s: the C library's) of every element of ``values``, as float64. Not numpy's own
+    loops: those of ``log1p``, ``log2``, ``expm1`` and ``exp`` differ with the CPU (Intel's SVML where AVX-512 is
+    found, the C library elsewhere) in the last bits, and a journal must not depend on the machine's instruction
+    set (`tests/test_journal_golden.py`)."""
+    flat = np.asarray(values, dtype=np.float64)
+    return np.fromiter(map(fn, flat.ravel().tolist()), dtype=np.float64, count=flat.size).reshape(flat.shape)
+
+
 def length_features(prompt_tokens: np.ndarray) -> np.ndarray:
     """The prompt-length columns (see the module docstring)."""
     pt = np.maximum(np.asarray(prompt_tokens, dtype=np.float64), 0.0)
-    lp = np.log1p(pt)
-    l2 = np.log2(pt + 1.0)
+    lp = elementwise(math.log1p, pt)
+    l2 = elementwise(math.log2, pt + 1.0)
     hinges = np.maximum(l2[:, None] - np.arange(1, 16, dtype=np.float64)[None, :], 0.0)
     return np.column_stack((lp, lp * lp / 10.0, hinges))
 

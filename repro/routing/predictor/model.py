@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ from repro.paths import PREDICTOR_DIR
 from repro.routing.predictor.features import (
     PredictorInput,
     as_frame,
+    elementwise,
     hash_text_features,
     heads_and_tokens,
     length_features,
@@ -132,7 +134,7 @@ class LengthPredictor(RegressorMixin, BaseEstimator):
     def predict(self, X: PredictorInput, keys: Iterable[Any] | None = None) -> np.ndarray:
         """Predicted output tokens (float, in [1, 32768]); ``keys`` is accepted and ignored
         (the interface shared with `NoisyPredictor`)."""
-        return np.clip(np.expm1(self.predict_log(X)), 1.0, MAX_TOKENS)
+        return np.clip(elementwise(math.expm1, self.predict_log(X)), 1.0, MAX_TOKENS)
 
     def predict_one(self, prompt_head: str, prompt_tokens: int, key: Any = None) -> float:
         """One request without building a DataFrame (the proxy's hot path); equal to `predict`."""
@@ -141,14 +143,14 @@ class LengthPredictor(RegressorMixin, BaseEstimator):
         if coef is None or len(coef) != len(self.text_coef_):  # the weights as Python floats, made once
             coef = self._text_coef_list = self.text_coef_.astype(np.float64).tolist()
         score = text_score_one(prompt_head, coef, self.head_chars) + float(self.intercept_)
-        # the columns of `length_features`: its logarithms by the same numpy loops, the rest in
+        # the columns of `length_features`: its logarithms by the same C library functions, the rest in
         # Python floats (IEEE doubles: the same sums and products, in the same order, as the batch)
         pt = max(float(prompt_tokens), 0.0)
-        lp, l2 = float(np.log1p(np.float64(pt))), float(np.log2(np.float64(pt + 1.0)))
+        lp, l2 = math.log1p(pt), math.log2(pt + 1.0)
         feats = [lp, lp * lp / 10.0, *(max(l2 - k, 0.0) for k in range(1, 16))]
         for f, c in zip(feats, self.length_coef_.tolist(), strict=True):
             score = score + f * c
-        return min(max(float(np.expm1(np.float64(score))), 1.0), float(MAX_TOKENS))
+        return min(max(math.expm1(score), 1.0), float(MAX_TOKENS))
 
     # persistence
     def save(self, path: str | Path = PREDICTOR_DIR, extra: dict[str, Any] | None = None) -> Path:
