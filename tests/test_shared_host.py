@@ -264,6 +264,68 @@ def test_the_admission_delay_is_fitted_from_each_engines_own_account(tmp_path) -
     assert got["decode-1"]["streams"] == 0.0 and got["decode-1"]["frontend_s"] == 0.03
 
 
+# ---- the prefill hop ------------------------------------------------------------------------------------------
+def test_the_prefill_leg_spends_the_hop_outside_the_engine_and_more_the_more_the_cluster_streams() -> None:
+    ph = _physics()
+    assert ph.prefill_hop_s(40) == 0.0 and not ph.hops_behind_load
+    hop = ph.with_overrides(hop_loop_s=0.004, hop_per_stream_s=3e-4, hop_exponent=1.5)
+    assert hop.hops_behind_load and hop.prefill_hop_s(0) == pytest.approx(0.004)
+    assert hop.prefill_hop_s(16) == pytest.approx(0.004 + 3e-4 * 64)
+    # in the simulator: the prefill leg (sent -> answered) is the engine's step plus the hop at the streams then
+    light, heavy = _spec(0.5), _spec(3.0)
+    legs = {}
+    for name, phys in (("off", ph), ("on", hop)):
+        for label, spec in (("light", light), ("heavy", heavy)):
+            j = twin_journal(spec, phys)
+            assert j["status"].eq("ok").all()
+            legs[name, label] = (j["prefill_end_s"] - j["prefill_start_s"]).to_numpy()
+    light_gap = legs["on", "light"].mean() - legs["off", "light"].mean()
+    heavy_gap = legs["on", "heavy"].mean() - legs["off", "heavy"].mean()
+    assert 0.004 <= light_gap < heavy_gap and heavy_gap > 0.004 + 3e-4 * 4 ** 1.5
+    assert (legs["on", "light"] >= legs["off", "light"].min() + 0.004 - 1e-9).all()
+    # a loop alone: every leg exactly that much longer at light load (no stream, no batching changed)
+    flat = ph.with_overrides(hop_loop_s=0.01)
+    solo = _spec(0.05, n=20)
+    gap = (twin_journal(solo, flat)["prefill_end_s"] - twin_journal(solo, flat)["prefill_start_s"]
+           - (twin_journal(solo, ph)["prefill_end_s"] - twin_journal(solo, ph)["prefill_start_s"]))
+    assert gap.to_numpy() == pytest.approx(np.full(20, 0.01), abs=1e-9)
+
+
+def test_the_prefill_hop_is_fitted_from_the_proxys_leg_less_the_engines_own_account(tmp_path) -> None:
+    truth = (0.006, 4e-4, 1.3)
+
+    def outside(b: float) -> float:
+        return truth[0] + truth[1] * b ** truth[2]
+
+    points = [{"run": f"r{i}", "engine": "prefill-0", "requests": 60, "streams": b, "leg_s": 0.012 + outside(b),
+               "engine_s": 0.012, "hop_s": outside(b)} for i, b in enumerate((6.0, 14.0, 25.0, 10.0, 38.0, 45.0))]
+    fit = host.fit_hop(points)
+    assert fit["loop_s"] == pytest.approx(truth[0], rel=0.05) and fit["r2"] > 0.99 and fit["edge"] == ""
+    assert fit["per_stream_s"] == pytest.approx(truth[1], rel=0.05)
+    assert fit["exponent"] == pytest.approx(truth[2], rel=0.02)
+    ph = host.with_host(_physics(), FIT, None, fit)
+    assert ph.prefill_hop_s(20) == pytest.approx(outside(20.0), rel=0.02)
+    assert "streams^1.30" in host.hop_formula(fit)
+    off = host.fit_hop(points[:3])  # too few points: off, and the physics stays without it
+    assert off["loop_s"] == 0.0 and not host.with_host(_physics(), FIT, None, off).hops_behind_load
+    # the points: the proxy's prefill leg less the engine's own queue + inference, at the cluster's streams (every
+    # decode engine's) when each request was sent to the prefill engine
+    run = tmp_path / "run"
+    run.mkdir()
+    j = _journal([{"arrival": 0.0, "first": 0.1, "finish": 5.0, "tokens": 50},
+                  {"arrival": 1.0, "first": 1.1, "finish": 5.0, "tokens": 40, "decode": "decode-1"},
+                  {"arrival": 2.0, "first": 2.1, "finish": 3.0, "tokens": 10}])
+    j["prefill_start_s"] = j["arrival_s"] + 0.001
+    j["prefill_end_s"] = j["prefill_start_s"] + pd.Series([0.030, 0.040, 0.050])
+    write_frame(j, run / "journal.jsonl")
+    (run / "account.json").write_text(json.dumps({"engines": {"prefill-0": {"queue_s": 0.002, "inference_s": 0.018},
+                                                              "decode-0": {"frontend_s": 0.02}}}))
+    (got,) = host.hop_points(run)
+    assert got["engine"] == "prefill-0" and got["requests"] == 3
+    assert got["streams"] == pytest.approx(1.0)  # none at the first, one (decode-0) at the second, two at the third
+    assert got["leg_s"] == pytest.approx(0.040) and got["hop_s"] == pytest.approx(0.020)
+
+
 def test_the_steal_share_is_recovered_from_the_tpot_of_runs_no_verdict_judges() -> None:
     """Runs made by a host whose serving path preempts the engines at share 0.4 (the simulator standing in for
     the cluster): the fit on their median TPOTs finds it, with the costs given."""

@@ -333,6 +333,11 @@ def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
     points = fit["admission"]["points"]
     assert len(points) == 6 and all(f"-s{seed}-" in p["run"] for p in points), points
     assert all(p["arrivals"] > 0 and p["streams"] > 0 for p in points), points
+    # the prefill hop on the same six runs: the proxy's prefill leg less the prefill engine's own account
+    hops = fit["hop"]["points"]
+    assert len(hops) == 6 and all(f"-s{seed}-" in p["run"] for p in hops), hops
+    assert all(p["leg_s"] > p["engine_s"] > 0 and p["requests"] > 0 for p in hops), hops
+    assert "Prefill hop" in md
     assert "The machine's drift: the training trace" in md
 
 

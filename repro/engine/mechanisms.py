@@ -161,6 +161,26 @@ STREAM_ADMISSION = Mechanism(
                 "none to a loop that one stream fills")))
 """Not in `CATALOGUE` either (see `SHARED_HOST`)."""
 
+PREFILL_HOP = Mechanism(
+    "prefill_hop", "A prefill leg whose hop outside the engine grows with the machine's streams",
+    "a request's prefill leg spends `hop_loop_s + hop_per_stream_s * n ** hop_exponent` outside the prefill "
+    "engine's core (after its prefill step), `n` the sequences every decode engine of the cluster streams "
+    "(`Physics.prefill_hop_s`): the proxy's hop to the prefill API server and back and that server's HTTP, "
+    "tokenization and one-token answer run in Python event loops on the cores the streams load; measured by "
+    "`repro.validation.host.fit_hop` from each run of the training seed (probes up to the saturation's rate among "
+    "them): the proxy's prefill leg (its journal) less the prefill engine's own queue and inference time (its "
+    "account of its requests) against the cluster's streams",
+    "vLLM 0.32's CPU engines, measured here (docs/VALIDATION.md): the prefill engine's frontend time per request "
+    "(vllm:e2e_request_latency_seconds - request_queue_time - request_inference_time, repro.live.run_account) was "
+    "4.5-5.0 ms on the training trace (3.4 req/s), 6.3 ms on chat at 10.8 req/s (few streams), 10.2 ms on "
+    "reasoning and 16.5 ms at the saturation's rate (1p1d-cpu; 1p2d-cpu 9-11, 15, 15 and 75 ms): it follows the "
+    "machine's streams, not its own arrivals, while its engine's inference time stayed at 11-12 ms; the proxy "
+    "(repro.live.proxy, one asyncio loop relaying every stream's chunks) adds its own growing share",
+    free=(Prior("hop_loop_s", "physics", 0.0, 0.2, "s", "none to 200 ms through idle loops", off=0.0),
+          Prior("hop_per_stream_s", "physics", 0.0, 0.1, "s", "none to 100 ms per stream", off=0.0),
+          Prior("hop_exponent", "physics", 0.5, 3.0, "exponent", "from sublinear to cubic")))
+"""Not in `CATALOGUE` either (see `SHARED_HOST`)."""
+
 UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared",
                                           *HOST_PARAMETERS)
 """Physics switches a calibration cannot see (it times whole requests): the router's constants stay."""

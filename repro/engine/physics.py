@@ -124,6 +124,17 @@ class Physics:
     """``stream_admission``: the loop's busy share per sequence the engine streams (each stream's outputs pass
     through it every step: detokenization, the SSE chunk); its utilisation is ``admission_busy_per_stream x
     streams``, at most `ADMISSION_MAX_UTILISATION`."""
+    hop_loop_s: float = 0.0
+    """Mechanism ``prefill_hop`` (`repro.engine.mechanisms.PREFILL_HOP`): a request's time on its prefill leg
+    outside the prefill engine's core (the proxy's hop to the prefill API server and back, that server's HTTP,
+    tokenization and answer), added after its prefill step, when the cluster's decode engines stream no sequence
+    (s; `prefill_hop_s`). 0 (the default): off (or the streams' power law alone)."""
+    hop_per_stream_s: float = 0.0
+    """``prefill_hop``: the hop's growth with the sequences the whole cluster's decode engines stream, ``n``:
+    ``hop_per_stream_s * n ** hop_exponent`` (s): the proxy's and the prefill API server's event loops, on the
+    cores every stream's tokens load."""
+    hop_exponent: float = 1.0
+    """``prefill_hop``: how the hop grows with the cluster's streams (1: in proportion)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     stated_slo: tuple[float, float] | None = field(default=None, compare=False, repr=False)
     """The testbed's stated SLO targets (tight TTFT, tight TPOT; s), from the profile's optional ``slo``
@@ -235,6 +246,20 @@ class Physics:
         """Whether mechanism ``stream_admission`` is on (either of its delays)."""
         return self.admission_per_stream_s > 0.0 or self.admission_loop_s > 0.0
 
+    def prefill_hop_s(self, streams: int) -> float:
+        """Mechanism ``prefill_hop``: the seconds a request's prefill leg spends outside this prefill engine's core
+        (after its prefill step, before the proxy hands it to its decode engine) when the cluster's decode engines
+        stream ``streams`` sequences in all: ``hop_loop_s + hop_per_stream_s * streams ** hop_exponent``."""
+        delay = self.hop_loop_s
+        if streams > 0 and self.hop_per_stream_s > 0.0:
+            delay += self.hop_per_stream_s * float(streams) ** self.hop_exponent
+        return delay
+
+    @property
+    def hops_behind_load(self) -> bool:
+        """Whether mechanism ``prefill_hop`` is on."""
+        return self.hop_loop_s > 0.0 or self.hop_per_stream_s > 0.0
+
     def blocks_for(self, tokens: int) -> int:
         """KV blocks that ``tokens`` tokens occupy."""
         return -(-tokens // self.block_size)
@@ -344,14 +369,17 @@ PARAMETERS: tuple[str, ...] = tuple(_NUMERIC_FIELDS)
 """The numeric parameters of a profile (``params`` in its file), in field order."""
 HOST_PARAMETERS: tuple[str, ...] = ("host_cores", "host_base_cores", "host_cpu_per_request_s", "host_cpu_per_token_s",
                                     "host_cpu_per_step_s", "host_steal_share", "admission_per_stream_s",
-                                    "admission_exponent", "admission_loop_s", "admission_busy_per_stream")
-"""Mechanisms ``shared_host``'s and ``stream_admission``'s parameters: the machine's and the serving path's, not
-an engine's (a calibration of the engines alone does not see them; `repro.validation.host` measures them)."""
+                                    "admission_exponent", "admission_loop_s", "admission_busy_per_stream", "hop_loop_s",
+                                    "hop_per_stream_s", "hop_exponent")
+"""Mechanisms ``shared_host``'s, ``stream_admission``'s and ``prefill_hop``'s parameters: the machine's and the
+serving path's, not an engine's (a calibration of the engines alone does not see them; `repro.validation.host`
+measures them)."""
 _OPTIONAL: dict[str, float] = {"prefill_per_token2_s": 0.0, "prefill_step_share": 1.0, "serving_path_sigma": 0.0,
                                "transfer_link_shared": 0, "host_cores": 0, "host_base_cores": 0.0,
                                "host_cpu_per_request_s": 0.0, "host_cpu_per_token_s": 0.0,
                                "host_cpu_per_step_s": 0.0, "host_steal_share": 1.0, "admission_per_stream_s": 0.0,
-                               "admission_exponent": 1.0, "admission_loop_s": 0.0, "admission_busy_per_stream": 0.0}
+                               "admission_exponent": 1.0, "admission_loop_s": 0.0, "admission_busy_per_stream": 0.0,
+                               "hop_loop_s": 0.0, "hop_per_stream_s": 0.0, "hop_exponent": 1.0}
 """Parameters a profile file may leave out (their value then), and `Physics.to_dict` leaves out at it unless the
 profile stated it (a source)."""
 _MINIMA: dict[str, float] = {name: 0.0 for name in _NUMERIC_FIELDS}
@@ -385,6 +413,9 @@ OVERRIDABLE: dict[str, tuple[float, float]] = {
     "admission_exponent": (0.0, 4.0),
     "admission_loop_s": (0.0, 1.0),
     "admission_busy_per_stream": (0.0, 1.0),
+    "hop_loop_s": (0.0, 1.0),
+    "hop_per_stream_s": (0.0, 1.0),
+    "hop_exponent": (0.0, 4.0),
 }
 """The profile parameters a run may override (`check_overrides`; a spec's ``physics`` field) and the
 allowed range of each (s/token, s per sequence per decode step, bytes/s, s): the estimates the paper

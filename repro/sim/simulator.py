@@ -35,6 +35,9 @@ Engine model (`repro.engine.physics.Physics` is the truth):
 - Mechanism ``stream_admission`` (`Physics.admission_per_stream_s` or ``admission_loop_s`` > 0): a request
   admitted by a decode engine streaming ``n`` sequences starts its KV pull `Physics.admission_delay_s` (n) later:
   its API server's event loop admits it between the streams' outputs.
+- Mechanism ``prefill_hop`` (`Physics.hop_loop_s` or ``hop_per_stream_s`` > 0): a request's prefill leg ends
+  `Physics.prefill_hop_s` (n) after its prefill step, ``n`` the sequences every decode engine streams then: the
+  proxy's and the prefill API server's event loops, on the cores the streams load.
 - ``service="serial"`` is the paper's original simulator (§VI): one request per prefill step and
   one running sequence per decode engine.
 - ``backlog="oracle"`` hands the policy the engines' true remaining work instead of the ledger's
@@ -308,6 +311,8 @@ class Simulator:
         self.host_arrivals: deque[float] = deque()  # arrivals within the last HOST_WINDOW_S (shared_host)
         # mechanism stream_admission: whether each decode engine's API server admits behind its streams
         self.admission = [d.phys.admits_behind_load for d in self.dec]
+        # mechanism prefill_hop: whether each prefill engine's leg outside its core grows with the cluster's streams
+        self.hop = [e.phys.hops_behind_load for e in self.pre]
 
     # ---- event plumbing -------------------------------------------------------------------
     # An event is pushed as ``seq = self._seq = self._seq + 1`` then heappush(self._events, (time_s, kind,
@@ -470,10 +475,16 @@ class Simulator:
         path = self.path_s[p]
         if path > 0.0 and done and self.host is not None:
             path *= self._host_stretch()
+        hop = 0.0
+        if self.hop[p] and done:  # mechanism prefill_hop: the hop back through loops the cluster's streams load
+            streams = 0
+            for d in self.dec:
+                streams += d.n_running
+            hop = e.phys.prefill_hop_s(streams)
         for r in done:
             e.queue.popleft()  # completed requests are exactly the front of the queue
-            if path > 0.0:  # mechanism request_path: the response travels the serving path first
-                delay = path * self.path_factor[r] if self.path_factor else path
+            if path > 0.0 or hop > 0.0:  # mechanism request_path: the response travels the serving path first
+                delay = (path * self.path_factor[r] if self.path_factor else path) + hop
                 seq = self._seq = self._seq + 1
                 heappush(self._events, (now + delay, _HANDOFF, seq, r, 0, 0))
             else:

@@ -328,6 +328,38 @@ def admission_formula(fit: Mapping[str, Any]) -> str:
     return f"{1e3 * fit['loop_s']:.1f} ms + {1e3 * fit['per_stream_s']:.4g} ms x streams^{fit['exponent']:.2f}"
 
 
+def fit_power_law(streams: Sequence[float], y: Sequence[float], weights: Sequence[float]
+                  ) -> tuple[float, float, float, float, str] | None:
+    """``y = loop + per_stream * streams ** exponent`` by weighted least squares (``loop``, ``per_stream`` >= 0,
+    the exponent in `ADMISSION_EXPONENT_RANGE`): ``(loop, per_stream, exponent, r2, edge)``, ``edge`` naming the
+    exponent when it stops at a bound of its range ("" when not). None with fewer than 4 points, points that do
+    not spread over the streams (less than one stream apart), or a fit that does not converge."""
+    from scipy.optimize import curve_fit
+
+    b = np.asarray(streams, dtype=float)
+    yy = np.asarray(y, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    if len(b) < 4 or float(np.ptp(b)) < 1.0:
+        return None
+    lo, hi = ADMISSION_EXPONENT_RANGE
+
+    def model(x: np.ndarray, loop: float, per_stream: float, exponent: float) -> np.ndarray:
+        return loop + per_stream * np.power(x, exponent)
+
+    slope = max(float(np.polyfit(b, yy, 1, w=np.sqrt(w))[0]), 1e-6)
+    try:
+        (loop, per_stream, exponent), _ = curve_fit(
+            model, b, yy, p0=(max(float(yy.min()) * 0.5, 1e-4), slope, 1.0), sigma=1.0 / np.sqrt(w),
+            bounds=([0.0, 0.0, lo], [1.0, 1.0, hi]), maxfev=20000)
+    except (RuntimeError, ValueError):
+        return None
+    resid = yy - model(b, loop, per_stream, exponent)
+    total = float((w * (yy - np.average(yy, weights=w)) ** 2).sum())
+    r2 = 1.0 - float((w * resid ** 2).sum()) / total if total > 0 else math.nan
+    edge = "exponent" if min(exponent - lo, hi - exponent) < 0.01 * (hi - lo) else ""
+    return float(loop), float(per_stream), float(exponent), r2, edge
+
+
 def fit_admission(points: Sequence[AdmissionPoint]) -> AdmissionFit:
     """``frontend_s = loop_s + per_stream_s * streams ** exponent`` by least squares over the ``points`` (each
     weighted by its requests; ``loop_s`` and ``per_stream_s`` >= 0, the exponent in `ADMISSION_EXPONENT_RANGE`):
@@ -341,39 +373,102 @@ def fit_admission(points: Sequence[AdmissionPoint]) -> AdmissionFit:
     ms. With fewer than 4 points, or points that do not spread over the streams, the mechanism stays off
     (``loop_s`` 0) and the record says so by its NaN R^2; a fitted exponent at a bound of its range is named in
     ``edge``: the form then misses what the points show."""
-    from scipy.optimize import curve_fit
-
-    b = np.asarray([p["streams"] for p in points], dtype=float)
-    y = np.asarray([p["frontend_s"] for p in points], dtype=float)
-    w = np.asarray([p["requests"] for p in points], dtype=float)
     off: AdmissionFit = {"loop_s": 0.0, "per_stream_s": 0.0, "busy_per_stream": 0.0, "exponent": 1.0,
                          "r2": math.nan, "edge": "", "points": list(points)}
-    if len(points) < 4 or float(np.ptp(b)) < 1.0:
+    got = fit_power_law([p["streams"] for p in points], [p["frontend_s"] for p in points],
+                        [p["requests"] for p in points])
+    if got is None:
         return off
-    lo, hi = ADMISSION_EXPONENT_RANGE
-
-    def model(x: np.ndarray, loop: float, per_stream: float, exponent: float) -> np.ndarray:
-        return loop + per_stream * np.power(x, exponent)
-
-    slope = max(float(np.polyfit(b, y, 1, w=np.sqrt(w))[0]), 1e-6)
-    try:
-        (loop, per_stream, exponent), _ = curve_fit(
-            model, b, y, p0=(max(float(y.min()) * 0.5, 1e-4), slope, 1.0), sigma=1.0 / np.sqrt(w),
-            bounds=([0.0, 0.0, lo], [1.0, 1.0, hi]), maxfev=20000)
-    except (RuntimeError, ValueError):
-        return off
-    resid = y - model(b, loop, per_stream, exponent)
-    total = float((w * (y - np.average(y, weights=w)) ** 2).sum())
-    r2 = 1.0 - float((w * resid ** 2).sum()) / total if total > 0 else math.nan
-    edge = "exponent" if min(exponent - lo, hi - exponent) < 0.01 * (hi - lo) else ""
-    return {"loop_s": float(loop), "per_stream_s": float(per_stream), "busy_per_stream": 0.0,
-            "exponent": float(exponent), "r2": r2, "edge": edge, "points": list(points)}
+    loop, per_stream, exponent, r2, edge = got
+    return {"loop_s": loop, "per_stream_s": per_stream, "busy_per_stream": 0.0, "exponent": exponent, "r2": r2,
+            "edge": edge, "points": list(points)}
 
 
-def with_host(physics: Physics, fit: HostFit, admission: AdmissionFit | None = None) -> Physics:
+class HopPoint(TypedDict):
+    """One prefill engine in one run: its requests, the sequences the cluster's decode engines streamed when each
+    reached it (mean), and the mean time of their prefill legs outside its core (s): the proxy's leg (prefill
+    request sent -> answered, its journal) less the engine's own queue and inference time (its account)."""
+
+    run: str
+    engine: str
+    requests: int
+    streams: float
+    leg_s: float
+    engine_s: float
+    hop_s: float
+
+
+class HopFit(TypedDict):
+    """`fit_hop`'s record: ``hop_s = loop_s + per_stream_s * streams ** exponent`` over the points, the fit's R^2
+    (NaN: off), the exponent's ``edge`` ("" when inside its range), and the points."""
+
+    loop_s: float
+    per_stream_s: float
+    exponent: float
+    r2: float
+    edge: str
+    points: list[HopPoint]
+
+
+def hop_points(run_dir: str | Path) -> list[HopPoint]:
+    """Each prefill engine of a live run: its requests, the mean number of sequences the whole cluster streamed
+    (answers between their first and last token, every decode engine's) when each of them was sent to it
+    (``prefill_start_s``), the mean prefill leg (``prefill_end_s - prefill_start_s``) and the engine's own mean
+    queue + inference time (``account.json``'s ``engines``), and their difference, the leg's time outside the
+    engine's core. An engine without its own account is left out."""
+    from repro.experiment.journal import read
+
+    run_dir = Path(run_dir)
+    account = json.loads((run_dir / "account.json").read_text()).get("engines") or {}
+    journal = read(run_dir / "journal.jsonl")
+    ok = journal[journal["status"] == "ok"]
+    f = ok["first_token_s"].to_numpy(dtype=float)
+    e = ok["finish_s"].to_numpy(dtype=float)
+    out: list[HopPoint] = []
+    for name, mine in ok.groupby("prefill_instance"):
+        own = account.get(str(name)) or {}
+        queue, inference = own.get("queue_s"), own.get("inference_s")
+        if queue is None or inference is None or mine.empty:
+            continue
+        at = mine["prefill_start_s"].to_numpy(dtype=float)
+        leg = (mine["prefill_end_s"] - mine["prefill_start_s"]).to_numpy(dtype=float)
+        if not np.isfinite(leg).any():
+            continue
+        streams = ((f[None, :] <= at[:, None]) & (e[None, :] > at[:, None])).sum(axis=1)
+        engine_s = float(queue) + float(inference)
+        out.append({"run": run_dir.name, "engine": str(name), "requests": int(len(mine)),
+                    "streams": float(streams.mean()), "leg_s": float(np.nanmean(leg)), "engine_s": engine_s,
+                    "hop_s": float(np.nanmean(leg)) - engine_s})
+    return out
+
+
+def fit_hop(points: Sequence[HopPoint]) -> HopFit:
+    """Mechanism ``prefill_hop``: ``hop_s = loop_s + per_stream_s * streams ** exponent`` (`fit_power_law`,
+    each point weighted by its requests) over the ``points`` (`hop_points` of the training seed's runs, the probe
+    at saturation among them): the proxy's and the prefill API server's event loops share the cores with every
+    stream's tokens, so the prefill leg's time outside its engine grows with the cluster's streams (the prefill
+    engine's own arrivals barely move it: docs/VALIDATION.md). Off (``loop_s`` 0, NaN R^2) with fewer than 4
+    points or points that do not spread over the streams."""
+    got = fit_power_law([p["streams"] for p in points], [max(p["hop_s"], 0.0) for p in points],
+                        [p["requests"] for p in points])
+    if got is None:
+        return {"loop_s": 0.0, "per_stream_s": 0.0, "exponent": 1.0, "r2": math.nan, "edge": "",
+                "points": list(points)}
+    loop, per_stream, exponent, r2, edge = got
+    return {"loop_s": loop, "per_stream_s": per_stream, "exponent": exponent, "r2": r2, "edge": edge,
+            "points": list(points)}
+
+
+def hop_formula(fit: Mapping[str, Any]) -> str:
+    """A `fit_hop` record's hop as a formula in ms."""
+    return f"{1e3 * fit['loop_s']:.1f} ms + {1e3 * fit['per_stream_s']:.4g} ms x streams^{fit['exponent']:.2f}"
+
+
+def with_host(physics: Physics, fit: HostFit, admission: AdmissionFit | None = None,
+              hop: HopFit | None = None) -> Physics:
     """``physics`` with mechanism ``shared_host`` switched on at ``fit``'s measurements (its steal share as
-    ``physics`` has it: `fit_steal_share` fits it afterwards), and ``stream_admission`` at ``admission``'s when
-    given."""
+    ``physics`` has it: `fit_steal_share` fits it afterwards), ``stream_admission`` at ``admission``'s and
+    ``prefill_hop`` at ``hop``'s when given (and on)."""
     out = physics.with_overrides(host_cores=fit["cores"], host_base_cores=fit["base_cores"],
                                  host_cpu_per_request_s=fit["per_request_s"], host_cpu_per_token_s=fit["per_token_s"],
                                  host_cpu_per_step_s=fit["per_step_s"])
@@ -381,6 +476,9 @@ def with_host(physics: Physics, fit: HostFit, admission: AdmissionFit | None = N
         out = out.with_overrides(admission_per_stream_s=admission["per_stream_s"],
                                  admission_exponent=admission["exponent"], admission_loop_s=admission["loop_s"],
                                  admission_busy_per_stream=admission["busy_per_stream"])
+    if hop is not None and (hop["loop_s"] > 0 or hop["per_stream_s"] > 0):
+        out = out.with_overrides(hop_loop_s=hop["loop_s"], hop_per_stream_s=hop["per_stream_s"],
+                                 hop_exponent=hop["exponent"])
     return out
 
 
@@ -465,9 +563,10 @@ def fit_serving_path(runs: Sequence[tuple[RunSpec, pd.DataFrame]], physics: Phys
     }
 
 
-def markdown(fit: HostFit, admission: AdmissionFit | None = None, steal: StealFit | None = None) -> list[str]:
+def markdown(fit: HostFit, admission: AdmissionFit | None = None, steal: StealFit | None = None,
+             hop: HopFit | None = None) -> list[str]:
     """The measurement as Markdown lines: the fitted costs, then each probe measured against predicted; the steal
-    share and the admission delay's fit and its points when given."""
+    share, the admission delay's fit and the prefill hop's, with their points, when given."""
     lines = [f"Shared host (mechanism `shared_host`): {fit['cores']} cores; the serving path takes "
              f"{fit['base_cores']:.3f} cores at rest, {1e3 * fit['per_request_s']:.1f} ms of CPU per request and "
              f"{1e6 * fit['per_token_s']:.0f} us per streamed token and {1e6 * fit['per_step_s']:.0f} us per decode "
@@ -499,4 +598,20 @@ def markdown(fit: HostFit, admission: AdmissionFit | None = None, steal: StealFi
             fitted = admission_delay(admission, p["streams"])
             lines.append(f"| {p['run']} | {p['engine']} | {p['requests']} | {p['arrivals']:.2f} | "
                          f"{p['streams']:.1f} | {1e3 * p['frontend_s']:.1f} | {1e3 * fitted:.1f} |")
+    if hop is not None:
+        lines += ["", (f"Prefill hop (mechanism `prefill_hop`): a request's prefill leg spends {hop_formula(hop)} "
+                       f"outside its prefill engine's core, `streams` the sequences the cluster's decode engines "
+                       f"stream (least squares over {len(hop['points'])} points of the training seed, R^2 "
+                       f"{hop['r2']:.2f}"
+                       + (f"; the {hop['edge']} at the edge of its range: the form misses what the points show"
+                          if hop.get("edge") else "") + ")."
+                       if hop["loop_s"] > 0 or hop["per_stream_s"] > 0 else
+                       "Prefill hop: off (the points did not spread over the streams)."), "",
+                  "| run | engine | requests | streams at its sending (mean) | prefill leg (ms) | engine's queue + "
+                  "inference (ms) | outside the engine (ms) | fitted (ms) |", "|---|---|---|---|---|---|---|---|"]
+        for q in hop["points"]:
+            fitted = hop["loop_s"] + hop["per_stream_s"] * q["streams"] ** hop["exponent"]
+            lines.append(f"| {q['run']} | {q['engine']} | {q['requests']} | {q['streams']:.1f} | "
+                         f"{1e3 * q['leg_s']:.1f} | {1e3 * q['engine_s']:.1f} | {1e3 * q['hop_s']:.1f} | "
+                         f"{1e3 * fitted:.1f} |")
     return lines

@@ -52,7 +52,7 @@ from repro.experiment.spec import LiveConfig, RunSpec
 from repro.routing.cost_model import CostModel
 from repro.sources import commit_id
 from repro.validation import accuracy, decomposition
-from repro.validation.host import admission_formula
+from repro.validation.host import admission_formula, hop_points
 from repro.validation.host import admission_points as host_points
 from repro.validation.host import markdown as host_markdown
 from repro.validation.plan import ValidationConfig
@@ -245,15 +245,16 @@ def simulated_saturation(base: RunSpec, cfg: ValidationConfig, physics: Physics)
 class HostProbes:
     """What `_host_probes` measured of the serving path before the judged runs: the machine's cores, the idle
     window, each run's bins (`repro.validation.host.probe_bins`: the training run's, then each probe's), the
-    admission points, the probes' specs and live journals (for the steal share), the probes left out (the one at
-    saturation when the machine could not keep up with it) and the run ids of those at saturation (not light
-    load: the serving path's light-load TTFT is fitted without them)."""
+    admission points, the probes' specs and live journals (for the steal share), the prefill hop's points, the
+    probes left out (the one at saturation when the machine could not keep up with it) and the run ids of those at
+    saturation (not light load: the serving path's light-load TTFT is fitted without them)."""
 
     cores: int
     idle: Any
     bins: list[Any]
     points: list[Any]
     runs: list[tuple[RunSpec, pd.DataFrame]]
+    hops: list[Any] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
     at_saturation: list[str] = field(default_factory=list)
 
@@ -283,7 +284,7 @@ def _host_probes(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat:
     mean_output = {w: float(build_trace(train.replace(workload=w, rate=1.0, n_requests=400)).df["output_tokens"].mean())
                    for w in ("mixed", *host.PROBE_WORKLOADS)}
     probes = HostProbes(len(available_cores()), idle, [host.probe_bins(train_res.run_dir)],
-                        host.admission_points(train_res.run_dir), [])
+                        host.admission_points(train_res.run_dir), [], host.hop_points(train_res.run_dir))
     for (workload, rate), (_, share) in zip(host.probe_rates(sat, mean_output), host.PROBES, strict=True):
         spec = _live_spec(cfg, cluster, cal_path, seed=cfg.training_seed, rate=rate, n_requests=cfg.n_requests(rate),
                           policy=cfg.policies[0]).replace(workload=workload)
@@ -300,15 +301,18 @@ def _host_probes(cfg: ValidationConfig, cluster: str, cal_path: str | None, sat:
                              f"machine could not keep up at {rate:.3g} req/s")
         probes.bins.append(host.probe_bins(res.run_dir))
         probes.points += host.admission_points(res.run_dir)
+        probes.hops += host.hop_points(res.run_dir)
         probes.runs.append((spec, res.journal()))
     return probes
 
 
 def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunSpec, pd.DataFrame]],
-                 progress: bool, points: Sequence[Any] = ()) -> tuple[Physics, dict[str, Any]]:
-    """Mechanisms ``shared_host`` and ``stream_admission`` fitted (`repro.validation.host`), on the runs of the
-    training seed alone (none judged): the serving path's CPU on the probes' bins; the admission delay against the
-    streams on the probes' points and ``points`` (the later training runs'); the steal share on the median TPOT
+                 progress: bool, points: Sequence[Any] = (),
+                 hops: Sequence[Any] = ()) -> tuple[Physics, dict[str, Any]]:
+    """Mechanisms ``shared_host``, ``stream_admission`` and ``prefill_hop`` fitted (`repro.validation.host`), on the
+    runs of the training seed alone (none judged): the serving path's CPU on the probes' bins; the admission delay
+    and the prefill hop against the streams on the probes' points and ``points`` / ``hops`` (the later training
+    runs'); the steal share on the median TPOT
     of the probes and the ``training`` runs (specs and live journals: the training trace before, between and after
     the passes); then the serving path's light-load TTFT on the same runs but the probe at saturation. Returns the
     physics (``physics`` with the mechanisms on) and the record."""
@@ -316,9 +320,10 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
 
     fit = host.fit_host(probes.cores, probes.idle, probes.bins)
     admission = host.fit_admission([*probes.points, *points])
+    hop = host.fit_hop([*probes.hops, *hops])
     runs = [*training, *probes.runs]
-    steal = host.fit_steal_share(host.with_host(physics, fit, admission), runs)
-    measured = host.with_host(physics, fit, admission).with_overrides(host_steal_share=steal["share"])
+    steal = host.fit_steal_share(host.with_host(physics, fit, admission, hop), runs)
+    measured = host.with_host(physics, fit, admission, hop).with_overrides(host_steal_share=steal["share"])
     # its light-load TTFT on every run of the training seed below saturation (training runs and probes alike): one
     # run's offset is that run's luck (the training trace, run twice 25 s apart, once measured a median TTFT 17 ms
     # above the other); the probe at saturation is there for the admission delay, which it would otherwise absorb
@@ -328,9 +333,11 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
                    f"{1e6 * fit['per_step_s']:.0f} us/step of CPU (R^2 {fit['r2']:.2f}), steal share "
                    f"{steal['share']:.3g} (TPOT of the training runs and the probes); admission "
                    f"{host.admission_formula(admission)} (R^2 {admission['r2']:.2f}"
-                   f"{', the ' + admission['edge'] + ' at its edge' if admission['edge'] else ''}); its light-load "
+                   f"{', the ' + admission['edge'] + ' at its edge' if admission['edge'] else ''}); prefill hop "
+                   f"{host.hop_formula(hop)} (R^2 {hop['r2']:.2f}"
+                   f"{', the ' + hop['edge'] + ' at its edge' if hop['edge'] else ''}); its light-load "
                    f"TTFT {1e3 * path['ttft_offset_s']:+.1f} ms")
-    return fitted, {**fit, "admission": admission, "steal": steal, "serving_path": path,
+    return fitted, {**fit, "admission": admission, "hop": hop, "steal": steal, "serving_path": path,
                     "probes_left_out": list(probes.left_out)}
 
 
@@ -536,7 +543,8 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                            f"{1e3 * fit['ttft_offset_s']:+.1f} ms TTFT")
         if probes is not None:
             later = [p for _, res in trained[1:] for p in host_points(res.run_dir)]  # the first is in probes
-            variants["shared-host"], host_record = _shared_host(probes, physics, training, progress, later)
+            hops = [p for _, res in trained[1:] for p in hop_points(res.run_dir)]
+            variants["shared-host"], host_record = _shared_host(probes, physics, training, progress, later, hops)
             physics_from["shared_host"] = host_record
             write_json_atomic(out / "physics-shared-host.json", variants["shared-host"].to_dict(slo=True))
         primary = "shared-host" if cfg.shared_host else "in-situ" if cfg.in_situ else physics_from["source"]
@@ -663,9 +671,8 @@ def write_outputs(out: Path, record: ValidationRecord, table: pd.DataFrame, orde
     host_fit = record["physics"].get("shared_host")
     (out / "validation.md").write_text(markdown(record, table, order) + "\n".join(
         ["", *decomposition.markdown(stages, account, record["variant"]), *decomposition.probe_markdown(probes),
-         *(["", "#### The shared host", "", *host_markdown(host_fit, host_fit.get("admission"),
-                                                                     host_fit.get("steal"))] if host_fit
-           else [])]))
+         *(["", "#### The shared host", "", *host_markdown(host_fit, host_fit.get("admission"), host_fit.get("steal"),
+                                                            host_fit.get("hop"))] if host_fit else [])]))
 
 
 def _pct(x: float) -> str:
