@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from repro.cluster.launchers import make_launcher
-from repro.cluster.launchers.vllm_cpu import assign_cores, omp_threads
+from repro.cluster.launchers.vllm_cpu import assign_cores, cpu_dtype, omp_threads
 from repro.errors import ConfigError
 from repro.paths import CLUSTERS_DIR
 
@@ -79,6 +79,19 @@ def test_cpu_engine_commands(tmp_path):
     assert [env["VLLM_CPU_OMP_THREADS_BIND"] for _, env, _, _ in cmds] == ["nobind"] * 3
     assert [env["OMP_NUM_THREADS"] for _, env, _, _ in cmds] == ["1"] * 3
     assert {env["REPRO_SHM_POLL_MS"] for _, env, _, _ in cmds} == {"1"}
+
+
+def test_engines_run_bfloat16_only_where_onednn_has_it_else_float32(tmp_path):
+    """On AVX2 alone, vLLM's bfloat16 linear layers fall back from oneDNN to torch (2.7x slower prefill here)."""
+    avx2 = frozenset({"sse4_2", "avx", "avx2", "fma"})
+    assert cpu_dtype(avx2) == "float32"
+    assert cpu_dtype(avx2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}) == "auto"
+    assert cpu_dtype(avx2 | {"avx512f"}) == "float32"  # not avx512_core: no oneDNN bfloat16
+    assert cpu_dtype(avx2 | {"amx_bf16", "amx_tile"}) == "auto"
+    cmds = make_launcher(_cpu_cluster(tmp_path), log_dir=tmp_path).commands()
+    assert {argv[argv.index("--dtype") + 1] for _, _, argv, _ in cmds} == {cpu_dtype()}
+    stated = make_launcher(_cpu_cluster(tmp_path, dtype="bfloat16"), log_dir=tmp_path).commands()
+    assert {argv[argv.index("--dtype") + 1] for _, _, argv, _ in stated} == {"bfloat16"}  # the file's word wins
 
 
 def test_omp_threads_share_out_the_cores_of_unpinned_engines():

@@ -563,6 +563,13 @@ def fit_serving_path(runs: Sequence[tuple[RunSpec, pd.DataFrame]], physics: Phys
     }
 
 
+def _how_fitted(fit: Mapping[str, Any]) -> str:
+    """A `fit_power_law` record's provenance in words: its points, R^2, and its exponent at an edge if it is."""
+    return (f"(least squares over {len(fit['points'])} points of the training seed, R^2 {fit['r2']:.2f}"
+            + (f"; the {fit['edge']} at the edge of its range: the form misses what the points show"
+               if fit.get("edge") else "") + ").")
+
+
 def markdown(fit: HostFit, admission: AdmissionFit | None = None, steal: StealFit | None = None,
              hop: HopFit | None = None) -> list[str]:
     """The measurement as Markdown lines: the fitted costs, then each probe measured against predicted; the steal
@@ -585,12 +592,8 @@ def markdown(fit: HostFit, admission: AdmissionFit | None = None, steal: StealFi
                       + ", ".join(f"{k} {100 * v:+.0f} %" for k, v in steal["tpot_err"].items()) + ")."]
     if admission is not None:
         lines += ["", (f"Admission (mechanism `stream_admission`): a decode engine's API server, one event loop, "
-                       f"holds a request {admission_formula(admission)} before its engine core has it (least "
-                       f"squares over {len(admission['points'])} points of the training seed, R^2 "
-                       f"{admission['r2']:.2f}"
-                       + (f"; the {admission['edge']} at the edge of its range: the form misses what the points "
-                          f"show" if admission.get("edge") else "") + ")."
-                       if admission["loop_s"] > 0 else
+                       f"holds a request {admission_formula(admission)} before its engine core has it "
+                       + _how_fitted(admission) if admission["loop_s"] > 0 else
                        "Admission: off (the points did not spread over the streams)."), "",
                   "| run | engine | requests | arrivals (req/s) | streams at arrival (mean) | API server's time (ms) "
                   "| fitted (ms) |", "|---|---|---|---|---|---|---|"]
@@ -601,11 +604,7 @@ def markdown(fit: HostFit, admission: AdmissionFit | None = None, steal: StealFi
     if hop is not None:
         lines += ["", (f"Prefill hop (mechanism `prefill_hop`): a request's prefill leg spends {hop_formula(hop)} "
                        f"outside its prefill engine's core, `streams` the sequences the cluster's decode engines "
-                       f"stream (least squares over {len(hop['points'])} points of the training seed, R^2 "
-                       f"{hop['r2']:.2f}"
-                       + (f"; the {hop['edge']} at the edge of its range: the form misses what the points show"
-                          if hop.get("edge") else "") + ")."
-                       if hop["loop_s"] > 0 or hop["per_stream_s"] > 0 else
+                       f"stream " + _how_fitted(hop) if hop["loop_s"] > 0 or hop["per_stream_s"] > 0 else
                        "Prefill hop: off (the points did not spread over the streams)."), "",
                   "| run | engine | requests | streams at its sending (mean) | prefill leg (ms) | engine's queue + "
                   "inference (ms) | outside the engine (ms) | fitted (ms) |", "|---|---|---|---|---|---|---|---|"]

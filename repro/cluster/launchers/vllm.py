@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from repro.cluster.launchers.base import ProcessLauncher, wait_healthy
-from repro.cluster.launchers.vllm_cpu import TINY_MODEL, CpuEngineOptions, assign_cores, omp_threads
+from repro.cluster.launchers.vllm_cpu import TINY_MODEL, CpuEngineOptions, assign_cores, cpu_dtype, omp_threads
 from repro.cluster.processes import free_ports
 from repro.cluster.topology import Instance, InstanceSpec, Topology, topology_error
 from repro.engine.profile import load_profile
@@ -58,7 +58,7 @@ class VllmLauncher(ProcessLauncher):
         self.cpu = cpu
         first = load_profile(topology.instances[0].profile).physics
         self.model = model or opts.get("model") or (TINY_MODEL if self.cpu else first.model)
-        self.dtype = dtype or opts.get("dtype") or ("auto" if self.cpu else "bfloat16")
+        self.dtype = dtype or opts.get("dtype") or (cpu_dtype() if self.cpu else "bfloat16")
         self.host = opts.get("host", host)
         self.url_host = opts.get("url_host", url_host)
         self.base_port = int(opts.get("base_port", base_port))
