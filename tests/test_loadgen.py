@@ -138,10 +138,14 @@ def test_open_loop_statuses_reasons_and_journal(fake, tmp_path):
     assert (rep.sent, rep.ok, rep.failed, rep.rejected) == (9, 5, 3, 1)
     rows = rows_by_id(j)
     assert set(rows) == set(ids)
-    # open loop: the slow first request (1.5 s) did not hold back the later sends
+    # open loop: the slow first request (1.5 s) did not hold back the later sends. Each send is
+    # judged against its own schedule (50 ms apart from the first), not against its neighbour:
+    # one send late by a busy core and the next on time again is open-loop; a closed loop would
+    # hold the second send back by the first request's 1.5 s.
     sends = {e["rid"]: e["t"] for e in fake.log[before:]}
-    gaps = np.diff([sends[i] for i in ids])
-    assert np.all(np.abs(gaps - 0.05) < 0.03), gaps
+    offsets = np.array([sends[i] for i in ids]) - sends[ids[0]]
+    lateness = offsets - 0.05 * np.arange(len(ids))
+    assert np.all(np.abs(lateness) < 0.15), lateness
     assert rows["a-ok-1"]["finish_s"] < rows["a-slow-0"]["first_token_s"]
     assert wall < 3.0
     # the body and headers sent
