@@ -4,6 +4,7 @@ across modules, and a simulator run that loads no HTTP, CLI or process-launching
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -32,30 +33,35 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
-def _in_type_checking(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
-    while node in parents:
-        node = parents[node]
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            return True
-    return False
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The parsed source of ``path`` (parsed once per session: every rule below reads the same files)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
+@functools.cache
+def _scan(mod: str) -> tuple[tuple[ast.Import | ast.ImportFrom, bool, bool], ...]:
+    """Every import statement of ``mod`` with (inside a function, under ``if TYPE_CHECKING:``)."""
+    out = []
+
+    def walk(node: ast.AST, inside_def: bool, typing_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                out.append((child, inside_def, typing_only))
+            walk(child, inside_def or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)),
+                 typing_only or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)))
+
+    walk(_tree(MODULES[mod]), False, False)
+    return tuple(out)
+
+
+@functools.cache
 def _imports(mod: str, *, lazy: bool, types: bool = False) -> list[tuple[str, list[str], int]]:
     """(imported repro module, names, line) of ``mod``; ``lazy``: also imports inside functions; ``types``:
     also imports under ``if TYPE_CHECKING:`` (they never run, but a circle of types is a circle of concepts)."""
-    tree = ast.parse(MODULES[mod].read_text())
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     out = []
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.Import, ast.ImportFrom)) or (not types and _in_type_checking(node, parents)):
-            continue
-        inside_def = False
-        p = node
-        while p in parents:
-            p = parents[p]
-            if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                inside_def = True
-        if inside_def and not lazy:
+    for node, inside_def, typing_only in _scan(mod):
+        if (typing_only and not types) or (inside_def and not lazy):
             continue
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -208,7 +214,7 @@ def test_only_the_command_line_imports_typer_and_rich():
     for path in sorted(PKG.rglob("*.py")):
         if (PKG / "cli") in path.parents:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("typer", "rich")]
@@ -231,7 +237,7 @@ def test_each_http_client_stays_in_its_place():
     offenders = []
     for path in sorted(PKG.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
