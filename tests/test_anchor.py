@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from repro.cli.app import app
+from repro.cli.root import app
 from repro.errors import ConfigError
 from repro.experiment.anchor import anchor_rate
 from repro.experiment.runner import simulated_summary

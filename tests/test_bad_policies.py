@@ -15,7 +15,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from repro.cli.app import app
+from repro.cli.root import app
 from repro.errors import ConfigError, PolicyError, RunFailed
 from repro.experiment.executor import LocalExecutor, SerialExecutor
 from repro.experiment.journal import frame_bytes

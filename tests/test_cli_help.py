@@ -11,8 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from repro.cli.app import app
 from repro.cli.common import reflow_help
+from repro.cli.root import app
 
 WIDTH = 100
 

@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from repro.cli.app import app
+from repro.cli.root import app
 from repro.errors import ConfigError
 from repro.experiment.journal import read as read_journal
 from repro.experiment.runner import run

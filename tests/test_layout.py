@@ -207,6 +207,17 @@ def test_light_modules_stay_light(mod):
     assert not [m for m in loaded if m.startswith(("repro.cluster.launchers", "repro.live", "repro.cli"))]
 
 
+@pytest.mark.parametrize("mod", ["repro.live.proxy.app", "repro.emulator.app"])
+def test_the_servers_load_no_pandas(mod):
+    """The proxy and the emulator start once per engine or run, in every live test and cluster: they write journals
+    row by row and read none (pandas is ~0.6 s of a start on a slow core)."""
+    code = f"import json, sys; import {mod}; print(json.dumps(sorted(sys.modules)))"
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                       cwd=ROOT).stdout)
+    assert mod in loaded
+    assert not [m for m in loaded if m.split(".")[0] in ("pandas", "scipy", "sklearn", "matplotlib")]
+
+
 def test_only_the_command_line_imports_typer_and_rich():
     """Commands and terminal output live in repro/cli/; a domain module reports through hooks (e.g.
     `repro.experiment.runner.SweepProgress`, `repro.live.loadgen.ReplayProgress`), even in a function."""

@@ -354,7 +354,7 @@ def test_miscalibrated_paper_scorer_degenerates_into_queue_counting(wrong):
 def test_registry_lists_the_paper_scorer_and_the_batching_variant():
     from typer.testing import CliRunner
 
-    from repro.cli.app import app
+    from repro.cli.root import app
     from repro.routing.policies import PAPER_POLICIES, POLICIES, available_policies
     from repro.routing.policies.batching import MarginalCostPlus
 

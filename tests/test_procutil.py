@@ -183,6 +183,32 @@ def test_terminate_pids_ends_the_group_of_a_leader_that_already_died():
         leader.stdout.close()
 
 
+def test_a_group_of_zombies_is_dead_and_stopping_it_does_not_wait():
+    """Engines this very process started (`repro cluster up` in a notebook or a test) and that ended stay as zombies
+    until reaped: their group is dead, and `terminate_pids` (`repro cluster down`) returns at once, not after its
+    timeout."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from repro.cluster.processes import group_alive, pid_alive, terminate_pids
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while pid_alive(child.pid) and time.monotonic() < deadline:  # ended, not reaped: a zombie
+            time.sleep(0.05)
+        os.killpg(child.pid, 0)  # the group still exists for the kernel
+        assert not group_alive(child.pid)
+        t = time.monotonic()
+        terminate_pids([child.pid], timeout=5.0)
+        assert time.monotonic() - t < 2.0
+    finally:
+        child.wait()
+    assert not group_alive(os.getpgrp())  # never our own
+
+
 def test_a_recycled_pid_is_never_signalled(tmp_path):
     """Our child ended and was reaped; its number now belongs to another process, a session leader (pids are
     recycled). Stopping "our" pid must leave that process and its group alone."""

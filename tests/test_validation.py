@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from repro.cli.app import app
+from repro.cli.root import app
 from repro.cluster.topology import parse_topology
 from repro.engine.physics import Physics
 from repro.engine.profile import load_profile

@@ -1,3 +1,3 @@
-from repro.cli.app import main
+from repro.cli.root import main
 
 main()

@@ -1,6 +1,6 @@
 """``repro emulator ...``: the emulated engine as a typer sub-app (same options as ``python -m repro.emulator``).
 
-Mounted in the main CLI (`repro.cli.app`); then
+Mounted in the main CLI (`repro.cli.root`); then
 ``repro emulator --port 8100 --profile a40-qwen2.5-3b --time-scale 4`` starts one engine.
 The options are parsed by `repro.emulator.server.build_parser` (``repro emulator --help``).
 """

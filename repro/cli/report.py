@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from repro.errors import ConfigError
-from repro.paper.report import write_report
 
 
 def report_cli(
@@ -33,6 +32,7 @@ def report_cli(
     if scale not in SCALES:
         raise ConfigError(f"report: --scale {scale!r}; allowed: {list(SCALES)}")
     res, fig = default_dirs(backend, scale)
+    from repro.paper.report import write_report  # matplotlib: loaded by this command alone
     path = write_report(resolve_dir(results_dir) if results_dir else res,
                         resolve_dir(figures_dir) if figures_dir else fig, out)
     typer.echo(f"report: {path}")

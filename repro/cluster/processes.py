@@ -309,7 +309,9 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
 
 def group_alive(pgid: int) -> bool:
     """Whether process group ``pgid`` (a session we started: its id is its first process's pid)
-    still has a member; never true for our own group."""
+    still has a member that is not a zombie; never true for our own group. A group of zombies is
+    dead: its members ended and wait for a parent to reap them (the engines `repro cluster up` started
+    in this very process, e.g. a notebook's or a test's, whose `down` then waited its whole timeout)."""
     if pgid <= 0 or pgid == os.getpgrp():
         return False
     try:
@@ -318,7 +320,26 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return _group_has_a_live_member(pgid)
+
+
+def _group_has_a_live_member(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is not a zombie (from /proc; True where /proc cannot tell)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                state, _ppid, pgrp = f.read().rpartition(")")[2].split()[:3]
+        except (OSError, ValueError):
+            continue  # ended while we looked
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -17,12 +17,14 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from repro.journal_schema import FIELD_NAMES, FIELDS
+
+if TYPE_CHECKING:  # pandas is imported where a frame is read or made: the proxy only writes (JournalWriter)
+    import pandas as pd
 
 _FIELD_SET = frozenset(FIELD_NAMES)
 
@@ -154,6 +156,8 @@ def read(path: str | Path) -> pd.DataFrame:
 
 def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Rows (dicts) to a typed journal DataFrame."""
+    import pandas as pd
+
     df = pd.DataFrame(list(rows), columns=list(FIELD_NAMES))
     for f in FIELDS:
         if f.dtype == "int64":

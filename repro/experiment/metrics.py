@@ -15,6 +15,7 @@ Latencies in seconds, over completed requests.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
@@ -96,6 +97,12 @@ class RequestOutcomes:
     def __post_init__(self) -> None:
         if len(self.good) != len(self.ttft):
             raise ValueError(f"RequestOutcomes: {len(self.good)} good flags but {len(self.ttft)} TTFTs")
+
+    @cached_property
+    def goodput(self) -> float:
+        """The share of the run's requests that were good (0-1; NaN for a run of no requests), computed once:
+        a bootstrap over traces asks it of the same run at every resample. ``good`` is never changed in place."""
+        return float(self.good.mean()) if len(self.good) else float("nan")
 
     def take(self, index: np.ndarray) -> RequestOutcomes:
         """The outcomes at ``index`` (a bootstrap resample)."""

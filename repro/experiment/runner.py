@@ -349,7 +349,7 @@ def sweep_results(specs: Sequence[RunSpec], out_dir: str | Path = "runs",
     raises stops the sweep with `repro.errors.RunFailed` naming its spec. ``resume=False`` runs
     every spec again (finished runs are overwritten; the simulation cache is still used).
     ``progress`` (optional): ``progress(total, label)`` makes the `SweepBar` told of each run done
-    (the command line's is a progress bar, `repro.cli.app`); None or False: nothing.
+    (the command line's is a progress bar, `repro.cli.root`); None or False: nothing.
     """
     from repro.errors import RunFailed
     from repro.experiment import simcache

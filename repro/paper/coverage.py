@@ -446,7 +446,7 @@ def step_coverage(*, gap_sd: float, traces: int = 10, trace_sd: float = 0.01, re
     truth = float(min(g for k, g in gpus.items() if levels[k] >= target))
 
     def stat(groups: Mapping[str, Sequence]) -> dict[str, float]:
-        mean = {k: float(np.mean([o.good.mean() for o in v])) for k, v in groups.items()}
+        mean = {k: float(np.mean([o.goodput for o in v])) for k, v in groups.items()}
         reach = [g for k, g in gpus.items() if mean[k] >= mean["mc6"]]
         return {"gpus": float(min(reach)) if reach else math.nan}
 

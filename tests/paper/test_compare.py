@@ -161,7 +161,7 @@ def test_a_folder_without_summary_is_a_config_error_naming_it(two, tmp_path):
 
 
 def test_repro_compare_end_to_end(two, tmp_path):
-    from repro.cli.app import app
+    from repro.cli.root import app
 
     out = tmp_path / "page.html"
     res = CliRunner().invoke(app, ["compare", str(two[0]), str(two[1]), "--out", str(out)])

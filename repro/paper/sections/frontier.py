@@ -69,7 +69,7 @@ def saving_statistics(groups: Outcomes, at_gpus: int = 6, tol: float = 0.0, poli
     front: dict[tuple[int, str], float] = {}  # (GPUs, policy) -> the best shape's goodput (NaN: none has one)
     for name, runs in groups.items():
         shape, pol = name.split("|")
-        g = float(np.mean([o.good.mean() for o in runs]))
+        g = float(np.mean([o.goodput for o in runs]))
         key = (_gpus(shape), pol)
         best = front.get(key)
         if best is None or math.isnan(best) or g > best:  # a maximum that skips NaN, as pandas' does
