@@ -65,6 +65,17 @@ def _imports(source: str, package: str) -> set[str]:
 
 
 @functools.lru_cache(maxsize=1)
+def _declared_distributions() -> dict[str, list[str]]:
+    """Top-level package -> the distributions whose ``top_level.txt`` names it (one small file per distribution:
+    ~10 ms, where `importlib.metadata.packages_distributions` also reads every RECORD: ~1.2 s on a slow core)."""
+    out: dict[str, list[str]] = {}
+    for dist in importlib.metadata.distributions():
+        for top in (dist.read_text("top_level.txt") or "").split():
+            out.setdefault(top, []).append(dist.metadata["Name"])
+    return out
+
+
+@functools.lru_cache(maxsize=1)
 def _distributions() -> dict[str, list[str]]:
     return dict(importlib.metadata.packages_distributions())
 
@@ -75,7 +86,7 @@ def _distribution_version(top: str) -> str:
         return f"{top}=={importlib.metadata.version(top)}"
     except importlib.metadata.PackageNotFoundError:
         pass
-    for dist in _distributions().get(top, []):
+    for dist in _declared_distributions().get(top) or _distributions().get(top, []):
         try:
             return f"{dist}=={importlib.metadata.version(dist)}"
         except importlib.metadata.PackageNotFoundError:
