@@ -3,10 +3,19 @@ golden files in notebooks/expected/ (see `repro.paper.golden.expected_output`). 
 this environment. Set REPRO_CHECK_OUTPUTS=update yourself to rewrite the golden files."""
 
 import os
+import sys
 
 import pytest
 
 os.environ.setdefault("REPRO_CHECK_OUTPUTS", "1")
+
+# Bytecode is cached during the tests even where $PYTHONDONTWRITEBYTECODE asks otherwise (CI's machines set it):
+# the tests start hundreds of Python processes (proxies, emulated engines, load generators, notebook kernels, the
+# command line), and without a cache every one of them compiled the package's modules again, and every pytest
+# worker re-rewrote every test module: ~40 s of the README's tests on a 2-core machine. The cache lands in
+# __pycache__ folders beside the sources (git ignores them), as Python's default does.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 # Property tests are derandomized by default so that CI on a clean clone is reproducible (a
 # random search once found a real bug there, after the tests had passed here: see the @example

@@ -16,10 +16,12 @@ is this code's.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import os
 import subprocess
 import sys
 import sysconfig
@@ -166,6 +168,14 @@ def _own_files(module: str) -> list[tuple[str, Path]]:
     return out
 
 
+def _drop_bytecode(src: Path) -> None:
+    """Remove the cached bytecode of ``src`` (``__pycache__``): CPython trusts a ``.pyc`` whose recorded source
+    mtime (whole seconds) and size match, so a file edited within the second it was compiled, to the same size,
+    would be reloaded from its stale bytecode. Nothing to do where there is none or it cannot be removed."""
+    with contextlib.suppress(OSError, NotImplementedError, ValueError):
+        os.unlink(importlib.util.cache_from_source(str(src)))
+
+
 def fresh_module(module: str) -> bool:
     """Make sure this process runs the code of a user's ``module`` (a policy given by import path) as it is
     on disk now: import it, and when its files or those of the user's modules it imports (`import_closure`)
@@ -189,7 +199,8 @@ def fresh_module(module: str) -> bool:
         _LOADED[module] = (current if seen is None else seen[0], now)
         return False
     own = _own_files(module)
-    for name, _ in sorted(own, key=lambda x: (x[0] == module, -x[0].count("."))):
+    for name, src in sorted(own, key=lambda x: (x[0] == module, -x[0].count("."))):
+        _drop_bytecode(src)
         importlib.reload(sys.modules[name])
     _LOADED[module] = (current, now)
     return True

@@ -147,7 +147,7 @@ def test_open_loop_statuses_reasons_and_journal(fake, tmp_path):
     lateness = offsets - 0.05 * np.arange(len(ids))
     assert np.all(np.abs(lateness) < 0.15), lateness
     assert rows["a-ok-1"]["finish_s"] < rows["a-slow-0"]["first_token_s"]
-    assert wall < 3.0
+    assert wall < 10.0  # ~2 s: the slow request's 1.5 s; never its 20 s timeout (a request left hanging)
     # the body and headers sent
     first = next(e for e in fake.log[before:] if e["rid"] == "a-ok-1")
     b = first["body"]

@@ -93,6 +93,9 @@ def test_an_edited_policy_runs_its_new_code_in_a_long_lived_process(tmp_path, mo
                    "class Edited(RoundRobin):\n    name = 'edited'\n    version = SKIP\n")
     monkeypatch.syspath_prepend(str(pkg))
     monkeypatch.setattr(sources, "RECHECK_S", 0.0)
+    # bytecode written as by default (in tmp_path): an edit within the same second to the same size must not be
+    # reloaded from the stale .pyc
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
     assert make_policy("edited:Edited").version == 0
     time.sleep(0.01)
     (pkg / "helper.py").write_text("SKIP = 1\n")  # the helper changes: both are reloaded, helper first
