@@ -240,3 +240,25 @@ def test_a_recycled_pid_is_never_signalled(tmp_path):
         stranger.send_signal(sig.SIGKILL)
         stranger.wait()
         stranger.stdout.close()
+
+
+def test_free_ports_never_hands_out_a_port_twice_while_its_server_may_still_be_starting(monkeypatch):
+    """Two launches at once in one process (a test session's two real clusters) choose their ports before their
+    engines bind them (~20 s of imports later): a port this process handed out lately is never handed out again."""
+    import socket
+
+    from repro.cluster import processes
+
+    monkeypatch.setattr(processes, "_GIVEN_PORTS", {})
+    first = processes.free_ports(6)
+    taken = set(first)
+    real_socket = socket.socket
+    offered = iter(first[:3] + [0] * 100)  # the OS offers three of the handed-out ports again first
+
+    class Replaying(real_socket):  # the replayed ports are free at the OS again: their first sockets were closed
+        def bind(self, address):
+            super().bind((address[0], next(offered)))
+
+    monkeypatch.setattr(processes.socket, "socket", Replaying)
+    second = processes.free_ports(4)
+    assert len(set(second)) == 4 and not taken & set(second), (first, second)

@@ -217,18 +217,36 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     return box["value"]
 
 
+_GIVEN_PORTS: dict[int, float] = {}
+"""Ports `free_ports` handed out in this process, with when: a server binds its port only once it has started
+(a real engine: ~20 s of imports later), so two launches in one process at once (a test session's clusters) must
+not be handed the same port meanwhile."""
+_GIVEN_LOCK = threading.Lock()
+GIVEN_PORT_HOLD_S = 600.0  # wall s a handed-out port is not handed out again by this process
+
+
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct free TCP ports (held open together while choosing, so they differ)."""
+    """n distinct free TCP ports (held open together while choosing, so they differ), none of which this process
+    handed out in the last `GIVEN_PORT_HOLD_S` seconds."""
     socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    with _GIVEN_LOCK:
+        now = time.monotonic()
+        for port in [p for p, t in _GIVEN_PORTS.items() if now - t > GIVEN_PORT_HOLD_S]:
+            del _GIVEN_PORTS[port]
+        try:
+            ports: list[int] = []
+            while len(ports) < n:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.bind((host, 0))
+                socks.append(s)  # held open: the OS gives no port twice meanwhile
+                port = s.getsockname()[1]
+                if port not in _GIVEN_PORTS:
+                    ports.append(port)
+            _GIVEN_PORTS.update((p, now) for p in ports)
+            return ports
+        finally:
+            for s in socks:
+                s.close()
 
 
 def pid_alive(pid: int) -> bool:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from repro.cluster.processes import child_setup, live_nice, stop_process
+from repro.cluster.processes import child_setup, free_ports, live_nice, stop_process
 from repro.errors import ConfigError, PolicyError, RunInvalid, check_decision_budget
 from repro.experiment.backends import OnInvalid
 from repro.experiment.journal import frame, write_frame
@@ -74,10 +73,9 @@ if TYPE_CHECKING:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now (the OS picks it; another process may take it before we bind)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port free on ``host`` now (the OS picks it; another process may take it before we bind), none
+    this process handed out lately (`repro.cluster.processes.free_ports`)."""
+    return free_ports(1, host)[0]
 
 
 @contextmanager

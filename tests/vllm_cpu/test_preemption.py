@@ -129,7 +129,7 @@ def check_recompute_preemption(result: dict[str, Any], who: str) -> None:
           f"{max(spanning):.1f}x their median")
 
 
-def kv_samples(url: str, max_tokens: int = 1200) -> tuple[list[tuple[float, int, int]], int]:
+def kv_samples(url: str, max_tokens: int = 600) -> tuple[list[tuple[float, int, int]], int]:
     """One request alone, streamed: ``(KV tokens the engine reports, tokens the request held before and after
     the read)`` sampled while it runs (its prompt plus the tokens streamed so far), and the engine's block
     size."""
@@ -180,10 +180,10 @@ def check_kv_usage(samples: list[tuple[float, int, int]], block_size: int, who: 
     assert all(t <= after + block_size + lag for t, _, after in running), (who, "above them", running[:20])
 
 
-@pytest.fixture(scope="module")
-def small_kv_real(tmp_path_factory: pytest.TempPathFactory, real_instances: list[Instance]) -> Iterator[str]:
-    """A real 1p1d CPU cluster (its own engines, beside the session's) whose decode engine has a
-    `KV_TOKENS` budget (``--num-gpu-blocks-override``: one block more, vLLM's null block)."""
+def small_kv_cluster(where: Path) -> Path:
+    """Write the cluster file of a real 1p1d CPU cluster (its own engines, beside the session's) whose decode
+    engine has a `KV_TOKENS` budget (``--num-gpu-blocks-override``: one block more, vLLM's null block), in
+    ``where``; its path."""
     import yaml
 
     from repro.paths import CLUSTERS_DIR
@@ -195,10 +195,24 @@ def small_kv_real(tmp_path_factory: pytest.TempPathFactory, real_instances: list
                     "extra_args": ["--num-gpu-blocks-override", str(KV_TOKENS // block + 1),
                                    "--block-size", str(block)]}
     base.pop("calibration", None)
-    path = Path(tmp_path_factory.mktemp("small-kv")) / "1p1d-cpu-small-kv.yaml"
+    path = where / "1p1d-cpu-small-kv.yaml"
     path.write_text(yaml.safe_dump(base))
-    with launch(path, log_dir=path.parent) as instances:
-        yield _decode_url(instances)
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_kv_real(tmp_path_factory: pytest.TempPathFactory, real_instances: list[Instance]) -> Iterator[str]:
+    """The decode engine of the `small_kv_cluster`: started beside the session's cluster as it came up
+    (conftest's ``real_state_file``), stopped when this module's tests are done."""
+    from tests.vllm_cpu.conftest import SMALL_KV, Background
+
+    if not SMALL_KV:  # not started with the session's cluster (it was already up)
+        path = small_kv_cluster(tmp_path_factory.mktemp("small-kv"))
+        SMALL_KV.append(Background(path, log_dir=path.parent))
+    try:
+        yield _decode_url(SMALL_KV[0].instances())
+    finally:
+        SMALL_KV[0].stop()
 
 
 @pytest.fixture(scope="module")

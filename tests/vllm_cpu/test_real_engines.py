@@ -43,10 +43,10 @@ def test_real_engines_run_nicer_than_the_harness(real_instances: list[Instance])
 @pytest.mark.parametrize("policy", PAPER_POLICIES)
 def test_every_paper_policy_serves_a_short_run(real_cluster_file, tmp_path, policy: str) -> None:
     spec = RunSpec.from_flat(backend="vllm", cluster=str(real_cluster_file), workload="chat", rate=4.0,
-                             n_requests=24, seed=1, policy=policy)
+                             n_requests=12, seed=1, policy=policy)
     res = run(spec, tmp_path, on_invalid="keep")  # the mechanics are tested here, not the machine
     journal = res.journal()
-    assert len(journal) == 24
+    assert len(journal) == 12
     assert (journal.status == "ok").all(), journal.loc[journal.status != "ok", "reason"].tolist()
     # the token-count contract held on every request: the engines generated exactly what was asked
     assert (journal.generated_tokens == journal.output_tokens).all()
@@ -57,11 +57,11 @@ def test_every_paper_policy_serves_a_short_run(real_cluster_file, tmp_path, poli
 
 def test_long_requests_are_capped_to_the_model_context_and_said_so(real_cluster_file, tmp_path) -> None:
     spec = RunSpec.from_flat(backend="vllm", cluster=str(real_cluster_file), workload="documents", rate=2.0,
-                             n_requests=12, seed=3, policy="round_robin")
+                             n_requests=6, seed=3, policy="round_robin")
     res = run(spec, tmp_path, on_invalid="keep")  # the mechanics are tested here, not the machine
     manifest = json.loads((res.run_dir / "manifest.json").read_text())
     cap = manifest["length_cap"]
-    assert cap["max_model_len"] == 4096 and cap["requests"] == 12
+    assert cap["max_model_len"] == 4096 and cap["requests"] == 6
     journal = res.journal()
     assert (journal.prompt_tokens + journal.output_tokens <= 4096).all()
     assert (journal.status == "ok").all(), journal.reason.tolist()

@@ -65,9 +65,10 @@ def test_a_burst_shares_the_engines_step_but_not_the_serving_path(real_instances
     step_alone, step_many = alone["request_prefill_time_seconds"], many["request_prefill_time_seconds"]
     path_alone = alone["e2e_request_latency_seconds"] - alone["request_inference_time_seconds"]
     path_many = many["e2e_request_latency_seconds"] - many["request_inference_time_seconds"]
-    # the step is shared: 16 prompts in a burst do not cost each 16 lone steps (serial would be ~8x alone
-    # on average); measured ~1.5x
-    assert step_many < k / 4 * step_alone, (alone, many)
+    # the step is shared: 16 prompts in a burst do not queue for 16 lone steps (serial: (k + 1) / 2 = 8.5x alone on
+    # average); measured ~1.5x on an AMX machine, 4.1x on an AVX2 one in float32 (its per-token prefill is 5x the
+    # AMX machine's, so one batched step of 16 prompts is itself several lone steps long)
+    assert step_many < 0.75 * (k + 1) / 2 * step_alone, (alone, many)
     # a lone request's fixed cost is not all the step's: its serving path is a real share of it
     assert path_alone > 0.1 * alone["e2e_request_latency_seconds"], alone
     # and the serving path is not shared by the burst: per request it does not shrink as a shared step would
