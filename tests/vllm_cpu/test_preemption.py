@@ -8,8 +8,11 @@ this probe checks on both:
 
 - the engine preempts (``vllm:num_preemptions`` grows) and still serves every request exactly
   (``usage.completion_tokens == max_tokens``: the preempted request's context is recomputed, not lost);
-- the victim is the most recently admitted request: the first request sent never pauses, the last
-  one does;
+- the victim is the most recently admitted request (``self.running[-1]``): the oldest never pauses, the
+  newest does. Admission order is read from the streams (vLLM admits first come, first served: the order of
+  first tokens), not assumed from the send order: on a loaded machine one client thread can reach the engine
+  after the next. A pause before the victim's first token (preempted while its prompt was still being
+  computed) counts: its send time starts its stream;
 - the recompute runs inside the engine's steps: when the victim resumes, the streams still running
   pause for it (their longest gap between tokens spans the victim's restart, and is several times
   their median gap), where a recompute off to the side (the simulator before issue 29) would leave
@@ -70,18 +73,20 @@ def probe(url: str) -> dict[str, Any]:
     with httpx.Client(timeout=120, trust_env=False) as c:
         model = c.get(url + "/v1/models").json()["data"][0]["id"]
     before = metric(url, "vllm:num_preemptions")
-    streams: list[dict[str, Any]] = [{"times": [], "tokens": 0, "usage": None} for _ in range(REQUESTS)]
+    streams: list[dict[str, Any]] = [{"times": [], "sent": 0.0, "tokens": 0, "usage": None}
+                                     for _ in range(REQUESTS)]
 
     def one(i: int) -> None:
         body = {"model": model, "prompt": _prompt(i), "max_tokens": MAX_TOKENS, "ignore_eos": True,
                 "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
         parser = SSEParser()
-        with httpx.Client(timeout=300, trust_env=False) as c, c.stream("POST", url + "/v1/completions",
-                                                                          json=body) as r:
-            assert r.status_code == 200
-            for chunk in r.iter_raw():
-                if parser.feed(chunk):  # one time per event with content (an event may carry several tokens)
-                    streams[i]["times"].append(time.monotonic())
+        with httpx.Client(timeout=300, trust_env=False) as c:
+            streams[i]["sent"] = time.monotonic()
+            with c.stream("POST", url + "/v1/completions", json=body) as r:
+                assert r.status_code == 200
+                for chunk in r.iter_raw():
+                    if parser.feed(chunk):  # one time per event with content (an event may carry several tokens)
+                        streams[i]["times"].append(time.monotonic())
         streams[i]["usage"] = parser.usage.completion_tokens
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(REQUESTS)]
@@ -102,31 +107,46 @@ def gaps(times: list[float]) -> list[tuple[float, float]]:
     return [(b - a, b) for a, b in zip(times, times[1:], strict=False)]
 
 
+def timeline(streams: list[dict[str, Any]]) -> str:
+    """Each stream in send order, in seconds from the first send: sent, first and last token, events, and its
+    longest gap between events (where it ended): what a failure needs to be read."""
+    t0 = min(s["sent"] for s in streams)
+    rows = []
+    for i, s in enumerate(streams):
+        g, end = max(gaps(s["times"]), default=(0.0, s["sent"]))
+        rows.append(f"#{i}: sent {s['sent'] - t0:.3f}, tokens {s['times'][0] - t0:.3f}-{s['times'][-1] - t0:.3f} "
+                    f"({len(s['times'])} events), longest gap {g:.3f} ending {end - t0:.3f}")
+    return "streams: " + "; ".join(rows)
+
+
 def check_recompute_preemption(result: dict[str, Any], who: str) -> None:
     streams = result["streams"]
     assert result["preemptions"] > 0, f"{who}: no preemption under a KV budget of {KV_TOKENS} tokens"
     assert [s["usage"] for s in streams] == [MAX_TOKENS] * REQUESTS, f"{who}: token counts {streams}"
-    first, last = streams[0], streams[-1]
+    admitted = sorted(streams, key=lambda s: s["times"][0])  # first come, first served: first tokens in order
+    first, last = admitted[0], admitted[-1]
     g_first = sorted(g for g, _ in gaps(first["times"]))
-    g_last = gaps(last["times"])
+    g_last = gaps([last["sent"], *last["times"]])  # a pause before its first token counts
     # the victim (the most recently admitted) paused; the oldest never did
     pause, resumed_at = max(g_last)
     median_first = max(g_first[len(g_first) // 2], 1e-4)
-    assert pause > 5 * median_first, f"{who}: the last request never paused ({pause:.3f} s)"
-    assert g_first[-1] < pause, f"{who}: the first request paused as long as the victim"
+    assert pause > 5 * median_first, (f"{who}: the last request admitted never paused ({pause:.3f} s); "
+                                      f"{timeline(streams)}")
+    assert g_first[-1] < pause, f"{who}: the first request paused as long as the victim; {timeline(streams)}"
     # the recompute runs inside the engine's steps: a stream still running when the victim resumed pauses
     # around that moment (its gap spans the victim's first token after the pause) well beyond its median
     spanning = []
-    for s in streams[:-1]:
+    for s in admitted[:-1]:
         for g, end in gaps(s["times"]):
             if end - g <= resumed_at <= end + 0.005:
                 med = sorted(x for x, _ in gaps(s["times"]))[len(s["times"]) // 2 - 1]
                 spanning.append(g / max(med, 1e-4))
-    assert spanning, f"{who}: no other stream was running when the victim resumed"
-    assert max(spanning) > 2.0, f"{who}: the batch did not pause for the recompute (gap / median {spanning})"
+    assert spanning, f"{who}: no other stream was running when the victim resumed; {timeline(streams)}"
+    assert max(spanning) > 2.0, (f"{who}: the batch did not pause for the recompute (gap / median {spanning}); "
+                                 f"{timeline(streams)}")
     print(f"{who}: {result['preemptions']:g} preemptions; the victim paused {pause:.3f} s (the first request's "
           f"median gap {median_first * 1e3:.1f} ms); the others' gap across its restart: "
-          f"{max(spanning):.1f}x their median")
+          f"{max(spanning):.1f}x their median; {timeline(streams)}")
 
 
 def kv_samples(url: str, max_tokens: int = 600) -> tuple[list[tuple[float, int, int]], int]:
