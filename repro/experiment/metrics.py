@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from repro.routing.cost_model import SLOTargets
+from repro.statistics.percentile import percentile
 from repro.vocab import ROLES
 
 
@@ -108,10 +109,19 @@ class RequestOutcomes:
         """The outcomes at ``index`` (a bootstrap resample)."""
         return RequestOutcomes(self.good[index], self.ttft[index])
 
+    @cached_property
+    def _first_tokens(self) -> np.ndarray:
+        return self.ttft[~np.isnan(self.ttft)]
+
     def ttft_percentile(self, q: float) -> float:
         """The ``q``-th percentile of TTFT (seconds) over the requests that produced a first token, as
-        `summarize`'s tails; NaN when none did."""
-        return _pct(self.ttft, q)
+        `summarize`'s tails; NaN when none did. Computed once per ``q`` (a bootstrap's statistics ask one
+        resample's P99 more than once); ``ttft`` is never changed in place."""
+        cache = self.__dict__.setdefault("_percentiles", {})
+        if q not in cache:
+            first = self._first_tokens
+            cache[q] = percentile(first, q) if first.size else float("nan")
+        return cache[q]
 
 
 def request_outcomes(journal: pd.DataFrame, slo: SLOTargets) -> RequestOutcomes:
@@ -138,7 +148,7 @@ def check_accounting(journal: pd.DataFrame, sent: int | None = None) -> dict[str
 
 def _pct(values: np.ndarray, q: float) -> float:
     values = values[~np.isnan(values)]
-    return float(np.percentile(values, q)) if values.size else float("nan")
+    return percentile(values, q) if values.size else float("nan")
 
 
 def summarize(journal: pd.DataFrame, slo: SLOTargets, sent: int | None = None) -> Summary:
