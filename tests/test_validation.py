@@ -498,7 +498,7 @@ def test_drift_is_the_training_trace_run_again_between_and_after_the_passes(tmp_
     against the smallest median; `drift_text` says it."""
     from types import SimpleNamespace
 
-    from repro.validation import run as vrun
+    from repro.validation import drift as vdrift
 
     def result(name: str, started: float, ttft: float, tpot: float) -> SimpleNamespace:
         d = tmp_path / name
@@ -510,10 +510,53 @@ def test_drift_is_the_training_trace_run_again_between_and_after_the_passes(tmp_
     spec = SimpleNamespace(run_id="mixed-train")
     runs = [("before pass 1", result("a", 0.0, 0.060, 0.006)), ("before pass 2", result("b", 600.0, 0.090, 0.009)),
             ("after the last pass", result("c", 1200.0, 0.075, 0.0075))]
-    rec = vrun.drift(spec, runs)
+    rec = vdrift.drift(spec, runs)
     assert [r["label"] for r in rec["runs"]] == ["before pass 1", "before pass 2", "after the last pass"]
     assert rec["ratio"] == pytest.approx({"ttft_s": 1.25, "tpot_s": 1.25})
     assert rec["spread"] == pytest.approx({"ttft_s": 1.5, "tpot_s": 1.5})
-    text = vrun.drift_text(rec)
+    text = vdrift.drift_text(rec)
     assert "3 times over 20 min" in text and "60.0 / 90.0 / 75.0 ms" in text and "x 1.500" in text
-    assert "not measured" in vrun.drift_text(vrun.drift(spec, runs[:1]))
+    assert "not measured" in vdrift.drift_text(vdrift.drift(spec, runs[:1]))
+
+
+def test_the_machines_speed_is_read_off_the_training_trace_at_each_run_and_interpolated(tmp_path) -> None:
+    """`fit_speed`: the training trace run on a machine 1.0, 1.3 and 1.2 x slower than the physics (each run here
+    the simulator of that machine) gives those factors back, `speed_at` interpolates between the runs' moments
+    and holds the nearest beyond them, and `at_speed` scales the engines' compute alone."""
+    from types import SimpleNamespace
+
+    from repro.experiment.spec import RunSpec
+    from repro.validation.drift import at_speed, fit_speed, speed_at, speed_text
+    from repro.validation.twin import twin_journal
+
+    phys = CostModel.load(CPU_CAL).to_physics(name="cal", model="tiny", block_size=128,
+                                    max_num_seqs=128, max_model_len=4096, max_num_batched_tokens=2048)
+    spec = RunSpec(topology="1p1d", workload="chat", rate=0.3, n_requests=60, seed=1001, cost_model=CPU_CAL,
+                   policy="round_robin")
+    runs = []
+    for i, (label, t, f) in enumerate((("before pass 1", 1000.0, 1.0), ("before pass 2", 1600.0, 1.3),
+                                       ("after the last pass", 2200.0, 1.2))):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"started_unix": t}))
+        j = twin_journal(spec, at_speed(phys, f))
+        runs.append((label, SimpleNamespace(run_dir=d, journal=lambda j=j: j, summary={"goodput": 1.0})))
+    fit = fit_speed("shared-host", spec, runs, phys)
+    assert [p["factor"] for p in fit["points"]] == pytest.approx([1.0, 1.3, 1.2], rel=0.02)
+    assert speed_at(fit, 1300.0) == pytest.approx((fit["points"][0]["factor"] + fit["points"][1]["factor"]) / 2)
+    assert speed_at(fit, 0.0) == fit["points"][0]["factor"] and speed_at(fit, 9e9) == fit["points"][2]["factor"]
+    assert speed_at(fit, math.nan) == fit["points"][0]["factor"]
+    assert "x 1.000 / 1.3" in speed_text(fit) and "+0, +10, +20 min" in speed_text(fit)
+    slow = at_speed(phys, 1.5)
+    assert slow.decode_step_s(8, 4000) == pytest.approx(1.5 * phys.decode_step_s(8, 4000))
+    assert slow.prefill_time_s(512) == pytest.approx(1.5 * phys.prefill_time_s(512))
+    assert slow.transfer_latency_s == phys.transfer_latency_s and slow.host_cpu_per_token_s == phys.host_cpu_per_token_s
+    assert at_speed(phys, 1.0) is phys
+    with pytest.raises(ValueError, match="factor must be > 0"):
+        at_speed(phys, 0.0)
+
+
+def test_tracking_the_drift_needs_a_training_trace() -> None:
+    with pytest.raises(ConfigError, match="track_drift.*in_situ.*shared_host"):
+        ValidationConfig(cluster="1p1d", backend="emulated", track_drift=True)
+    assert ValidationConfig(cluster="1p1d", backend="emulated", track_drift=True, in_situ=True).track_drift

@@ -66,6 +66,10 @@ def validate_cli(
                                      help="measure the CPU the serving path takes of this machine's cores (an idle "
                                           "window, two probes) and simulate the engines sharing them; the verdict's "
                                           "physics then"),
+    track_drift: bool = typer.Option(False, "--track-drift", rich_help_panel=TWIN,
+                                     help="simulate each judged run at the machine's speed when it started, read off "
+                                          "the training trace's runs (with --in-situ or --shared-host); the "
+                                          "verdict's physics then"),
     calibration_budget_s: float = typer.Option(300.0, "--calibration-budget", rich_help_panel=TWIN,
                                                help="seconds the calibration may take"),
     context_share: float = typer.Option(0.0, "--context-share", rich_help_panel=TWIN,
@@ -106,7 +110,7 @@ def validate_cli(
         cluster=cluster, backend=backend, workload=workload, fractions=_floats(rates, "rates"),
         policies=tuple(p.strip() for p in policies.split(",") if p.strip()), repeats=repeats, replays=replays,
         duration_s=duration_s, min_requests=min_requests, seed=seed, physics=physics, calibrate=calibrate,
-        in_situ=in_situ, shared_host=shared_host,
+        in_situ=in_situ, shared_host=shared_host, track_drift=track_drift,
         calibration_budget_s=calibration_budget_s, context_share=context_share, saturation=saturation,
         probe_duration_s=probe_duration_s, saturation_rate=saturation_rate,
         time_scale=time_scale, redo=redo,

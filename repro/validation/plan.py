@@ -85,6 +85,11 @@ class ValidationConfig:
     training seed's traces) give the serving path's CPU per request and per token, and the training replay
     (as ``in_situ``'s) the serving path's light-load TTFT; the variant ``shared-host`` is then the verdict. Only
     for engines on this machine (its CPU is what is booked)."""
+    track_drift: bool = False
+    """Mechanism ``machine_drift`` (`repro.validation.drift`): simulate each judged run at the machine's speed when it
+    started, read off the training trace's runs (before the judged runs, before each later pass, after the last:
+    each run's median TPOT over its twin's under the verdict's fitted physics), interpolated between them; the
+    variant ``drift-tracked`` is then the verdict. Needs ``in_situ`` or ``shared_host`` (their training trace)."""
     saturation: str = "auto"
     """Where the load levels' reference rate is found when ``saturation_rate`` does not state it: ``cluster``
     (live probes of round-robin, doubling then bisection: the cluster's own collapse, as the paper found its
@@ -133,6 +138,9 @@ class ValidationConfig:
         if self.time_scale != 1.0 and self.backend_used != "emulated":
             raise ConfigError(f"validate: field 'time_scale' must be 1 for backend {self.backend_used!r} "
                               f"(real engines run in real time)")
+        if self.track_drift and not (self.in_situ or self.shared_host):
+            raise ConfigError("validate: field 'track_drift' needs 'in_situ' or 'shared_host' (--in-situ or "
+                              "--shared-host): the machine's speed is read off their training trace")
         if self.saturation_rate is not None:
             check_number("validate", "saturation_rate", self.saturation_rate, lo=0.0, lo_open=True, hi=1e6)
 

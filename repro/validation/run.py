@@ -52,6 +52,8 @@ from repro.experiment.spec import LiveConfig, RunSpec
 from repro.routing.cost_model import CostModel
 from repro.sources import commit_id
 from repro.validation import accuracy, decomposition
+from repro.validation.drift import at_speed, drift, drift_text, fit_speed, speed_at, speed_text
+from repro.validation.drift import started as run_started
 from repro.validation.host import admission_formula, hop_points
 from repro.validation.host import admission_points as host_points
 from repro.validation.host import markdown as host_markdown
@@ -351,45 +353,6 @@ def replay_spacing(rows: pd.DataFrame) -> float:
     return float(gaps.mean() / 60) if len(gaps) else float("nan")
 
 
-def _started(res: RunResult | None) -> float:
-    """When a live run started (Unix s, its manifest's ``started_unix``; NaN for none)."""
-    if res is None or res.run_dir is None:
-        return float("nan")
-    return float(json.loads((res.run_dir / "manifest.json").read_text()).get("started_unix", float("nan")))
-
-
-def drift_text(rec: dict[str, Any]) -> str:
-    """`drift`'s record in words."""
-    runs = rec["runs"]
-    if len(runs) < 2:
-        return "one valid run of the training trace: the machine's drift is not measured"
-    t0 = runs[0]["started_unix"]
-    return (f"the training trace {len(runs)} times over {(runs[-1]['started_unix'] - t0) / 60:.0f} min (at "
-            + ", ".join(f"+{(r['started_unix'] - t0) / 60:.0f}" for r in runs) + " min): median TTFT "
-            + " / ".join(f"{1e3 * r['ttft_s']:.1f}" for r in runs) + " ms, TPOT "
-            + " / ".join(f"{1e3 * r['tpot_s']:.2f}" for r in runs)
-            + f" ms (last / first x {rec['ratio']['ttft_s']:.3f} and x {rec['ratio']['tpot_s']:.3f}; "
-            f"largest / smallest x {rec['spread']['ttft_s']:.3f} and x {rec['spread']['tpot_s']:.3f})")
-
-
-def drift(train: RunSpec, runs: Sequence[tuple[str, RunResult]]) -> dict[str, Any]:
-    """How far the machine moved over the judged runs: each valid run of the training trace ``train`` (its
-    ``runs``, labelled, in the order they ran: before the first pass, before each later one, after the last)
-    with its start (Unix s), median TTFT and TPOT (s) and goodput; the ratio of the last to the first median
-    and of the largest to the smallest."""
-    rows = []
-    for label, res in runs:
-        j = res.journal()
-        ok = j[j["status"] == "ok"]
-        rows.append({"label": label, "started_unix": _started(res), "ttft_s": float(ok["ttft_s"].median()),
-                     "tpot_s": float(ok["tpot_s"].median()), "goodput": float(res.summary["goodput"])})
-    rec: dict[str, Any] = {"run_id": train.run_id, "runs": rows}
-    if len(rows) >= 2:
-        rec["ratio"] = {m: rows[-1][m] / rows[0][m] for m in ("ttft_s", "tpot_s")}
-        rec["spread"] = {m: max(r[m] for r in rows) / min(r[m] for r in rows) for m in ("ttft_s", "tpot_s")}
-    return rec
-
-
 def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Physics, out: Path, progress: bool
                     ) -> tuple[float, SaturationHow]:
     """The load levels' reference rate (req/s) and how it was found (`ValidationConfig.saturation`): where
@@ -519,7 +482,7 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                                   "wall_s": round(time.monotonic() - t0, 1),
                                   "run_dir": str(res.run_dir.relative_to(out)) if res else "",
                                   "live_goodput": float(res.summary["goodput"]) if res is not None else float("nan"),
-                                  "started_unix": _started(res)}
+                                  "started_unix": run_started(res)}
                 done.append((row, res, spec))
                 _say(progress, f"validate: {policy} at {fraction:g} x saturation ({spec.rate:.3g} req/s), "
                                f"trace {seed}, replay {replay}: live goodput {row['live_goodput']:.3f}"
@@ -548,6 +511,14 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
             physics_from["shared_host"] = host_record
             write_json_atomic(out / "physics-shared-host.json", variants["shared-host"].to_dict(slo=True))
         primary = "shared-host" if cfg.shared_host else "in-situ" if cfg.in_situ else physics_from["source"]
+        speed = None
+        if cfg.track_drift and train_run is not None:  # mechanism machine_drift on the verdict's physics
+            speed = fit_speed(primary, train_run[0], trained, variants[primary])
+            physics_from["drift"] = speed
+            # as a physics of its own: the machine at the live saturation search's moment (before the training run)
+            variants["drift-tracked"] = at_speed(variants[primary], speed["points"][0]["factor"])
+            primary = "drift-tracked"
+            _say(progress, "validate: " + speed_text(speed))
         if primary != physics_from["source"]:  # where the verdict's physics puts saturation, searched the same way
             sat_how["simulator_rate_by_variant"] = {physics_from["source"]: sat_how["simulator_rate"]}
             for name, phys in variants.items():
@@ -565,12 +536,18 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
         for row, res, spec in done:
             sims = twins.setdefault(spec.run_id, {})
             for name, phys in variants.items():
-                if name not in sims:
+                if name not in sims and name != "drift-tracked":
                     sims[name] = twin_journal(spec, phys)
                     write_frame(sims[name], out / "sim" / name / f"{spec.run_id}.jsonl")
+            mine = dict(sims)
+            if speed is not None:  # each replay at its own moment: a twin per run, not per trace
+                source = variants[speed["variant"]]
+                mine["drift-tracked"] = twin_journal(spec, at_speed(source, speed_at(speed, row["started_unix"])))
+                write_frame(mine["drift-tracked"],
+                            out / "sim" / "drift-tracked" / f"{spec.run_id}-r{row['replay']}.jsonl")
             keys = {k: row[k] for k in ("fraction", "rate", "policy", "seed", "replay")}
             live = res.journal() if res is not None else None
-            for name, sim in sims.items():
+            for name, sim in mine.items():
                 run_rows.append({**row, "variant": name, "sim_goodput": float(summarize(sim, slo)["goodput"])})
                 if live is not None:
                     pair_frames.append(accuracy.pair(live, sim, slo).assign(**keys, variant=name))
@@ -728,6 +705,9 @@ def physics_text(physics: PhysicsRecord) -> str:
                         else "")
                      + f"; its light-load TTFT {1e3 * host['serving_path']['ttft_offset_s']:+.1f} ms (training "
                        f"trace seed {host['serving_path']['seed']}, not judged)")
+    speed = physics.get("drift")
+    if speed:
+        parts.append(speed_text(speed))
     return ", ".join(parts)
 
 

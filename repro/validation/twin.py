@@ -44,7 +44,8 @@ class PhysicsRecord(TypedDict, total=False):
     ``source`` ``profile`` (with the hardware ``profile``'s name) or ``calibration`` (its name, the engines'
     scheduler settings, `repro.validation.plan.engine_settings`, the context share; the fitted
     ``prefill_curve`` and the API servers' ``serving_path_s`` in s when used); ``in_situ``: the in-situ fit
-    (`fit_in_situ`), added by `repro.validation.run.validate` with ``--in-situ``."""
+    (`fit_in_situ`), added by `repro.validation.run.validate` with ``--in-situ``; ``drift``: the machine's speed at
+    each run of the training trace (`repro.validation.drift.fit_speed`), with ``--track-drift``."""
 
     source: Required[str]
     profile: str
@@ -55,6 +56,7 @@ class PhysicsRecord(TypedDict, total=False):
     serving_path_s: dict[str, float]
     in_situ: InSituFit
     shared_host: dict[str, Any]
+    drift: dict[str, Any]
 
 
 def validation_physics(cfg: ValidationConfig, topo: Topology, calibration: CostModel | None,

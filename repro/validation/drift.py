@@ -1,0 +1,144 @@
+"""The machine's drift over a validation, and the simulator that follows it (mechanism ``machine_drift``).
+
+A validation on a shared machine runs for an hour; the machine's speed moves under it (a CPU's clock, a
+neighbour on the host): on the AMD EPYC of session 28 the training trace, replayed before the judged runs,
+between the passes and after them, measured a median TPOT of 11.5, 15.7 and 15.5 ms (x 1.36 within 22 min),
+and the simulator fitted on the runs at its start (the training run and the probes, all in its first minutes)
+was 13-25 % fast on the judged runs that came after (docs/VALIDATION.md).
+
+The training trace is the machine's speedometer: a trace no judged run replays, run at known moments. Its
+each run's median TPOT over its twin's under the validation's fitted physics is the machine's speed then
+(`fit_speed`); a judged run is simulated at the speed interpolated to the moment it started (`speed_at`,
+constant beyond the first and last runs): its engines' compute, prefill and decode alike, scaled by it
+(`at_speed`; the serving path's own costs, measured in CPU time by ``shared_host``, are not). Nothing of a
+judged run goes into it. Units: seconds, Unix seconds for moments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from repro.engine.physics import Physics
+    from repro.experiment.runner import RunResult
+    from repro.experiment.spec import RunSpec
+
+
+class SpeedPoint(TypedDict):
+    """One run of the training trace: its label, start (Unix s), median TPOT live and simulated (s), and the
+    machine's speed factor then (live over simulated: above 1, the machine was slower than the physics)."""
+
+    label: str
+    started_unix: float
+    live_tpot_s: float
+    sim_tpot_s: float
+    factor: float
+
+
+class SpeedFit(TypedDict):
+    """`fit_speed`'s record: the variant whose physics it scales, the training trace's run id, its runs."""
+
+    variant: str
+    run_id: str
+    points: list[SpeedPoint]
+
+
+def started(res: RunResult | None) -> float:
+    """When a live run started (Unix s, its manifest's ``started_unix``; NaN for none)."""
+    import json
+
+    if res is None or res.run_dir is None:
+        return float("nan")
+    return float(json.loads((res.run_dir / "manifest.json").read_text()).get("started_unix", float("nan")))
+
+
+def drift(train: RunSpec, runs: Sequence[tuple[str, RunResult]]) -> dict[str, Any]:
+    """How far the machine moved over the judged runs: each valid run of the training trace ``train`` (its
+    ``runs``, labelled, in the order they ran: before the first pass, before each later one, after the last)
+    with its start (Unix s), median TTFT and TPOT (s) and goodput; the ratio of the last to the first median
+    and of the largest to the smallest."""
+    rows = []
+    for label, res in runs:
+        j = res.journal()
+        ok = j[j["status"] == "ok"]
+        rows.append({"label": label, "started_unix": started(res), "ttft_s": float(ok["ttft_s"].median()),
+                     "tpot_s": float(ok["tpot_s"].median()), "goodput": float(res.summary["goodput"])})
+    rec: dict[str, Any] = {"run_id": train.run_id, "runs": rows}
+    if len(rows) >= 2:
+        rec["ratio"] = {m: rows[-1][m] / rows[0][m] for m in ("ttft_s", "tpot_s")}
+        rec["spread"] = {m: max(r[m] for r in rows) / min(r[m] for r in rows) for m in ("ttft_s", "tpot_s")}
+    return rec
+
+
+def drift_text(rec: dict[str, Any]) -> str:
+    """`drift`'s record in words."""
+    runs = rec["runs"]
+    if len(runs) < 2:
+        return "one valid run of the training trace: the machine's drift is not measured"
+    t0 = runs[0]["started_unix"]
+    return (f"the training trace {len(runs)} times over {(runs[-1]['started_unix'] - t0) / 60:.0f} min (at "
+            + ", ".join(f"+{(r['started_unix'] - t0) / 60:.0f}" for r in runs) + " min): median TTFT "
+            + " / ".join(f"{1e3 * r['ttft_s']:.1f}" for r in runs) + " ms, TPOT "
+            + " / ".join(f"{1e3 * r['tpot_s']:.2f}" for r in runs)
+            + f" ms (last / first x {rec['ratio']['ttft_s']:.3f} and x {rec['ratio']['tpot_s']:.3f}; "
+            f"largest / smallest x {rec['spread']['ttft_s']:.3f} and x {rec['spread']['tpot_s']:.3f})")
+
+
+def at_speed(physics: Physics, factor: float) -> Physics:
+    """``physics`` on a machine ``factor`` times slower (``factor`` > 0): every prefill and decode coefficient of
+    the engines' compute times ``factor`` (the memory bandwidth over it); the serving path, the KV hop and the
+    scheduler's settings as they are."""
+    if not factor > 0:
+        raise ValueError(f"at_speed: factor must be > 0, got {factor}")
+    if factor == 1.0:
+        return physics
+    return physics.with_overrides(
+        prefill_base_s=physics.prefill_base_s * factor, prefill_per_token_s=physics.prefill_per_token_s * factor,
+        prefill_per_token2_s=physics.prefill_per_token2_s * factor, decode_base_s=physics.decode_base_s * factor,
+        decode_per_seq_s=physics.decode_per_seq_s * factor,
+        hbm_bandwidth_bytes_per_s=physics.hbm_bandwidth_bytes_per_s / factor)
+
+
+def fit_speed(variant: str, train: RunSpec, runs: Sequence[tuple[str, RunResult]], physics: Physics) -> SpeedFit:
+    """The machine's speed at each valid run of the training trace ``train`` (``runs``: labelled, in the order they
+    ran): the median TPOT of its requests over the median of the same requests' in the twin under ``physics``
+    (``variant``'s fitted physics; the twin is one journal, the trace and placements being the same each time)."""
+    from repro.experiment.inputs import truth_cost_model
+    from repro.validation.accuracy import pair
+    from repro.validation.twin import twin_journal
+
+    sim = twin_journal(train, physics)
+    slo = truth_cost_model(train).slo
+    points: list[SpeedPoint] = []
+    for label, res in runs:
+        p = pair(res.journal(), sim, slo).dropna(subset=["live_tpot_s", "sim_tpot_s"])
+        if p.empty:
+            continue
+        live, twin = float(p["live_tpot_s"].median()), float(p["sim_tpot_s"].median())
+        points.append({"label": label, "started_unix": started(res), "live_tpot_s": live, "sim_tpot_s": twin,
+                       "factor": live / twin})
+    if not points:
+        raise ValueError(f"fit_speed: no run of the training trace {train.run_id} has a request with a TPOT")
+    return {"variant": variant, "run_id": train.run_id, "points": points}
+
+
+def speed_at(fit: SpeedFit, t: float) -> float:
+    """The machine's speed factor at ``t`` (Unix s): linear between the training trace's runs, the nearest run's
+    beyond them (and for a NaN moment, the first run's: the moment the fits were taken)."""
+    pts = sorted(fit["points"], key=lambda p: p["started_unix"])
+    if t != t:  # NaN
+        return pts[0]["factor"]
+    return float(np.interp(t, [p["started_unix"] for p in pts], [p["factor"] for p in pts]))
+
+
+def speed_text(fit: SpeedFit) -> str:
+    """`fit_speed`'s record in words."""
+    pts = fit["points"]
+    t0 = pts[0]["started_unix"]
+    return (f"the machine's speed (variant drift-tracked, mechanism machine_drift: {fit['variant']}'s physics, its "
+            f"engines' compute scaled at each judged run's start by the training trace's median TPOT over its twin's, "
+            f"interpolated between its runs): x " + " / ".join(f"{p['factor']:.3f}" for p in pts) + " at "
+            + ", ".join(f"+{(p['started_unix'] - t0) / 60:.0f}" for p in pts) + " min")
