@@ -291,16 +291,24 @@ def test_validate_against_emulated_engines_agrees_tightly(tmp_path) -> None:
 @pytest.mark.slow
 def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
     """--shared-host: an idle window, the two differential probes and the training run are booked, the serving
-    path's costs fitted (every probe's CPU predicted within a third), the variant shared-host is the verdict,
-    and the simulator's saturation is searched for it too."""
+    path's costs fitted (every probe's CPU predicted within a third), and the simulator's saturation is searched
+    for its variant too; --track-drift: the machine's speed read off the training trace's runs, each judged run
+    simulated at its own moment, the variant drift-tracked the verdict."""
     out = tmp_path / "v"
     res = CliRunner().invoke(app, ["validate", "--cluster", "1p1d", "--backend", "emulated", "--rates", "0.5",
                                    "--policies", "round_robin", "--repeats", "1", "--duration", "6",
                                    "--min-requests", "30", "--saturation-rate", "8", "--shared-host",
-                                   "-o", str(out)])
+                                   "--track-drift", "-o", str(out)])
     assert res.exit_code == 0, res.output
     record = json.loads((out / "validation.json").read_text())
-    assert record["variant"] == "shared-host" and set(record["variants"]) == {"profile", "shared-host"}
+    assert record["variant"] == "drift-tracked"
+    assert set(record["variants"]) == {"profile", "shared-host", "drift-tracked"}
+    speed = record["physics"]["drift"]
+    assert speed["variant"] == "shared-host" and [p["label"] for p in speed["points"]] == ["before pass 1",
+                                                                                       "after the last pass"]
+    # emulated engines run fixed physics: the machine's speed is the shared-host physics' own, within a fifth
+    assert all(0.8 < p["factor"] < 1.25 for p in speed["points"]), speed
+    assert len(list((out / "sim" / "drift-tracked").glob("*-r1.jsonl"))) == 1
     fit = record["physics"]["shared_host"]
     assert fit["cores"] >= 1 and fit["bins"] >= 6
     assert {p["workload"] for p in fit["probes"]} == {"mixed", "chat", "reasoning", ""}
@@ -313,11 +321,12 @@ def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
     phys = Physics.from_dict(json.loads((out / "physics-shared-host.json").read_text()))
     assert phys.host_cores == fit["cores"] and phys.host_cpu_per_token_s == pytest.approx(fit["per_token_s"])
     by = record["saturation"]["simulator_rate_by_variant"]
-    assert set(by) == {"profile", "shared-host"} and record["saturation"]["simulator_rate"] == by["shared-host"]
+    assert set(by) == {"profile", "shared-host", "drift-tracked"}
+    assert record["saturation"]["simulator_rate"] == by["drift-tracked"]
     table = pd.read_csv(out / "validation.csv")
-    assert set(table["variant"]) == {"profile", "shared-host"}
+    assert set(table["variant"]) == {"profile", "shared-host", "drift-tracked"}
     md = (out / "validation.md").read_text()
-    assert "The shared host" in md and "(shared-host) puts it at" in md
+    assert "The shared host" in md and "(drift-tracked) puts it at" in md and "the machine's speed" in md
     # the training trace again after the judged runs: the machine's drift (emulated engines run fixed physics, so
     # it is small), and the serving path and the steal share fitted on both training runs
     moved = record["drift"]

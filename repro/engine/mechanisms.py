@@ -181,6 +181,18 @@ PREFILL_HOP = Mechanism(
           Prior("hop_exponent", "physics", 0.5, 3.0, "exponent", "from sublinear to cubic")))
 """Not in `CATALOGUE` either (see `SHARED_HOST`)."""
 
+MACHINE_DRIFT = Mechanism(
+    "machine_drift", "A machine whose speed moves under the validation",
+    "the engines' compute (every prefill and decode coefficient) runs at a speed that moves over the hour a "
+    "validation takes: a judged run is simulated at the speed when it started (`repro.validation.drift`), read off "
+    "the training trace, a trace no judged run replays, run before the judged runs, before each later pass and "
+    "after the last (each run's median TPOT over its twin's under the verdict's physics), interpolated between "
+    "them. No parameter is fitted on a judged run",
+    "this machine (docs/VALIDATION.md): on the AMD EPYC of session 28 the training trace measured a median TPOT of "
+    "11.5, 15.7 and 15.5 ms at +0, +22 and +42 min, and the simulator fitted on the runs of the first minutes was "
+    "13-25 % fast on the judged runs that came after; a calibration measures the engines at one moment")
+"""Not in `CATALOGUE` either (see `SHARED_HOST`): it has no `Physics` field, it chooses the physics of each run."""
+
 UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared",
                                           *HOST_PARAMETERS)
 """Physics switches a calibration cannot see (it times whole requests): the router's constants stay."""

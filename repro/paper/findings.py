@@ -69,7 +69,8 @@ def caveats(head: pd.DataFrame, *, backend: str, scale: str, traces: int, reques
                    "not expected to match (orderings may).")
     if "INVALID" in measured:
         out.append(f"**some live runs were invalid** ({measured}): their numbers are not results.")
-    filled = head[head.get("kv_budget", pd.Series("", index=head.index)).fillna("").astype(str) != ""]
+    budget = head.get("kv_budget", pd.Series("", index=head.index))
+    filled = head[budget.notna() & (budget.astype(str) != "")]
     if len(filled):
         out.append(f"the KV budget filled (requests preempted) in the runs behind {len(filled)} of {len(head)} rows "
                    "(their `kv_budget`); the paper says its 60k-token budget never saturates (§V-G): where it "

@@ -1,4 +1,5 @@
-"""The machine's drift over a validation, and the simulator that follows it (mechanism ``machine_drift``).
+"""The machine's drift over a validation, and the simulator that follows it (mechanism ``machine_drift``,
+`repro.engine.mechanisms.MACHINE_DRIFT`).
 
 A validation on a shared machine runs for an hour; the machine's speed moves under it (a CPU's clock, a
 neighbour on the host): on the AMD EPYC of session 28 the training trace, replayed before the judged runs,
