@@ -4,6 +4,7 @@ and a sweep through it byte-identical to one in this process."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -90,3 +91,47 @@ def test_a_sweep_through_the_pool_is_the_sweep_in_this_process(server, monkeypat
     pooled = runner.sweep(specs, tmp_path / "a", sim_in_memory=True, executor=_client(server))
     alone = runner.sweep(specs, tmp_path / "b", sim_in_memory=True, executor=ex.SerialExecutor())
     assert pooled.to_csv() == alone.to_csv()
+
+
+def _fake_ray(tmp_path, fail_first: int):
+    """A stand-in for ``python -m ray.scripts.scripts start --head --block``: its first ``fail_first`` starts exit
+    before saying it is up (as a head whose raylet missed Ray's 30 s does), the next says so and blocks."""
+    count = tmp_path / "starts"
+    script = tmp_path / "python"
+    script.write_text(f"""#!/bin/bash
+n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}
+if [ $n -le {fail_first} ]; then echo "Exception: The current node timed out during startup."; exit 1; fi
+echo $$ > {tmp_path / "pid"}
+echo "SUCC scripts.py:1085 -- Ray runtime started."
+exec sleep 600
+""")
+    script.chmod(0o755)
+    return script, count
+
+
+def test_a_ray_head_that_dies_before_it_is_up_is_started_again(tmp_path, monkeypatch):
+    import sys
+
+    from repro.experiment.executor import local_ray_head
+
+    script, count = _fake_ray(tmp_path, fail_first=1)
+    monkeypatch.setattr(sys, "executable", str(script))
+    with local_ray_head(cpus=1, timeout_s=30) as address:
+        assert address.startswith("127.0.0.1:") and count.read_text().strip() == "2"
+        pid = int((tmp_path / "pid").read_text())
+        os.kill(pid, 0)  # the head that came up runs
+    with pytest.raises(ProcessLookupError):  # and was stopped (and reaped) with the context
+        os.kill(pid, 0)
+
+
+def test_a_ray_head_that_never_comes_up_is_an_error_naming_its_log(tmp_path, monkeypatch):
+    import sys
+
+    from repro.experiment.executor import local_ray_head
+
+    script, count = _fake_ray(tmp_path, fail_first=99)
+    monkeypatch.setattr(sys, "executable", str(script))
+    with pytest.raises(RuntimeError, match=r"3 start\(s\) failed: exited with code 1 before it was up \(log: /tmp/"):
+        with local_ray_head(cpus=1, timeout_s=30):
+            pass
+    assert count.read_text().strip() == "3"

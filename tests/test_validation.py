@@ -569,3 +569,15 @@ def test_tracking_the_drift_needs_a_training_trace() -> None:
     with pytest.raises(ConfigError, match="track_drift.*in_situ.*shared_host"):
         ValidationConfig(cluster="1p1d", backend="emulated", track_drift=True)
     assert ValidationConfig(cluster="1p1d", backend="emulated", track_drift=True, in_situ=True).track_drift
+
+
+def test_the_physics_text_names_every_fitted_part_whatever_the_source() -> None:
+    from repro.validation.run import physics_text
+
+    speed = {"variant": "shared-host", "run_id": "t", "points": [
+        {"label": "before pass 1", "started_unix": 0.0, "live_tpot_s": 0.01, "sim_tpot_s": 0.01, "factor": 1.0},
+        {"label": "after the last pass", "started_unix": 600.0, "live_tpot_s": 0.012, "sim_tpot_s": 0.01,
+         "factor": 1.2}]}
+    text = physics_text({"source": "profile", "profile": "a40", "drift": speed})
+    assert text.startswith("the hardware profile a40") and "the machine's speed" in text and "x 1.000 / 1.200" in text
+    assert "the machine's speed" in physics_text({"source": "calibration", "calibration": "c", "drift": speed})

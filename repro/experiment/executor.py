@@ -266,12 +266,18 @@ class RayExecutor(Executor):
 
 
 @contextlib.contextmanager
-def local_ray_head(cpus: int = 2, port: int | None = None, timeout_s: float = 90.0) -> Iterator[str]:
+def local_ray_head(cpus: int = 2, port: int | None = None, timeout_s: float = 180.0,
+                   attempts: int = 3) -> Iterator[str]:
     """A Ray head on this machine for the duration, listening on 127.0.0.1 only; yields its address
     (``127.0.0.1:PORT``) for `RayExecutor`. For tests, benchmarks and trying the ``ray`` executor
     without a cluster: ``ray start --head --block`` in a process group of its own (with
     ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, Ray's switch that keeps every server on the loopback
-    address), stopped by killing that group. ``cpus``: the CPUs the head offers to tasks."""
+    address), stopped by killing that group. ``cpus``: the CPUs the head offers to tasks.
+
+    Up means Ray said so (``Ray runtime started.`` in its log), not only that its GCS port answers: a head whose
+    raylet does not register within Ray's fixed 30 s (``ray/_private/node.py``; seen on a loaded 2-core machine)
+    exits after its GCS has listened, and a driver connected to it then waits forever. Such a start is stopped and
+    tried again, up to ``attempts`` times within ``timeout_s`` seconds in all; then a `RuntimeError` with the log."""
     import signal
     import socket
     import subprocess
@@ -279,30 +285,10 @@ def local_ray_head(cpus: int = 2, port: int | None = None, timeout_s: float = 90
     import time
 
     check_int("ray head", "cpus", cpus, 1, 4096)
-    if port is None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-    tmp = tempfile.mkdtemp(prefix="rayh", dir="/tmp")  # Ray's socket paths must stay short
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}",
-           f"--num-cpus={cpus}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-           f"--temp-dir={tmp}"]
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    log = open(os.path.join(tmp, "head.log"), "wb")  # noqa: SIM115 (open for the head's whole life)
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"ray head exited with code {proc.returncode}; log: {log.name}")
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"ray head not listening on 127.0.0.1:{port} after {timeout_s:g} s; log: {log.name}")
-            time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
+    check_int("ray head", "attempts", attempts, 1, 10)
+    deadline = time.monotonic() + timeout_s
+
+    def stop(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)  # `ray start --block` stops its servers on SIGTERM ...
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -310,7 +296,44 @@ def local_ray_head(cpus: int = 2, port: int | None = None, timeout_s: float = 90
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # ... and whatever of the group outlived it goes now
         proc.wait()
-        log.close()
+
+    failures: list[str] = []
+    for _ in range(attempts):
+        at = port
+        if at is None:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                at = sock.getsockname()[1]
+        tmp = tempfile.mkdtemp(prefix="rayh", dir="/tmp")  # Ray's socket paths must stay short
+        cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={at}",
+               f"--num-cpus={cpus}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+               f"--temp-dir={tmp}"]
+        env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+        log_path = os.path.join(tmp, "head.log")
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        up = False
+        try:
+            while not up:
+                with open(log_path, "rb") as f:
+                    up = b"Ray runtime started" in f.read()
+                if up:
+                    break
+                if proc.poll() is not None:
+                    failures.append(f"exited with code {proc.returncode} before it was up (log: {log_path})")
+                    break
+                if time.monotonic() > deadline:
+                    failures.append(f"not up after {timeout_s:g} s (log: {log_path})")
+                    break
+                time.sleep(0.2)
+            if up:
+                yield f"127.0.0.1:{at}"
+                return
+        finally:
+            stop(proc)
+        if time.monotonic() > deadline:
+            break
+    raise RuntimeError(f"ray head on 127.0.0.1: {len(failures)} start(s) failed: " + "; ".join(failures))
 
 
 # ---- one pool served to many processes ----------------------------------------------------------

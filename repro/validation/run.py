@@ -670,9 +670,8 @@ def _pct_interval(v: float, lo: float, hi: float, sign: str = "") -> str:
 
 def physics_text(physics: PhysicsRecord) -> str:
     """Where the simulator's engine timing came from, in words (``validation.json``'s ``physics``)."""
-    if physics["source"] == "profile":
-        return f"the hardware profile {physics['profile']}"
-    parts = [f"calibration {physics.get('calibration')}"]
+    parts = ([f"the hardware profile {physics['profile']}"] if physics["source"] == "profile" else
+             [f"calibration {physics.get('calibration')}"])
     settings = physics.get("engine_settings") or {}
     if settings:
         parts.append(f"chunked-prefill budget {settings['max_num_batched_tokens']} tokens, block "
