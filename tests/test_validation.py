@@ -565,6 +565,41 @@ def test_the_machines_speed_is_read_off_the_training_trace_at_each_run_and_inter
         at_speed(phys, 0.0)
 
 
+def test_the_machines_speed_at_the_live_saturation_search_is_read_off_its_probes_below_the_collapse(tmp_path
+                                                                                                    ) -> None:
+    """`search_speed`: the search's probes below the collapse (`collapsing_from`: the lowest rate whose goodput
+    fell to the target plus the band) give the machine's speed then; a collapsing probe, whose TPOT is the queue's,
+    is never read; no probe below the collapse: a ValueError."""
+    from types import SimpleNamespace
+
+    from repro.experiment.spec import RunSpec
+    from repro.validation.drift import at_speed, search_factor, search_speed
+    from repro.validation.run import collapsing_from
+    from repro.validation.twin import twin_journal
+
+    phys = CostModel.load(CPU_CAL).to_physics(name="cal", model="tiny", block_size=128,
+                                    max_num_seqs=128, max_model_len=4096, max_num_batched_tokens=2048)
+    how = {"target_goodput": 0.8, "probes": [[0.05, 1.0], [0.1, 1.0], [0.2, 0.95], [0.4, 0.6], [0.28, 0.82]]}
+    below = collapsing_from(how)
+    assert below == 0.28  # 0.82 is within the band (0.03) of the target: collapsing
+    probes = []  # light rates: each probe's factor read back as it was made (no more batching on a slower machine)
+    for i, (rate, f) in enumerate(((0.05, 1.2), (0.1, 1.25), (0.2, 1.3), (0.28, 3.0), (0.4, 5.0))):
+        spec = RunSpec(topology="1p1d", workload="chat", rate=rate, n_requests=30, seed=1, cost_model=CPU_CAL,
+                       policy="round_robin")
+        d = tmp_path / f"p{i}"
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"started_unix": 100.0 * i}))
+        j = twin_journal(spec, at_speed(phys, f))
+        probes.append((spec, SimpleNamespace(run_dir=d, journal=lambda j=j: j, summary={"goodput": 1.0})))
+    fit = search_speed("shared-host", probes, phys, below)
+    assert [p["label"] for p in fit["points"]] == ["probe 0.05 req/s", "probe 0.1 req/s", "probe 0.2 req/s"]
+    assert [p["factor"] for p in fit["points"]] == pytest.approx([1.2, 1.25, 1.3], rel=0.02)
+    assert search_factor(fit) == pytest.approx(1.25, rel=0.02)
+    with pytest.raises(ValueError, match="no saturation probe below 0.05"):
+        search_speed("shared-host", probes, phys, 0.05)
+    assert collapsing_from({"target_goodput": 0.8, "probes": [[1.0, 1.0]]}) == math.inf
+
+
 def test_tracking_the_drift_needs_a_training_trace() -> None:
     with pytest.raises(ConfigError, match="track_drift.*in_situ.*shared_host"):
         ValidationConfig(cluster="1p1d", backend="emulated", track_drift=True)

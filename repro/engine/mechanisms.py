@@ -187,7 +187,9 @@ MACHINE_DRIFT = Mechanism(
     "validation takes: a judged run is simulated at the speed when it started (`repro.validation.drift`), read off "
     "the training trace, a trace no judged run replays, run before the judged runs, before each later pass and "
     "after the last (each run's median TPOT over its twin's under the verdict's physics), interpolated between "
-    "them. No parameter is fitted on a judged run",
+    "them; the simulated saturation at the speed of the live saturation search, read off its own probes below "
+    "the collapse (the training trace runs only after it). The serving path's costs, fitted in CPU time, are not "
+    "scaled. No parameter is fitted on a judged run",
     "this machine (docs/VALIDATION.md): on the AMD EPYC of session 28 the training trace measured a median TPOT of "
     "11.5, 15.7 and 15.5 ms at +0, +22 and +42 min, and the simulator fitted on the runs of the first minutes was "
     "13-25 % fast on the judged runs that came after; a calibration measures the engines at one moment")

@@ -126,6 +126,40 @@ def fit_speed(variant: str, train: RunSpec, runs: Sequence[tuple[str, RunResult]
     return {"variant": variant, "run_id": train.run_id, "points": points}
 
 
+def search_speed(variant: str, probes: Sequence[tuple[RunSpec, RunResult]], physics: Physics,
+                 below: float) -> SpeedFit:
+    """The machine's speed during a live saturation search, read from the search's own probes: each valid probe
+    at a rate below ``below`` (req/s: the lowest rate the search found collapsing, goodput at most its target
+    plus band; the probes there queue, and their TPOT says the load, not the machine), as in `fit_speed`: its
+    median TPOT over its twin's under ``physics``. The training trace runs only after the search (its rate is a
+    fraction of the rate found), so on a machine that moves, its first run is not the machine the search saw
+    (2026-12-05, EPYC: the search at 11:10, the training trace at 12:02, 12:20 and 12:38 at x 0.94, 1.01, 1.33).
+    A ValueError when no probe below ``below`` has a TPOT."""
+    from repro.experiment.inputs import truth_cost_model
+    from repro.validation.accuracy import pair
+    from repro.validation.twin import twin_journal
+
+    points: list[SpeedPoint] = []
+    for spec, res in sorted(probes, key=lambda p: p[0].rate):
+        if spec.rate >= below:
+            continue
+        p = pair(res.journal(), twin_journal(spec, physics), truth_cost_model(spec).slo).dropna(
+            subset=["live_tpot_s", "sim_tpot_s"])
+        if p.empty:
+            continue
+        live, twin = float(p["live_tpot_s"].median()), float(p["sim_tpot_s"].median())
+        points.append({"label": f"probe {spec.rate:.3g} req/s", "started_unix": started(res), "live_tpot_s": live,
+                       "sim_tpot_s": twin, "factor": live / twin})
+    if not points:
+        raise ValueError(f"search_speed: no saturation probe below {below:.3g} req/s has a request with a TPOT")
+    return {"variant": variant, "run_id": "saturation search", "points": points}
+
+
+def search_factor(fit: SpeedFit) -> float:
+    """One speed for the whole search (`search_speed`): the median of its probes' factors."""
+    return float(np.median([p["factor"] for p in fit["points"]]))
+
+
 def speed_at(fit: SpeedFit, t: float) -> float:
     """The machine's speed factor at ``t`` (Unix s): linear between the training trace's runs, the nearest run's
     beyond them (and for a NaN moment, the first run's: the moment the fits were taken)."""

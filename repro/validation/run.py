@@ -52,7 +52,16 @@ from repro.experiment.spec import LiveConfig, RunSpec
 from repro.routing.cost_model import CostModel
 from repro.sources import commit_id
 from repro.validation import accuracy, decomposition
-from repro.validation.drift import at_speed, drift, drift_text, fit_speed, speed_at, speed_text
+from repro.validation.drift import (
+    at_speed,
+    drift,
+    drift_text,
+    fit_speed,
+    search_factor,
+    search_speed,
+    speed_at,
+    speed_text,
+)
 from repro.validation.drift import started as run_started
 from repro.validation.host import admission_formula, hop_points
 from repro.validation.host import admission_points as host_points
@@ -75,7 +84,8 @@ class SaturationHow(TypedDict, total=False):
     """How `saturation_rate` found the load levels' reference rate: ``how`` in words; the calibrated
     simulator's rate (req/s) and its probes (``[rate, goodput]`` each), always; a searched rate's goodput at
     the light rate and the target (fractions); a search on the cluster's live probes and the rates of the
-    probes the machine could not keep up with (req/s, counted as collapsed)."""
+    probes the machine could not keep up with (req/s, counted as collapsed); whether a probe came within the
+    search's band (else the rate is the crossing in its last bracket)."""
 
     how: str
     simulator_rate: float
@@ -85,6 +95,7 @@ class SaturationHow(TypedDict, total=False):
     target_goodput: float
     probes: list[list[float]]
     probes_invalid: list[float]
+    converged: bool
 
 
 class ReplayKeys(TypedDict):
@@ -377,8 +388,7 @@ def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Physics, out:
     marks = out / "saturation" / "invalid.json"  # probes left out in an earlier start: a resumed search agrees
 
     def live_probe(spec: RunSpec) -> float:
-        n = max(cfg.min_requests, math.ceil(spec.rate * cfg.probe_duration_s))
-        probe = spec.replace(n_requests=n)
+        probe = probe_spec(cfg, spec)
         known = set(json.loads(marks.read_text())) if marks.exists() else set()
         res = None
         if probe.run_id not in known:
@@ -389,7 +399,7 @@ def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Physics, out:
         goodput = 0.0 if res is None else float(res.summary["goodput"])
         if res is None:
             invalid.append(spec.rate)
-        _say(progress, f"validate: saturation probe {spec.rate:.3g} req/s ({n} requests): live goodput "
+        _say(progress, f"validate: saturation probe {spec.rate:.3g} req/s ({probe.n_requests} requests): live goodput "
                        f"{goodput:.3f}" + (" (the machine could not keep up: counted as collapsed)" if res is None
                                            else ""))
         return goodput
@@ -399,9 +409,42 @@ def saturation_rate(cfg: ValidationConfig, base: RunSpec, physics: Physics, out:
     live_light = 2.0 ** math.floor(math.log2(simulated.rate / 16))
     found = saturation_search(base.replace(seed=cfg.seed), light_rate=live_light, probe=live_probe, band=0.03,
                               max_probes=cfg.max_probes)
-    return float(found.rate), {**how, "how": "searched on the cluster (live probes, round-robin mid-collapse)",
+    said = "searched on the cluster (live probes, round-robin mid-collapse)"
+    if not found.converged:
+        said = (f"searched on the cluster (live probes, round-robin mid-collapse; no probe within 0.03 of the "
+                f"target goodput {found.target_goodput:.3f} in {len(found.probes)}: the crossing in the last bracket)")
+    return float(found.rate), {**how, "how": said, "converged": found.converged,
                                "light_goodput": found.light_goodput, "target_goodput": found.target_goodput,
                                "probes": [list(p) for p in found.probes], "probes_invalid": invalid}
+
+
+def probe_spec(cfg: ValidationConfig, spec: RunSpec) -> RunSpec:
+    """A live saturation probe of ``spec`` (its rate): `ValidationConfig.probe_duration_s` of arrivals, at least
+    `ValidationConfig.min_requests` requests."""
+    return spec.replace(n_requests=max(cfg.min_requests, math.ceil(spec.rate * cfg.probe_duration_s)))
+
+
+def search_probes(cfg: ValidationConfig, base: RunSpec, how: SaturationHow, out: Path
+                  ) -> list[tuple[RunSpec, RunResult]]:
+    """The live saturation search's valid probes (spec and result, from ``out/saturation``), as
+    `saturation_rate` ran them."""
+    from repro.experiment.runner import finished_run
+
+    rr = base.replace(seed=cfg.seed).replace(policy="round_robin", policy_options={})
+    found = []
+    for rate, _ in how.get("probes", []):
+        spec = probe_spec(cfg, rr.replace(rate=rate))
+        res = finished_run(spec, out / "saturation")
+        if res is not None:
+            found.append((spec, res))
+    return found
+
+
+def collapsing_from(how: SaturationHow, band: float = 0.03) -> float:
+    """The lowest rate (req/s) at which the live search's round-robin goodput fell to its target plus ``band``
+    (the search's band; infinity when none did)."""
+    target = how.get("target_goodput", math.nan)
+    return min((r for r, g in how.get("probes", []) if g <= target + band), default=math.inf)
 
 
 def live_run(spec: RunSpec, out_dir: Path, redo: int, progress: bool) -> tuple[RunResult | None, list[str]]:
@@ -515,10 +558,25 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
         if cfg.track_drift and train_run is not None:  # mechanism machine_drift on the verdict's physics
             speed = fit_speed(primary, train_run[0], trained, variants[primary])
             physics_from["drift"] = speed
-            # as a physics of its own: the machine at the live saturation search's moment (before the training run)
-            variants["drift-tracked"] = at_speed(variants[primary], speed["points"][0]["factor"])
-            primary = "drift-tracked"
             _say(progress, "validate: " + speed_text(speed))
+            # as a physics of its own: the machine at the live saturation search's moment, read from the search's
+            # own probes below the collapse (the training trace only runs after it); the first training run's
+            # speed when the search was not live
+            at_search = speed["points"][0]["factor"]
+            if sat_how.get("probes"):
+                try:
+                    found = search_speed(primary, search_probes(cfg, base, sat_how, out), variants[primary],
+                                         collapsing_from(sat_how))
+                except ValueError as exc:
+                    _say(progress, f"validate: {exc}: the saturation simulated at the first training run's speed")
+                else:
+                    at_search = search_factor(found)
+                    physics_from["drift_at_search"] = found
+                    _say(progress, f"validate: the machine's speed at the live saturation search (its probes "
+                                   f"below the collapse, median TPOT over their twins'): x {at_search:.3f} ("
+                                   + ", ".join(f"{p['label']}: x {p['factor']:.3f}" for p in found["points"]) + ")")
+            variants["drift-tracked"] = at_speed(variants[primary], at_search)
+            primary = "drift-tracked"
         if primary != physics_from["source"]:  # where the verdict's physics puts saturation, searched the same way
             sat_how["simulator_rate_by_variant"] = {physics_from["source"]: sat_how["simulator_rate"]}
             for name, phys in variants.items():
@@ -706,7 +764,9 @@ def physics_text(physics: PhysicsRecord) -> str:
                        f"trace seed {host['serving_path']['seed']}, not judged)")
     speed = physics.get("drift")
     if speed:
-        parts.append(speed_text(speed))
+        at = physics.get("drift_at_search")
+        parts.append(speed_text(speed) + (f"; at the live saturation search x {search_factor(at):.3f} (its "
+                                          f"{len(at['points'])} probes below the collapse)" if at else ""))
     return ", ".join(parts)
 
 
