@@ -302,13 +302,14 @@ def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
     assert res.exit_code == 0, res.output
     record = json.loads((out / "validation.json").read_text())
     assert record["variant"] == "drift-tracked"
-    assert set(record["variants"]) == {"profile", "shared-host", "drift-tracked"}
+    assert set(record["variants"]) == {"profile", "shared-host", "drift-tracked", "drift-engines"}
     speed = record["physics"]["drift"]
     assert speed["variant"] == "shared-host" and [p["label"] for p in speed["points"]] == ["before pass 1",
                                                                                        "after the last pass"]
     # emulated engines run fixed physics: the machine's speed is the shared-host physics' own, within a fifth
     assert all(0.8 < p["factor"] < 1.25 for p in speed["points"]), speed
     assert len(list((out / "sim" / "drift-tracked").glob("*-r1.jsonl"))) == 1
+    assert len(list((out / "sim" / "drift-engines").glob("*-r1.jsonl"))) == 1
     fit = record["physics"]["shared_host"]
     assert fit["cores"] >= 1 and fit["bins"] >= 6
     assert {p["workload"] for p in fit["probes"]} == {"mixed", "chat", "reasoning", ""}
@@ -321,10 +322,10 @@ def test_validate_measures_the_shared_host_and_judges_by_it(tmp_path) -> None:
     phys = Physics.from_dict(json.loads((out / "physics-shared-host.json").read_text()))
     assert phys.host_cores == fit["cores"] and phys.host_cpu_per_token_s == pytest.approx(fit["per_token_s"])
     by = record["saturation"]["simulator_rate_by_variant"]
-    assert set(by) == {"profile", "shared-host", "drift-tracked"}
+    assert set(by) == {"profile", "shared-host", "drift-tracked", "drift-engines"}
     assert record["saturation"]["simulator_rate"] == by["drift-tracked"]
     table = pd.read_csv(out / "validation.csv")
-    assert set(table["variant"]) == {"profile", "shared-host", "drift-tracked"}
+    assert set(table["variant"]) == {"profile", "shared-host", "drift-tracked", "drift-engines"}
     md = (out / "validation.md").read_text()
     assert "The shared host" in md and "(drift-tracked) puts it at" in md and "the machine's speed" in md
     # the training trace again after the judged runs: the machine's drift (emulated engines run fixed physics, so
@@ -531,11 +532,12 @@ def test_drift_is_the_training_trace_run_again_between_and_after_the_passes(tmp_
 def test_the_machines_speed_is_read_off_the_training_trace_at_each_run_and_interpolated(tmp_path) -> None:
     """`fit_speed`: the training trace run on a machine 1.0, 1.3 and 1.2 x slower than the physics (each run here
     the simulator of that machine) gives those factors back, `speed_at` interpolates between the runs' moments
-    and holds the nearest beyond them, and `at_speed` scales the engines' compute alone."""
+    and holds the nearest beyond them, and `at_speed` scales the engines' compute and the serving path's CPU costs
+    (or the engines' alone), never the KV link."""
     from types import SimpleNamespace
 
     from repro.experiment.spec import RunSpec
-    from repro.validation.drift import at_speed, fit_speed, speed_at, speed_text
+    from repro.validation.drift import SERVING_PATH_CPU, at_speed, fit_speed, speed_at, speed_text
     from repro.validation.twin import twin_journal
 
     phys = CostModel.load(CPU_CAL).to_physics(name="cal", model="tiny", block_size=128,
@@ -559,7 +561,18 @@ def test_the_machines_speed_is_read_off_the_training_trace_at_each_run_and_inter
     slow = at_speed(phys, 1.5)
     assert slow.decode_step_s(8, 4000) == pytest.approx(1.5 * phys.decode_step_s(8, 4000))
     assert slow.prefill_time_s(512) == pytest.approx(1.5 * phys.prefill_time_s(512))
-    assert slow.transfer_latency_s == phys.transfer_latency_s and slow.host_cpu_per_token_s == phys.host_cpu_per_token_s
+    assert slow.transfer_latency_s == phys.transfer_latency_s
+    host = phys.with_overrides(host_cores=2, host_base_cores=0.1, host_cpu_per_request_s=1e-3,
+                               host_cpu_per_token_s=4e-4, host_cpu_per_step_s=2e-3, admission_loop_s=0.03,
+                               admission_busy_per_stream=0.01, admission_per_stream_s=1e-4, hop_loop_s=0.02,
+                               hop_per_stream_s=1e-5)
+    for name in SERVING_PATH_CPU:
+        assert getattr(at_speed(host, 1.5), name) == pytest.approx(1.5 * getattr(host, name)), name
+        assert getattr(at_speed(host, 1.5, serving_path=False), name) == getattr(host, name), name
+    assert at_speed(host, 1.5).admission_delay_s(20) == pytest.approx(
+        1.5 * 1e-4 * 20 + 1.5 * 0.03 / (1 - 1.5 * 0.01 * 20))
+    assert at_speed(host, 1.5).prefill_hop_s(10) == pytest.approx(1.5 * host.prefill_hop_s(10))
+    assert at_speed(host, 1.5, serving_path=False).admission_delay_s(20) == host.admission_delay_s(20)
     assert at_speed(phys, 1.0) is phys
     with pytest.raises(ValueError, match="factor must be > 0"):
         at_speed(phys, 0.0)

@@ -183,16 +183,20 @@ PREFILL_HOP = Mechanism(
 
 MACHINE_DRIFT = Mechanism(
     "machine_drift", "A machine whose speed moves under the validation",
-    "the engines' compute (every prefill and decode coefficient) runs at a speed that moves over the hour a "
-    "validation takes: a judged run is simulated at the speed when it started (`repro.validation.drift`), read off "
+    "the whole machine (the engines' every prefill and decode coefficient, and the serving path's costs in CPU "
+    "time: its CPU per request, token and step, the admission's and the prefill hop's event loops) runs at a speed "
+    "that moves over the hour a validation takes: a judged run is simulated at the speed when it started (`repro.validation.drift`), read off "
     "the training trace, a trace no judged run replays, run before the judged runs, before each later pass and "
     "after the last (each run's median TPOT over its twin's under the verdict's physics), interpolated between "
     "them; the simulated saturation at the speed of the live saturation search, read off its own probes below "
-    "the collapse (the training trace runs only after it). The serving path's costs, fitted in CPU time, are not "
-    "scaled. No parameter is fitted on a judged run",
+    "the collapse (the training trace runs only after it). Variant drift-engines scales the engines alone. No "
+    "parameter is fitted on a judged run",
     "this machine (docs/VALIDATION.md): on the AMD EPYC of session 28 the training trace measured a median TPOT of "
     "11.5, 15.7 and 15.5 ms at +0, +22 and +42 min, and the simulator fitted on the runs of the first minutes was "
-    "13-25 % fast on the judged runs that came after; a calibration measures the engines at one moment")
+    "13-25 % fast on the judged runs that came after; a calibration measures the engines at one moment. On the "
+    "EPYC of 2026-12-05 the serving path's fitted costs moved about x 3 between two validations (the admission's "
+    "light-load part 2.6 against 46.5 ms, the prefill hop's 16.1 against 49.0 ms) where the engines moved x 1.0-1.4, "
+    "and the engines alone at the search's speed put the saturation 26 % below the live one's")
 """Not in `CATALOGUE` either (see `SHARED_HOST`): it has no `Physics` field, it chooses the physics of each run."""
 
 UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared",

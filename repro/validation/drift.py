@@ -10,9 +10,13 @@ was 13-25 % fast on the judged runs that came after (docs/VALIDATION.md).
 The training trace is the machine's speedometer: a trace no judged run replays, run at known moments. Its
 each run's median TPOT over its twin's under the validation's fitted physics is the machine's speed then
 (`fit_speed`); a judged run is simulated at the speed interpolated to the moment it started (`speed_at`,
-constant beyond the first and last runs): its engines' compute, prefill and decode alike, scaled by it
-(`at_speed`; the serving path's own costs, measured in CPU time by ``shared_host``, are not). Nothing of a
-judged run goes into it. Units: seconds, Unix seconds for moments.
+constant beyond the first and last runs): the whole machine scaled by it (`at_speed`): its engines' compute,
+prefill and decode alike, and the serving path's costs measured in CPU time by ``shared_host`` (its CPU per
+request, token, step and idle second, the decode API server's admission and the prefill hop), the event loops of
+the API servers and the proxy running on the same cores as the engines. Variant ``drift-engines`` scales the
+engines alone (session 31's mechanism: on the EPYC of 2026-12-05 its saturation was 26 % below the live one's,
+while the serving path's fitted costs had moved about x 3 between two validations and the engines x 1.0-1.4).
+Nothing of a judged run goes into it. Units: seconds, Unix seconds for moments.
 """
 
 from __future__ import annotations
@@ -88,19 +92,29 @@ def drift_text(rec: dict[str, Any]) -> str:
             f"largest / smallest x {rec['spread']['ttft_s']:.3f} and x {rec['spread']['tpot_s']:.3f})")
 
 
-def at_speed(physics: Physics, factor: float) -> Physics:
+SERVING_PATH_CPU: tuple[str, ...] = (
+    "host_base_cores", "host_cpu_per_request_s", "host_cpu_per_token_s", "host_cpu_per_step_s",
+    "admission_per_stream_s", "admission_loop_s", "admission_busy_per_stream", "hop_loop_s", "hop_per_stream_s")
+"""The serving path's costs in CPU time (mechanisms ``shared_host``, ``stream_admission``, ``prefill_hop``): what a
+machine ``factor`` times slower spends ``factor`` times as much of (`at_speed`): seconds of CPU per request, token,
+step, cores busy idle (CPU seconds per second), an event loop's time per request and its busy share per stream."""
+
+
+def at_speed(physics: Physics, factor: float, serving_path: bool = True) -> Physics:
     """``physics`` on a machine ``factor`` times slower (``factor`` > 0): every prefill and decode coefficient of
-    the engines' compute times ``factor`` (the memory bandwidth over it); the serving path, the KV hop and the
-    scheduler's settings as they are."""
+    the engines' compute times ``factor`` (the memory bandwidth over it) and, with ``serving_path`` (the default),
+    the serving path's CPU costs too (`SERVING_PATH_CPU`: the API servers, the proxy and the load generator run on
+    the same cores); the KV hop's link and the scheduler's settings as they are."""
     if not factor > 0:
         raise ValueError(f"at_speed: factor must be > 0, got {factor}")
     if factor == 1.0:
         return physics
+    path = {k: getattr(physics, k) * factor for k in SERVING_PATH_CPU} if serving_path else {}
     return physics.with_overrides(
         prefill_base_s=physics.prefill_base_s * factor, prefill_per_token_s=physics.prefill_per_token_s * factor,
         prefill_per_token2_s=physics.prefill_per_token2_s * factor, decode_base_s=physics.decode_base_s * factor,
         decode_per_seq_s=physics.decode_per_seq_s * factor,
-        hbm_bandwidth_bytes_per_s=physics.hbm_bandwidth_bytes_per_s / factor)
+        hbm_bandwidth_bytes_per_s=physics.hbm_bandwidth_bytes_per_s / factor, **path)
 
 
 def fit_speed(variant: str, train: RunSpec, runs: Sequence[tuple[str, RunResult]], physics: Physics) -> SpeedFit:
@@ -174,6 +188,6 @@ def speed_text(fit: SpeedFit) -> str:
     pts = fit["points"]
     t0 = pts[0]["started_unix"]
     return (f"the machine's speed (variant drift-tracked, mechanism machine_drift: {fit['variant']}'s physics, its "
-            f"engines' compute scaled at each judged run's start by the training trace's median TPOT over its twin's, "
+            f"engines' compute and serving path scaled at each judged run's start by the training trace's median TPOT over its twin's, "
             f"interpolated between its runs): x " + " / ".join(f"{p['factor']:.3f}" for p in pts) + " at "
             + ", ".join(f"+{(p['started_unix'] - t0) / 60:.0f}" for p in pts) + " min")

@@ -354,6 +354,11 @@ def _shared_host(probes: HostProbes, physics: Physics, training: list[tuple[RunS
                     "probes_left_out": list(probes.left_out)}
 
 
+DRIFT_VARIANTS = {"drift-tracked": True, "drift-engines": False}
+"""Mechanism ``machine_drift``'s variants (`repro.validation.drift.at_speed`), each judged run simulated at its own
+moment's speed: the whole machine's (the engines and the serving path: the verdict), the engines' alone."""
+
+
 def replay_spacing(rows: pd.DataFrame) -> float:
     """The mean time (minutes) between consecutive replays of one trace at one level and policy (``runs.csv``'s
     rows of one variant); NaN without two valid replays of any."""
@@ -575,7 +580,9 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                     _say(progress, f"validate: the machine's speed at the live saturation search (its probes "
                                    f"below the collapse, median TPOT over their twins'): x {at_search:.3f} ("
                                    + ", ".join(f"{p['label']}: x {p['factor']:.3f}" for p in found["points"]) + ")")
+            # the whole machine at its speed (the verdict), and its engines alone (session 31's mechanism, beside it)
             variants["drift-tracked"] = at_speed(variants[primary], at_search)
+            variants["drift-engines"] = at_speed(variants[primary], at_search, serving_path=False)
             primary = "drift-tracked"
         if primary != physics_from["source"]:  # where the verdict's physics puts saturation, searched the same way
             sat_how["simulator_rate_by_variant"] = {physics_from["source"]: sat_how["simulator_rate"]}
@@ -594,15 +601,15 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
         for row, res, spec in done:
             sims = twins.setdefault(spec.run_id, {})
             for name, phys in variants.items():
-                if name not in sims and name != "drift-tracked":
+                if name not in sims and name not in DRIFT_VARIANTS:
                     sims[name] = twin_journal(spec, phys)
                     write_frame(sims[name], out / "sim" / name / f"{spec.run_id}.jsonl")
             mine = dict(sims)
             if speed is not None:  # each replay at its own moment: a twin per run, not per trace
-                source = variants[speed["variant"]]
-                mine["drift-tracked"] = twin_journal(spec, at_speed(source, speed_at(speed, row["started_unix"])))
-                write_frame(mine["drift-tracked"],
-                            out / "sim" / "drift-tracked" / f"{spec.run_id}-r{row['replay']}.jsonl")
+                source, factor = variants[speed["variant"]], speed_at(speed, row["started_unix"])
+                for name, whole in DRIFT_VARIANTS.items():
+                    mine[name] = twin_journal(spec, at_speed(source, factor, serving_path=whole))
+                    write_frame(mine[name], out / "sim" / name / f"{spec.run_id}-r{row['replay']}.jsonl")
             keys = {k: row[k] for k in ("fraction", "rate", "policy", "seed", "replay")}
             live = res.journal() if res is not None else None
             for name, sim in mine.items():
