@@ -578,6 +578,38 @@ def test_the_machines_speed_is_read_off_the_training_trace_at_each_run_and_inter
         at_speed(phys, 0.0)
 
 
+def test_the_whole_machines_speed_is_solved_for_where_the_serving_path_shares_the_cores(tmp_path) -> None:
+    """`fit_speed` on a physics with a serving path (mechanisms shared_host, stream_admission, prefill_hop): runs
+    made on the whole machine 1.3 and 0.8 x slower give ``factor`` 1.3 and 0.8 back (`solve_speed`), while their
+    TPOT moved by more (``engines_factor``: the serving path took more of the cores), and `speed_at` reads
+    either."""
+    from types import SimpleNamespace
+
+    from repro.experiment.spec import RunSpec
+    from repro.validation.drift import at_speed, fit_speed, speed_at
+    from repro.validation.twin import twin_journal
+
+    phys = CostModel.load(CPU_CAL).to_physics(name="cal", model="tiny", block_size=128, max_num_seqs=128,
+                                              max_model_len=4096, max_num_batched_tokens=2048).with_overrides(
+        host_cores=2, host_base_cores=0.1, host_cpu_per_request_s=1e-3, host_cpu_per_token_s=4e-4,
+        host_cpu_per_step_s=2e-3, host_steal_share=0.9, admission_loop_s=0.03, admission_per_stream_s=1e-4)
+    spec = RunSpec(topology="1p1d", workload="chat", rate=1.0, n_requests=40, seed=1001, cost_model=CPU_CAL,
+                   policy="round_robin")
+    runs = []
+    for i, (label, f) in enumerate((("before pass 1", 1.3), ("after the last pass", 0.8))):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"started_unix": 1000.0 * i}))
+        j = twin_journal(spec, at_speed(phys, f))
+        runs.append((label, SimpleNamespace(run_dir=d, journal=lambda j=j: j, summary={"goodput": 1.0})))
+    fit = fit_speed("shared-host", spec, runs, phys)
+    assert [p["factor"] for p in fit["points"]] == pytest.approx([1.3, 0.8], rel=0.01)
+    slow, fast = fit["points"]
+    assert slow["engines_factor"] > 1.33 and fast["engines_factor"] < 0.79, fit
+    assert speed_at(fit, 500.0) == pytest.approx(1.05, rel=0.01)
+    assert speed_at(fit, 0.0, "engines_factor") == slow["engines_factor"]
+
+
 def test_the_machines_speed_at_the_live_saturation_search_is_read_off_its_probes_below_the_collapse(tmp_path
                                                                                                     ) -> None:
     """`search_speed`: the search's probes below the collapse (`collapsing_from`: the lowest rate whose goodput

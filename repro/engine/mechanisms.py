@@ -185,11 +185,12 @@ MACHINE_DRIFT = Mechanism(
     "machine_drift", "A machine whose speed moves under the validation",
     "the whole machine (the engines' every prefill and decode coefficient, and the serving path's costs in CPU "
     "time: its CPU per request, token and step, the admission's and the prefill hop's event loops) runs at a speed "
-    "that moves over the hour a validation takes: a judged run is simulated at the speed when it started (`repro.validation.drift`), read off "
-    "the training trace, a trace no judged run replays, run before the judged runs, before each later pass and "
-    "after the last (each run's median TPOT over its twin's under the verdict's physics), interpolated between "
-    "them; the simulated saturation at the speed of the live saturation search, read off its own probes below "
-    "the collapse (the training trace runs only after it). Variant drift-engines scales the engines alone. No "
+    "that moves over the hour a validation takes: a judged run is simulated at the speed when it started "
+    "(`repro.validation.drift`), read off the training trace, a trace no judged run replays, run before the judged "
+    "runs, before each later pass and after the last (the speed at which each run's twin under the verdict's "
+    "physics has its median TPOT), interpolated between them; the simulated saturation at the speed of the live "
+    "saturation search, read off its own probes below the collapse (the training trace runs only after it). "
+    "Variant drift-engines scales the engines alone (by each run's median TPOT over its twin's). No "
     "parameter is fitted on a judged run",
     "this machine (docs/VALIDATION.md): on the AMD EPYC of session 28 the training trace measured a median TPOT of "
     "11.5, 15.7 and 15.5 ms at +0, +22 and +42 min, and the simulator fitted on the runs of the first minutes was "

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
+import pandas as pd
 
 if TYPE_CHECKING:
     from repro.engine.physics import Physics
@@ -33,14 +34,18 @@ if TYPE_CHECKING:
 
 
 class SpeedPoint(TypedDict):
-    """One run of the training trace: its label, start (Unix s), median TPOT live and simulated (s), and the
-    machine's speed factor then (live over simulated: above 1, the machine was slower than the physics)."""
+    """One run of the training trace: its label, start (Unix s), median TPOT live and simulated at the physics
+    as fitted (s), and the machine's speed then: ``engines_factor``, the live median over the simulated (the
+    engines' compute alone scaled by it gives the live median: variant ``drift-engines``), and ``factor``, the
+    whole machine's (`solve_speed`: the engines and the serving path scaled by it give the live median; above 1,
+    the machine was slower than the physics)."""
 
     label: str
     started_unix: float
     live_tpot_s: float
     sim_tpot_s: float
     factor: float
+    engines_factor: float
 
 
 class SpeedFit(TypedDict):
@@ -117,24 +122,68 @@ def at_speed(physics: Physics, factor: float, serving_path: bool = True) -> Phys
         hbm_bandwidth_bytes_per_s=physics.hbm_bandwidth_bytes_per_s / factor, **path)
 
 
-def fit_speed(variant: str, train: RunSpec, runs: Sequence[tuple[str, RunResult]], physics: Physics) -> SpeedFit:
-    """The machine's speed at each valid run of the training trace ``train`` (``runs``: labelled, in the order they
-    ran): the median TPOT of its requests over the median of the same requests' in the twin under ``physics``
-    (``variant``'s fitted physics; the twin is one journal, the trace and placements being the same each time)."""
-    from repro.experiment.inputs import truth_cost_model
+def solve_speed(spec: RunSpec, live: pd.DataFrame, physics: Physics, slo: Any, live_tpot_s: float,
+                ratio: float) -> float:
+    """The whole machine's speed factor at a live run of ``spec`` (journal ``live``): the ``f`` at which the twin
+    under ``at_speed(physics, f)`` has the live run's median TPOT ``live_tpot_s`` (s) over the same requests
+    (`pair`); ``ratio`` (the live median over the twin's at ``f = 1``) where ``physics`` has no serving-path cost
+    to scale (then the two agree). A machine slower for the engines is slower for the serving path that shares
+    their cores too, and the serving path's CPU takes cores from the engines (mechanism ``shared_host``): the TPOT
+    grows faster than ``f`` (on the EPYC's fitted 1p1d physics, x 1.42 at ``f`` = 1.33), so the ratio alone would
+    overshoot. Brent's method on ``log f`` to 0.1 %, bracketed around ``log ratio`` (widened 6 times by x 1.42);
+    ``ratio`` when no bracket is found (the twin's TPOT flat in ``f``)."""
+    import math
+
+    from scipy.optimize import brentq
+
     from repro.validation.accuracy import pair
     from repro.validation.twin import twin_journal
 
+    if not any(getattr(physics, k) for k in SERVING_PATH_CPU):
+        return ratio
+    target = math.log(live_tpot_s)
+
+    def gap(x: float) -> float:
+        p = pair(live, twin_journal(spec, at_speed(physics, math.exp(x))), slo).dropna(
+            subset=["live_tpot_s", "sim_tpot_s"])
+        return math.log(float(p["sim_tpot_s"].median())) - target
+
+    lo, hi = math.log(ratio) - 0.25, math.log(ratio) + 0.05
+    g_lo, g_hi = gap(lo), gap(hi)
+    for _ in range(6):
+        if g_lo <= 0.0 <= g_hi:
+            return float(math.exp(brentq(gap, lo, hi, xtol=1e-3)))
+        if g_lo > 0.0:
+            lo, g_lo = lo - 0.35, gap(lo - 0.35)
+        if g_hi < 0.0:
+            hi, g_hi = hi + 0.35, gap(hi + 0.35)
+    return ratio
+
+
+def _point(label: str, spec: RunSpec, res: RunResult, physics: Physics, sim: pd.DataFrame) -> SpeedPoint | None:
+    """One live run's `SpeedPoint` against its twin ``sim`` under ``physics``; None without a request's TPOT."""
+    from repro.experiment.inputs import truth_cost_model
+    from repro.validation.accuracy import pair
+
+    slo = truth_cost_model(spec).slo
+    live_j = res.journal()
+    p = pair(live_j, sim, slo).dropna(subset=["live_tpot_s", "sim_tpot_s"])
+    if p.empty:
+        return None
+    live, twin = float(p["live_tpot_s"].median()), float(p["sim_tpot_s"].median())
+    return {"label": label, "started_unix": started(res), "live_tpot_s": live, "sim_tpot_s": twin,
+            "factor": solve_speed(spec, live_j, physics, slo, live, live / twin), "engines_factor": live / twin}
+
+
+def fit_speed(variant: str, train: RunSpec, runs: Sequence[tuple[str, RunResult]], physics: Physics) -> SpeedFit:
+    """The machine's speed at each valid run of the training trace ``train`` (``runs``: labelled, in the order they
+    ran): the median TPOT of its requests over the median of the same requests' in the twin under ``physics``
+    (``variant``'s fitted physics; the twin is one journal, the trace and placements being the same each time),
+    the engines' factor, and the whole machine's that gives the live median (`solve_speed`)."""
+    from repro.validation.twin import twin_journal
+
     sim = twin_journal(train, physics)
-    slo = truth_cost_model(train).slo
-    points: list[SpeedPoint] = []
-    for label, res in runs:
-        p = pair(res.journal(), sim, slo).dropna(subset=["live_tpot_s", "sim_tpot_s"])
-        if p.empty:
-            continue
-        live, twin = float(p["live_tpot_s"].median()), float(p["sim_tpot_s"].median())
-        points.append({"label": label, "started_unix": started(res), "live_tpot_s": live, "sim_tpot_s": twin,
-                       "factor": live / twin})
+    points = [pt for label, res in runs if (pt := _point(label, train, res, physics, sim)) is not None]
     if not points:
         raise ValueError(f"fit_speed: no run of the training trace {train.run_id} has a request with a TPOT")
     return {"variant": variant, "run_id": train.run_id, "points": points}
@@ -149,38 +198,35 @@ def search_speed(variant: str, probes: Sequence[tuple[RunSpec, RunResult]], phys
     fraction of the rate found), so on a machine that moves, its first run is not the machine the search saw
     (2026-12-05, EPYC: the search at 11:10, the training trace at 12:02, 12:20 and 12:38 at x 0.94, 1.01, 1.33).
     A ValueError when no probe below ``below`` has a TPOT."""
-    from repro.experiment.inputs import truth_cost_model
-    from repro.validation.accuracy import pair
     from repro.validation.twin import twin_journal
 
-    points: list[SpeedPoint] = []
-    for spec, res in sorted(probes, key=lambda p: p[0].rate):
-        if spec.rate >= below:
-            continue
-        p = pair(res.journal(), twin_journal(spec, physics), truth_cost_model(spec).slo).dropna(
-            subset=["live_tpot_s", "sim_tpot_s"])
-        if p.empty:
-            continue
-        live, twin = float(p["live_tpot_s"].median()), float(p["sim_tpot_s"].median())
-        points.append({"label": f"probe {spec.rate:.3g} req/s", "started_unix": started(res), "live_tpot_s": live,
-                       "sim_tpot_s": twin, "factor": live / twin})
+    points = [pt for spec, res in sorted(probes, key=lambda p: p[0].rate) if spec.rate < below
+              and (pt := _point(f"probe {spec.rate:.3g} req/s", spec, res, physics, twin_journal(spec, physics)))
+              is not None]
     if not points:
         raise ValueError(f"search_speed: no saturation probe below {below:.3g} req/s has a request with a TPOT")
     return {"variant": variant, "run_id": "saturation search", "points": points}
 
 
-def search_factor(fit: SpeedFit) -> float:
-    """One speed for the whole search (`search_speed`): the median of its probes' factors."""
-    return float(np.median([p["factor"] for p in fit["points"]]))
+def search_factor(fit: SpeedFit, key: str = "factor") -> float:
+    """One speed for the whole search (`search_speed`): the median of its probes' factors (``key``: ``factor``, the
+    whole machine's, or ``engines_factor``)."""
+    return float(np.median([_factor(p, key) for p in fit["points"]]))
 
 
-def speed_at(fit: SpeedFit, t: float) -> float:
+def _factor(point: SpeedPoint, key: str) -> float:
+    """A point's ``key`` factor (a record written before session 32 has ``factor`` alone: the engines')."""
+    return float(point.get(key, point["factor"]))  # type: ignore[call-overload]
+
+
+def speed_at(fit: SpeedFit, t: float, key: str = "factor") -> float:
     """The machine's speed factor at ``t`` (Unix s): linear between the training trace's runs, the nearest run's
-    beyond them (and for a NaN moment, the first run's: the moment the fits were taken)."""
+    beyond them (and for a NaN moment, the first run's: the moment the fits were taken); ``key``: ``factor`` (the
+    whole machine's) or ``engines_factor`` (the engines' alone)."""
     pts = sorted(fit["points"], key=lambda p: p["started_unix"])
     if t != t:  # NaN
-        return pts[0]["factor"]
-    return float(np.interp(t, [p["started_unix"] for p in pts], [p["factor"] for p in pts]))
+        return _factor(pts[0], key)
+    return float(np.interp(t, [p["started_unix"] for p in pts], [_factor(p, key) for p in pts]))
 
 
 def speed_text(fit: SpeedFit) -> str:
@@ -188,6 +234,8 @@ def speed_text(fit: SpeedFit) -> str:
     pts = fit["points"]
     t0 = pts[0]["started_unix"]
     return (f"the machine's speed (variant drift-tracked, mechanism machine_drift: {fit['variant']}'s physics, its "
-            f"engines' compute and serving path scaled at each judged run's start by the training trace's median TPOT over its twin's, "
-            f"interpolated between its runs): x " + " / ".join(f"{p['factor']:.3f}" for p in pts) + " at "
+            f"engines' compute and serving path scaled at each judged run's start to the training trace's median TPOT, "
+            f"interpolated between its runs): x " + " / ".join(f"{p['factor']:.3f}" for p in pts)
+            + (" (the engines alone: x " + " / ".join(f"{p['engines_factor']:.3f}" for p in pts) + ")"
+               if all("engines_factor" in p for p in pts) else "") + " at "
             + ", ".join(f"+{(p['started_unix'] - t0) / 60:.0f}" for p in pts) + " min")

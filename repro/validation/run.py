@@ -567,7 +567,7 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
             # as a physics of its own: the machine at the live saturation search's moment, read from the search's
             # own probes below the collapse (the training trace only runs after it); the first training run's
             # speed when the search was not live
-            at_search = speed["points"][0]["factor"]
+            at_search, engines_at_search = speed_at(speed, math.nan), speed_at(speed, math.nan, "engines_factor")
             if sat_how.get("probes"):
                 try:
                     found = search_speed(primary, search_probes(cfg, base, sat_how, out), variants[primary],
@@ -575,14 +575,14 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                 except ValueError as exc:
                     _say(progress, f"validate: {exc}: the saturation simulated at the first training run's speed")
                 else:
-                    at_search = search_factor(found)
+                    at_search, engines_at_search = search_factor(found), search_factor(found, "engines_factor")
                     physics_from["drift_at_search"] = found
                     _say(progress, f"validate: the machine's speed at the live saturation search (its probes "
                                    f"below the collapse, median TPOT over their twins'): x {at_search:.3f} ("
                                    + ", ".join(f"{p['label']}: x {p['factor']:.3f}" for p in found["points"]) + ")")
             # the whole machine at its speed (the verdict), and its engines alone (session 31's mechanism, beside it)
             variants["drift-tracked"] = at_speed(variants[primary], at_search)
-            variants["drift-engines"] = at_speed(variants[primary], at_search, serving_path=False)
+            variants["drift-engines"] = at_speed(variants[primary], engines_at_search, serving_path=False)
             primary = "drift-tracked"
         if primary != physics_from["source"]:  # where the verdict's physics puts saturation, searched the same way
             sat_how["simulator_rate_by_variant"] = {physics_from["source"]: sat_how["simulator_rate"]}
@@ -606,8 +606,9 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                     write_frame(sims[name], out / "sim" / name / f"{spec.run_id}.jsonl")
             mine = dict(sims)
             if speed is not None:  # each replay at its own moment: a twin per run, not per trace
-                source, factor = variants[speed["variant"]], speed_at(speed, row["started_unix"])
+                source = variants[speed["variant"]]
                 for name, whole in DRIFT_VARIANTS.items():
+                    factor = speed_at(speed, row["started_unix"], "factor" if whole else "engines_factor")
                     mine[name] = twin_journal(spec, at_speed(source, factor, serving_path=whole))
                     write_frame(mine[name], out / "sim" / name / f"{spec.run_id}-r{row['replay']}.jsonl")
             keys = {k: row[k] for k in ("fraction", "rate", "policy", "seed", "replay")}
