@@ -20,7 +20,7 @@ import pytest
 
 from repro.cluster.launchers.state import load_state
 from repro.cluster.launchers.vllm_cpu import VLLM_PYTHON_ENV
-from repro.cluster.topology import Instance
+from repro.cluster.topology import Instance, Topology
 from repro.paths import CLUSTERS_DIR
 
 CLUSTER = CLUSTERS_DIR / "1p2d-cpu.yaml"
@@ -63,7 +63,7 @@ class Background:
     thread lives as long as the engines: they are told to die with the thread that started them (Linux's
     parent-death signal follows the thread, not the process), so it also stops them."""
 
-    def __init__(self, cluster: Path, **options: Any) -> None:
+    def __init__(self, cluster: Path | Topology, **options: Any) -> None:
         from repro.cluster.launchers import launch
 
         self._cm = launch(cluster, **options)
@@ -100,7 +100,7 @@ class Background:
 
 SMALL_KV: list[Background] = []
 """The small-KV engines of tests/vllm_cpu/test_preemption.py, started beside the session's cluster when one of
-its tests is selected (`small_kv_cluster` writes their cluster file)."""
+its tests is selected (`small_kv_engine`: the decode engine of the cluster file `small_kv_cluster` writes)."""
 
 
 @pytest.fixture(scope="session")
@@ -118,10 +118,10 @@ def real_state_file(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     from repro.cluster.launchers.state import running_for
 
     if any("small_kv_real" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        from tests.vllm_cpu.test_preemption import small_kv_cluster
+        from tests.vllm_cpu.test_preemption import small_kv_engine
 
-        path = small_kv_cluster(tmp_path_factory.mktemp("small-kv"))
-        SMALL_KV.append(Background(path, log_dir=path.parent))
+        where = tmp_path_factory.mktemp("small-kv")
+        SMALL_KV.append(Background(small_kv_engine(where), log_dir=where))
     try:
         yours = running_for(CLUSTER)
         if yours is not None:  # the README's order: `repro cluster up 1p2d-cpu`, then the tier: its engines, left up

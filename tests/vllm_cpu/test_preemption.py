@@ -37,7 +37,7 @@ import httpx
 import pytest
 
 from repro.cluster.launchers import launch
-from repro.cluster.topology import Instance
+from repro.cluster.topology import Instance, Topology
 from repro.live.pd_protocol import SSEParser
 
 PROMPT_WORDS = 300  # each prompt: ~300 tokens of the tiny model's tokenizer
@@ -210,6 +210,18 @@ def check_kv_usage(samples: list[tuple[float, int, int]], block_size: int, who: 
     assert all(t <= after + block_size + lag for t, _, after in running), (who, "above them", running[:20])
 
 
+def small_kv_engine(where: Path) -> Topology:
+    """The small-KV decode engine alone (`small_kv_cluster`'s, without its prefill engine: the probe sends its
+    requests to the decode engine directly, and a fifth engine starting beside the session's four processes is
+    ~1/5 of the tier's start on 2 cores): a topology of that one instance, which `launch` starts as given."""
+    from dataclasses import replace
+
+    from repro.cluster.topology import parse_topology
+
+    topo = parse_topology(small_kv_cluster(where), calibration_must_exist=False)
+    return replace(topo, instances=[i for i in topo.instances if i.role == "decode"])
+
+
 def small_kv_cluster(where: Path) -> Path:
     """Write the cluster file of a real 1p1d CPU cluster (its own engines, beside the session's) whose decode
     engine has a `KV_TOKENS` budget (``--num-gpu-blocks-override``: one block more, vLLM's null block), in
@@ -237,8 +249,8 @@ def small_kv_real(tmp_path_factory: pytest.TempPathFactory, real_instances: list
     from tests.vllm_cpu.conftest import SMALL_KV, Background
 
     if not SMALL_KV:  # not started with the session's cluster (it was already up)
-        path = small_kv_cluster(tmp_path_factory.mktemp("small-kv"))
-        SMALL_KV.append(Background(path, log_dir=path.parent))
+        where = tmp_path_factory.mktemp("small-kv")
+        SMALL_KV.append(Background(small_kv_engine(where), log_dir=where))
     try:
         yield _decode_url(SMALL_KV[0].instances())
     finally:
