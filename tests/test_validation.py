@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -529,6 +530,19 @@ def test_drift_is_the_training_trace_run_again_between_and_after_the_passes(tmp_
     assert "not measured" in vdrift.drift_text(vdrift.drift(spec, runs[:1]))
 
 
+def _run_on(d: Path, started_unix: float, spec: object, physics: object) -> object:
+    """A stand-in for a live run in ``d`` started at ``started_unix``: its journal the twin of ``spec`` under
+    ``physics`` (the machine the run met)."""
+    from types import SimpleNamespace
+
+    from repro.validation.twin import twin_journal
+
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({"started_unix": started_unix}))
+    j = twin_journal(spec, physics)
+    return SimpleNamespace(run_dir=d, journal=lambda: j, summary={"goodput": 1.0})
+
+
 def test_the_machines_speed_is_read_off_the_training_trace_at_each_run_and_interpolated(tmp_path) -> None:
     """`fit_speed`: the training trace run on a machine 1.0, 1.3 and 1.2 x slower than the physics (each run here
     the simulator of that machine) gives those factors back, `speed_at` interpolates between the runs' moments
@@ -583,11 +597,9 @@ def test_the_whole_machines_speed_is_solved_for_where_the_serving_path_shares_th
     made on the whole machine 1.3 and 0.8 x slower give ``factor`` 1.3 and 0.8 back (`solve_speed`), while their
     TPOT moved by more (``engines_factor``: the serving path took more of the cores), and `speed_at` reads
     either."""
-    from types import SimpleNamespace
 
     from repro.experiment.spec import RunSpec
     from repro.validation.drift import at_speed, fit_speed, speed_at
-    from repro.validation.twin import twin_journal
 
     phys = CostModel.load(CPU_CAL).to_physics(name="cal", model="tiny", block_size=128, max_num_seqs=128,
                                               max_model_len=4096, max_num_batched_tokens=2048).with_overrides(
@@ -597,11 +609,7 @@ def test_the_whole_machines_speed_is_solved_for_where_the_serving_path_shares_th
                    policy="round_robin")
     runs = []
     for i, (label, f) in enumerate((("before pass 1", 1.3), ("after the last pass", 0.8))):
-        d = tmp_path / f"r{i}"
-        d.mkdir()
-        (d / "manifest.json").write_text(json.dumps({"started_unix": 1000.0 * i}))
-        j = twin_journal(spec, at_speed(phys, f))
-        runs.append((label, SimpleNamespace(run_dir=d, journal=lambda j=j: j, summary={"goodput": 1.0})))
+        runs.append((label, _run_on(tmp_path / f"r{i}", 1000.0 * i, spec, at_speed(phys, f))))
     fit = fit_speed("shared-host", spec, runs, phys)
     assert [p["factor"] for p in fit["points"]] == pytest.approx([1.3, 0.8], rel=0.01)
     slow, fast = fit["points"]
@@ -615,12 +623,10 @@ def test_the_machines_speed_at_the_live_saturation_search_is_read_off_its_probes
     """`search_speed`: the search's probes below the collapse (`collapsing_from`: the lowest rate whose goodput
     fell to the target plus the band) give the machine's speed then; a collapsing probe, whose TPOT is the queue's,
     is never read; no probe below the collapse: a ValueError."""
-    from types import SimpleNamespace
 
     from repro.experiment.spec import RunSpec
     from repro.validation.drift import at_speed, search_factor, search_speed
     from repro.validation.run import collapsing_from
-    from repro.validation.twin import twin_journal
 
     phys = CostModel.load(CPU_CAL).to_physics(name="cal", model="tiny", block_size=128,
                                     max_num_seqs=128, max_model_len=4096, max_num_batched_tokens=2048)
@@ -631,11 +637,7 @@ def test_the_machines_speed_at_the_live_saturation_search_is_read_off_its_probes
     for i, (rate, f) in enumerate(((0.05, 1.2), (0.1, 1.25), (0.2, 1.3), (0.28, 3.0), (0.4, 5.0))):
         spec = RunSpec(topology="1p1d", workload="chat", rate=rate, n_requests=30, seed=1, cost_model=CPU_CAL,
                        policy="round_robin")
-        d = tmp_path / f"p{i}"
-        d.mkdir()
-        (d / "manifest.json").write_text(json.dumps({"started_unix": 100.0 * i}))
-        j = twin_journal(spec, at_speed(phys, f))
-        probes.append((spec, SimpleNamespace(run_dir=d, journal=lambda j=j: j, summary={"goodput": 1.0})))
+        probes.append((spec, _run_on(tmp_path / f"p{i}", 100.0 * i, spec, at_speed(phys, f))))
     fit = search_speed("shared-host", probes, phys, below)
     assert [p["label"] for p in fit["points"]] == ["probe 0.05 req/s", "probe 0.1 req/s", "probe 0.2 req/s"]
     assert [p["factor"] for p in fit["points"]] == pytest.approx([1.2, 1.25, 1.3], rel=0.02)
