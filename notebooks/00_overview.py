@@ -7,7 +7,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -21,10 +21,11 @@
 # number, each with its 95% interval and verdict), writes the conclusion from it (one paragraph per
 # headline claim of the paper, `repro.paper.claims`), then shows claim -> section -> verdict ->
 # figure, then every run found under `results/` side by side (sim, emulated, vllm; quick or full).
-# Verdicts compare our interval with the paper's stated number or gap (docs/VERDICTS.md):
-# *reproduced*, *not reproduced* (also a precise null where the paper reports an effect),
-# *contradicted*, *within noise* (the interval holds both zero and the paper's gap: undecided),
-# *input* (a number the model was given or aimed at) and *context* (the paper states none).
+# Verdicts compare our interval with the paper's stated number or gap (docs/VERDICTS.md), asking as
+# much of one answer as of the other: *reproduced* (the whole interval inside the margin), *not
+# reproduced* (the whole interval beyond it), *contradicted* (a direction shown reversed), *within
+# noise* (neither: the row says what would decide it), *input* (a number the model was given or aimed
+# at) and *context* (the paper states none). Each verdict says where it holds: on `sim`, in simulation.
 
 # %% tags=["parameters"]
 backend: str = "sim"  # sim | emulated | vllm: which run to show

@@ -4,6 +4,7 @@ summary.csv and report.html went, and any failing notebook's traceback."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,17 +33,18 @@ def _status_table(status: dict[str, tuple[str, float | None]], backend: str, sca
 
 def claims_table(summary: pd.DataFrame) -> Table:
     """The paper's headline claims (`repro.paper.claims.HEADLINE_CLAIMS`) as a Rich table, the conclusion on one
-    screen (`repro.paper.claims.conclusion_table`): each claim's verdict (the weakest of its rows), the deciding
-    row with ours [interval] vs the paper's, and one sentence why."""
+    screen (`repro.paper.claims.conclusion_table`): each claim's verdict (`repro.paper.claims.AGGREGATION`) with where
+    it holds, the deciding row with ours [interval] vs the paper's, one sentence why, and its evidence briefly."""
     from repro.paper.claims import conclusion_table
 
     colours = {"reproduced": "green", "not reproduced": "red", "contradicted": "bold red", "within noise": "yellow"}
-    t = Table(title="the paper's headline claims: each the weakest of its rows")
-    for c in ("claim", "verdict", "deciding row", "ours vs the paper's", "why"):
+    t = Table(title="the paper's headline claims")
+    for c in ("claim", "verdict", "deciding row", "ours vs the paper's", "why", "evidence"):
         t.add_column(c, overflow="fold")
     for r in conclusion_table(summary).to_dict("records"):
-        t.add_row(r["claim"], f"[{colours.get(r['verdict'], 'default')}]{r['verdict']}[/]", r["row"],
-                  r["ours vs paper"], r["why"])
+        word = r["verdict"].split(" in ")[0].split(" on ")[0]
+        t.add_row(r["claim"], f"[{colours.get(word, 'default')}]{r['verdict']}[/]", r["row"],
+                  r["ours vs paper"], r["why"], r["evidence, briefly"])
     return t
 
 
@@ -159,13 +161,14 @@ def paper_cli(
 def _print_end(console: Console, run: PaperRun, *, backend: str, scale: str, only: str | None, table: bool) -> None:
     """The end of a run in the terminal: the headline claims, the grouped tally, the files, a stale-docs
     warning on the main job, then each failing notebook with its traceback."""
-    from repro.paper.claims import docs_stale, tally_text
+    from repro.paper.claims import docs_stale, scope_sentence, tally_text
     from repro.paths import REPO_ROOT
 
     summary = run.summary
     if run.summary_path is not None:
         if table:
             console.print(summary_table(summary))
+        console.print(re.sub(r"\*\*|\\", "", scope_sentence(summary)), markup=False, highlight=False, soft_wrap=True)
         console.print(claims_table(summary))
         console.print("the tally, each measurement once:")
         for line in tally_text(summary):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.paper import rules
 from repro.paper.rules import VERDICTS
 from repro.routing.policies import READINGS
 from repro.statistics.intervals import Estimate
@@ -198,32 +199,106 @@ def _row_text(r: pd.Series) -> str:
 
 
 WEAKNESS = {"contradicted": 0, "not reproduced": 1, "within noise": 2, "reproduced": 3}
-"""The aggregation rule's order (weakest first): a claim is what the weakest of its judged rows is."""
+"""The aggregation rule's order (weakest first)."""
 
-AGGREGATION = ("a claim's verdict is the weakest of the verdicts of the rows that state it (the paper's sentence "
-               "asserts every one of them): contradicted, then not reproduced, then within noise, then reproduced; "
-               "inputs and rows the paper states no number for are not judged and do not count")
-"""The written aggregation rule (shown in the conclusion)."""
+AGGREGATION = ("a claim is reproduced when every row it rests on is reproduced (each at 95 %: an intersection-union "
+               "test needs no correction); it is decided against the paper only when some row is not reproduced or "
+               "contradicted at 1 - 0.05/k, k the claim's judged rows (Bonferroni: a claim with more rows has more "
+               "chances of a spurious difference); otherwise within noise. A row counts only where its rule could "
+               "have said the opposite: a row whose size the paper's own noise lets no number of ours reproduce "
+               "counts by its direction alone. Inputs and rows the paper states no number for are not judged")
+"""The written aggregation rule (shown under the conclusion's table)."""
+
+LEVEL = 0.95
+
+
+def row_estimate(r: pd.Series) -> Estimate:
+    """A summary row's estimate, its method without the coverage note (the rules read the method)."""
+    method = "" if pd.isna(r.get("interval", "")) else str(r.get("interval", ""))
+    method = method.split(" [coverage:", 1)[0]
+
+    def num(c: str) -> int:
+        v = r.get(c, 0)
+        return 0 if v is None or pd.isna(v) else int(v)
+
+    return Estimate(float(r["ours"]), float(r["ours_lo"]), float(r["ours_hi"]), method or "none", num("traces"),
+                    num("requests"))
+
+
+def _rule_inputs(r: pd.Series) -> dict:
+    """The rule's inputs of a summary row beside its estimate and paper number (`repro.paper.headline`'s
+    ``claim``, ``tolerance``, ``paper_traces``; absent in older summaries: the defaults)."""
+    def opt(c: str) -> float | None:
+        v = r.get(c, math.nan)
+        return None if v is None or pd.isna(v) else float(v)
+
+    unit = "" if pd.isna(r.get("unit", "")) else str(r.get("unit", ""))
+    traces = opt("paper_traces")
+    claim = opt("claim")
+    if claim is None and str(r.get("kind", "")) == "ordering" and pd.isna(r.get("paper", math.nan)):
+        claim = 1.0  # an older summary without the column: a judged ordering with no gap is on the positive side
+    return {"unit": unit, "tolerance": opt("tolerance"), "claim": claim,
+            "paper_traces": rules.PAPER_TRACES if traces is None else int(traces)}
+
+
+def row_reach(r: pd.Series) -> dict[str, bool]:
+    """Which decided verdicts a summary row can reach (`repro.paper.rules.reachability`)."""
+    kw = _rule_inputs(r)
+    return rules.reachability(str(r["kind"]), float(r["paper"]), **kw)
+
+
+def row_verdict_at(r: pd.Series, level: float) -> str:
+    """A summary row judged again at confidence ``level`` (a claim's corrected level)."""
+    if level == LEVEL:
+        return str(r["verdict"])
+    return rules.judge(str(r["kind"]), row_estimate(r), float(r["paper"]), level=level, **_rule_inputs(r)).verdict
 
 
 def claim_verdicts(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per headline claim: id, title, its verdict by `AGGREGATION` over its rows, the deciding row
-    (the weakest; the first of the claim's keys among equals) with that row's reason, and the count of its
-    judged rows per verdict; ``missing`` when the run has none of its rows judged."""
-    by_key = summary.drop_duplicates("key").set_index("key")
+    """One row per headline claim by `AGGREGATION`: id, title, verdict, the deciding row (``key``) with that
+    row's reason, the count of its judged rows per verdict (``rows``), the rows that cannot count (``no_evidence``:
+    their rule could not have said the opposite, `repro.paper.rules.evidence`), and ``level``, the corrected
+    confidence its rows were judged at against the paper; ``missing`` when the run has none of its rows judged."""
+    by_key = summary.drop_duplicates("key").set_index("key", drop=False)
     out = []
     for c in HEADLINE_CLAIMS:
         judged = [k for k in c.keys if k in by_key.index and str(by_key.loc[k, "verdict"]) in WEAKNESS]
         if not judged:
-            out.append({"claim": c.id, "title": c.title, "verdict": "missing", "key": "", "reason": "",
-                        "rows": ""})
+            out.append({"claim": c.id, "title": c.title, "verdict": "missing", "key": "", "reason": "", "rows": "",
+                        "no_evidence": "", "level": math.nan})
             continue
-        key = min(judged, key=lambda k: (WEAKNESS[str(by_key.loc[k, "verdict"])], c.keys.index(k)))
-        r = by_key.loc[key]
+        k_rows = len(judged)
+        level = 1 - (1 - LEVEL) / k_rows
+        reach = {k: row_reach(by_key.loc[k]) for k in judged}
         counts = pd.Series([str(by_key.loc[k, "verdict"]) for k in judged]).value_counts()
-        out.append({"claim": c.id, "title": c.title, "verdict": str(r["verdict"]), "key": key,
-                    "reason": "" if pd.isna(r.get("reason", "")) else str(r.get("reason", "")),
-                    "rows": ", ".join(f"{int(counts[v])} {v}" for v in WEAKNESS if v in counts)})
+        evidence = [k for k in judged if rules.evidence(str(by_key.loc[k, "verdict"]), reach[k])]
+        against = []
+        for k in evidence:
+            v = str(by_key.loc[k, "verdict"])
+            if v in ("not reproduced", "contradicted"):
+                now = row_verdict_at(by_key.loc[k], level)
+                if now in ("not reproduced", "contradicted"):
+                    against.append((WEAKNESS[now], c.keys.index(k), k, now))
+        if against:
+            _, _, key, verdict = min(against)
+        elif evidence and all(str(by_key.loc[k, "verdict"]) == "reproduced" for k in evidence):
+            key, verdict = evidence[0], "reproduced"
+        elif evidence:
+            key = min((k for k in evidence if str(by_key.loc[k, "verdict"]) != "reproduced"),
+                      key=lambda k: (WEAKNESS[str(by_key.loc[k, "verdict"])], c.keys.index(k)))
+            verdict = "within noise"
+        else:
+            key, verdict = judged[0], "within noise"
+        r = by_key.loc[key]
+        reason = "" if pd.isna(r.get("reason", "")) else str(r.get("reason", ""))
+        if verdict == "within noise" and str(r["verdict"]) in ("not reproduced", "contradicted"):
+            reason = (f"{r['verdict']} at 95 %, but not at the claim's corrected {100 * level:.3g} % (Bonferroni over "
+                      f"its {k_rows} rows): {reason}")
+        if not evidence:
+            reason = f"none of its rows can decide it: {reason}"
+        out.append({"claim": c.id, "title": c.title, "verdict": verdict, "key": key, "reason": reason,
+                    "rows": ", ".join(f"{int(counts[v])} {v}" for v in WEAKNESS if v in counts),
+                    "no_evidence": " ".join(k for k in judged if k not in evidence), "level": level})
     return pd.DataFrame(out)
 
 
@@ -258,11 +333,99 @@ def _why(v: str, reason: str) -> str:
     return head[:1].upper() + head[1:] if head else {"missing": "Not measured in this run."}.get(v, "")
 
 
-def conclusion_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """The conclusion on one screen: per claim, its verdict, the deciding row and its number against the
-    paper's, and one sentence why."""
+SCOPES = {"sim": "in simulation", "emulated": "on emulated engines", "vllm": "on real vLLM engines"}
+"""Where a verdict holds, by backend: every verdict word of the conclusion carries it."""
+
+
+def backend_of(summary: pd.DataFrame) -> str:
+    """The run's backend (``sim`` when the summary does not say)."""
+    if "backend" in summary.columns and len(summary) and not pd.isna(summary["backend"].iloc[0]):
+        return str(summary["backend"].iloc[0])
+    return "sim"
+
+
+def scoped(verdict: str, backend: str) -> str:
+    """A claim's verdict with where it holds: ``not reproduced in simulation``."""
+    return verdict if verdict == "missing" else f"{verdict} {SCOPES.get(backend, f'on {backend}')}"
+
+
+def testbed_fit(profile: str | None = None) -> tuple[float, int] | None:
+    """The identified testbed's best fit to the paper's baseline numbers: ``(chi-square, degrees of freedom)``
+    from its ``fit.json`` (data/identify/<profile>/), None when the profile has none."""
+    import json
+
+    from repro.paths import DATA_DIR
+    from repro.vocab import DEFAULT_PROFILE
+
+    path = DATA_DIR / "identify" / (profile or DEFAULT_PROFILE) / "fit.json"
+    if not path.exists():
+        return None
+    fit = json.loads(path.read_text(encoding="utf-8"))
+    return float(fit["chi2"]), int(fit["dof"])
+
+
+def scope_sentence(summary: pd.DataFrame) -> str:
+    """The conclusion's first words: in plain words what this run can and cannot tell a reader about the paper."""
+    backend = backend_of(summary)
+    if backend == "vllm":
+        return ("**What this run can tell you:** whether the paper's claims about its router hold on these real vLLM "
+                "engines, with this cluster's hardware and model. Unless that is the paper's 2p4d A40 node with its "
+                "model, it tests the mechanics the claims rest on, not the paper's numbers: a verdict here is about "
+                "this cluster.")
+    fit = testbed_fit()
+    how = (f" (which it fits {fit[0] / fit[1]:.0f} times worse than their noise allows: chi-square {fit[0]:.0f} on "
+           f"{fit[1]} degrees of freedom)") if fit else ""
+    where = "in simulation" if backend == "sim" else "on emulated engines timed by the simulator"
+    return (f"**What this run can tell you:** whether the paper's claims about its router hold {where}, on a testbed "
+            f"identified from the paper's own baseline numbers{how}; not whether they hold on the paper's A40 "
+            "hardware, which the paper itself (§VI) says simulation does not recover (\"a hardware result\"). A "
+            f"verdict \"not reproduced {SCOPES.get(backend, '')}\" means this testbed does not show the claim, not "
+            "that the paper is wrong; the evidence column says what a hardware run would need.")
+
+
+def evidence_label(summary: pd.DataFrame, claim: Claim, *, short: bool = False) -> str:
+    """What a claim's verdict is about and how strong it is: the kind of evidence (the backend), whether it rests
+    on the certificate, and what a run on the paper's hardware would need (`repro.paper.rules.hardware_traces`,
+    from the claim's first row: our per-trace spread, the paper's noise). ``short``: the few words of the
+    conclusion's table (``simulation · rests on the certificate · hardware: ~4 traces for its direction``)."""
     from repro.identify.certificate import note_for
 
+    backend = backend_of(summary)
+    by_key = summary.drop_duplicates("key").set_index("key", drop=False)
+    kinds = {"sim": ("simulation, identified testbed (the paper, §VI: not recoverable in simulation)",
+                     "simulation"),
+             "emulated": ("emulated engines timed by the identified testbed (as simulation: §VI)",
+                          "emulated engines"),
+             "vllm": ("mechanics on real vLLM engines (this cluster, not the paper's A40s)", "real vLLM, this cluster")}
+    full, brief = kinds.get(backend, (backend, backend))
+    parts, words = [full], [brief]
+    if any(note_for(k) for k in claim.keys):
+        parts.append("rests on the certificate (docs/IDENTIFY.md: no model of the catalogue satisfies its facts "
+                     "together)")
+        words.append("rests on the certificate")
+    key = next((k for k in claim.keys if k in by_key.index and str(by_key.loc[k, "kind"]) != "input"), "")
+    if key:
+        r = by_key.loc[key]
+        kw = _rule_inputs(r)
+        sd = rules.per_trace_sd(row_estimate(r))
+        n, what = rules.hardware_traces(str(r["kind"]), float(r["paper"]), sd, assumed=float(r["ours"]), **kw)
+        if n:
+            parts.append(f"needs hardware: about {n} traces on the paper's 2p4d A40 node would {what} if the paper "
+                         f"is right (`{key}`, {int(100 * rules.POWER)} % power)")
+            words.append(f"hardware: ~{n} traces" + (" for its direction" if "direction" in what else ""))
+        else:
+            parts.append(f"needs hardware, but no number of traces decides `{key}`: {what}")
+            words.append("hardware: no number of traces decides it")
+    return " · ".join(words) if short else "; ".join(parts)
+
+
+def conclusion_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The conclusion on one screen: per claim, its verdict with where it holds, the deciding row and its number
+    against the paper's, one sentence why, and the kind and strength of its evidence (`evidence_label`, in full and
+    briefly)."""
+    from repro.identify.certificate import note_for
+
+    backend = backend_of(summary)
     by_key = summary.drop_duplicates("key").set_index("key", drop=False)
     rows = []
     for c, v in zip(HEADLINE_CLAIMS, claim_verdicts(summary).itertuples(), strict=True):
@@ -271,36 +434,39 @@ def conclusion_table(summary: pd.DataFrame) -> pd.DataFrame:
         cert = next((n for k in c.keys if k in by_key.index and (n := note_for(k))), "")
         if cert:
             why += f". {cert[:1].upper()}{cert[1:]}"
-        rows.append({"claim": v.title, "verdict": v.verdict, "row": v.key, "ours vs paper": deciding,
-                     "why": why, "rows": v.rows})
+        rows.append({"claim": v.title, "verdict": scoped(v.verdict, backend), "row": v.key,
+                     "ours vs paper": deciding, "why": why, "rows": v.rows,
+                     "evidence": evidence_label(summary, c) if v.verdict != "missing" else "",
+                     "evidence, briefly": evidence_label(summary, c, short=True) if v.verdict != "missing" else ""})
     return pd.DataFrame(rows)
 
 
 def conclusion_markdown(summary: pd.DataFrame, *, heading: str = "## Conclusion", with_tally: bool = True,
                         figure: str = "") -> str:
-    """The written conclusion of a run, from its ``summary.csv`` alone: the conditions, the claims on one screen
-    (`conclusion_table`: verdict, the deciding number with its interval against the paper's, one sentence why),
+    """The written conclusion of a run, from its ``summary.csv`` alone: what the run can and cannot tell a reader
+    (`scope_sentence`), the claims on one screen (`conclusion_table`: the verdict with where it holds, the deciding
+    number with its interval against the paper's, one sentence why, the evidence and what hardware would need),
     the aggregation rule, ``figure`` (markdown or HTML of the forest plot, when given), then the details folded:
     the grouped tally and one paragraph per headline claim (what the paper says, every row with its interval and
     verdict, what it rests on, whether its runs filled the KV budget, the rows that vary those choices)."""
     by_key = summary.drop_duplicates("key").set_index("key", drop=False)
     ctx = summary.iloc[0] if len(summary) else pd.Series(dtype=object)
     cond = ", ".join(f"{c} {ctx[c]}" for c in ("backend", "scale", "commit") if c in ctx and not pd.isna(ctx[c]))
+    backend = backend_of(summary)
     verdicts = claim_verdicts(summary)
     counts = verdicts.verdict.value_counts()
     order = [v for v in (*VERDICTS, "missing") if v in counts.index]
-    head = [heading, "",
-            f"*Written by `repro.paper.claims` from this run's summary.csv ({cond}). Each number is ours with its "
-            "interval (the interval column of the summary says how it was made and what it covers); each verdict "
-            "compares it with the paper's stated number or gap (docs/VERDICTS.md).*", "",
-            f"**In sum:** of the paper's {len(verdicts)} headline claims about its router, "
+    head = [heading, "", scope_sentence(summary), "",
+            f"**In sum, {SCOPES.get(backend, '')}:** of the paper's {len(verdicts)} headline claims about its router, "
             + ", ".join(f"{int(counts[v])} {'not measured' if v == 'missing' else v}" for v in order) + ".", ""]
     tab = conclusion_table(summary)
-    head += ["| claim | verdict | deciding row: ours vs the paper's | why |", "|---|---|---|---|"]
+    head += ["| claim | verdict | deciding row: ours vs the paper's | evidence |", "|---|---|---|---|"]
     for r in tab.to_dict("records"):
         cell = f"`{r['row']}` {r['ours vs paper']}" if r["row"] else "not measured"
-        head.append(f"| {r['claim']} | **{r['verdict']}** | {cell} | {r['why']} |")
-    head += ["", f"*Aggregation: {AGGREGATION}.*", ""]
+        head.append(f"| {r['claim']} | **{r['verdict']}** | {cell} | {r['evidence, briefly']} |")
+    head += ["", f"*Why each verdict, and the evidence in full, are in the details below. Aggregation: {AGGREGATION}. "
+             f"Each number is ours with its interval (the summary's interval column says how it was made and what it "
+             f"covers; {cond}); docs/VERDICTS.md has the rules.*", ""]
     if figure:
         head += [figure, ""]
     head += ["<details><summary>Details: every row of each claim, what it rests on, the readings, the tally"
@@ -317,8 +483,12 @@ def conclusion_markdown(summary: pd.DataFrame, *, heading: str = "## Conclusion"
         rows_text = "; ".join(_row_text(by_key.loc[k]) for k in have)
         varied = [k for k in c.varied_by if k in by_key.index]
         vary = "; ".join(_row_text(by_key.loc[k]) for k in varied)
-        text = (f"**{c.title}: {v.verdict}** ({v.rows}; decided by `{v.key}`: {v.reason}). The paper: {c.paper}. "
-                f"Its rows: {rows_text}. It rests on {c.rests_on}")
+        text = (f"**{c.title}: {scoped(v.verdict, backend)}** ({v.rows}; decided by `{v.key}`: {v.reason}). "
+                f"Evidence: {evidence_label(summary, c)}. The paper: {c.paper}. Its rows: {rows_text}.")
+        if v.no_evidence:
+            text += (" Rows that cannot decide it (their rule could not have said the opposite): "
+                     + ", ".join(f"`{k}`" for k in v.no_evidence.split()) + ".")
+        text += f" It rests on {c.rests_on}"
         kv = kv_sentence(summary, tuple(have))
         text += f"; {kv}." if kv else "."
         if vary:
@@ -378,11 +548,14 @@ def docs_block(summary: pd.DataFrame) -> str:
     lines = [DOCS_BEGIN, f"The main job's verdicts ({cond}; the paragraphs are at the top of "
              "results/sim-full/report.html), each measurement once:", ""]
     lines += [f"- {line}" for line in tally_text(summary)]
-    lines += ["", "| headline claim | verdict | the row it rests on |", "|---|---|---|"]
+    lines += ["", scope_sentence(summary), "",
+              "| headline claim | verdict | the row it rests on | evidence |", "|---|---|---|---|"]
     by_key = summary.drop_duplicates("key").set_index("key", drop=False)
-    for v in claim_verdicts(summary).itertuples():
+    backend = backend_of(summary)
+    for c, v in zip(HEADLINE_CLAIMS, claim_verdicts(summary).itertuples(), strict=True):
         row = _row_text(by_key.loc[v.key]) if v.key else "(not measured)"
-        lines.append(f"| {v.title} | {v.verdict} | {row} |")
+        label = evidence_label(summary, c) if v.key else ""
+        lines.append(f"| {v.title} | {scoped(v.verdict, backend)} | {row} | {label} |")
     lines.append(DOCS_END)
     return "\n".join(lines)
 

@@ -21,7 +21,7 @@ sections call, and a coverage test in the default tier (tests/paper/test_coverag
   traces (`policy_runs`: every policy sees the trace's level and load).
 - `least_difference_coverage`: "A minus the best of k" picked after the fact through
   `repro.paper.context.estimates.SectionEstimates.least_difference` (the main job's path; rows of
-  runs built by `estimates_context`).
+  runs built by `estimates_context`), its per-trace gaps normal or skewed as `paired_coverage`'s.
 - `within_traces_coverage`: P99 TTFT statistics of given traces (`joint_bootstrap` with
   ``resample_traces=False`` on `repro.paper.sections.calibration_value.tail_statistics`), against the
   value of these traces and against the population's.
@@ -322,21 +322,26 @@ def estimates_context(runs: Mapping[str, Sequence[np.ndarray]], *, column: Mappi
 
 
 def least_difference_coverage(model: TraceModel, *, rivals: int = 3, reps: int = 1000, seed: int = 0,
-                              interaction_sd: float = 0.005, by_trace: bool = False,
+                              interaction_sd: float = 0.005, skew: float = 0.0, by_trace: bool = False,
                               selection_aware: bool = True) -> Coverage:
     """How often "A minus the best of ``rivals``", the best picked after the fact, holds its truth: A and
     every rival tie over the population (all gaps zero, so is their minimum), run on the same traces
-    (`policy_runs`). ``selection_aware``: the main job's path,
+    (`policy_runs`), each policy's level on a trace spread by ``interaction_sd``; with ``skew`` (as
+    `paired_coverage`'s) the spread of A's edge alone, skewed (`standard_spread`): on most traces A shows a
+    little more than its rivals, on a few far less, the same on every rival's gap (the gaps' long tail runs
+    down; with ``by_trace``, each rival minus A, up). ``selection_aware``: the main job's path,
     `repro.paper.context.estimates.SectionEstimates.least_difference` (goodput paired by request; with
-    ``by_trace`` a per-trace column, t over the traces' differences, the other way round: ``worst``);
-    else the naive way: the rival with the highest mean and its own 95 % paired interval."""
+    ``by_trace`` a per-trace column, t over the traces' differences, the other way round: ``worst``); else
+    the naive way: the rival with the highest mean and its own 95 % paired interval."""
     from repro.statistics.intervals import paired_difference
 
     rng = np.random.default_rng(seed)
     names = ["A"] + [f"r{i}" for i in range(rivals)]
+    sd: float | dict[str, float] = ({"A": interaction_sd, **dict.fromkeys(names[1:], 0.0)} if skew else
+                                    interaction_sd)
     pairs = []
     for _ in range(reps):
-        runs, _ = policy_runs(model, dict.fromkeys(names, 0.0), rng, interaction_sd=interaction_sd)
+        runs, _ = policy_runs(model, dict.fromkeys(names, 0.0), rng, interaction_sd=sd, interaction_skew=skew)
         if not selection_aware:
             best = max(names[1:], key=lambda k: float(np.mean([t.mean() for t in runs[k]])))
             pairs.append((paired_difference(runs["A"], runs[best]), 0.0))
@@ -349,7 +354,9 @@ def least_difference_coverage(model: TraceModel, *, rivals: int = 3, reps: int =
         pairs.append((est, 0.0))
     how = ("SectionEstimates.least_difference" + (" (a per-trace column, worst)" if by_trace else "")
            if selection_aware else "the best rival by point, its own interval")
-    return _tally(f"A minus the best of {rivals}: {how}", pairs)
+    tail = "up" if by_trace and selection_aware else "down"
+    spread = f", skewed per-trace gaps (sd {interaction_sd:g}, long tail {tail}), {model.traces} traces" if skew else ""
+    return _tally(f"A minus the best of {rivals}{spread}: {how}", pairs)
 
 
 def best_of_coverage(model: TraceModel, *, rivals: int = 3, reps: int = 1000, seed: int = 0,

@@ -55,8 +55,11 @@ from repro.paper.rules import judge as judge_verdict
 from repro.statistics.intervals import Estimate
 
 HEADLINE_COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "verdict", "reason", "group", "kind",
-                    "unit", "meaning", "interval", "traces", "requests", "measured", "kv_budget", "robustness", "runs")
-"""The columns of a headline file and of ``summary.csv`` (before the run context columns)."""
+                    "unit", "meaning", "interval", "traces", "requests", "measured", "kv_budget", "robustness", "runs",
+                    "claim", "tolerance", "paper_traces")
+"""The columns of a headline file and of ``summary.csv`` (before the run context columns). The last three are the
+rule's own inputs beside ``kind``, ``unit`` and ``paper`` (so a row can be judged again from the summary alone, as
+`repro.paper.claims` does at a claim's corrected level)."""
 
 
 class HeadlineRow(TypedDict, total=False):
@@ -110,6 +113,9 @@ class JudgedRow(TypedDict):
     kv_budget: str
     robustness: str
     runs: str
+    claim: float
+    tolerance: float
+    paper_traces: int
 
 
 def judge(row: HeadlineRow, ref: pd.DataFrame | None = None, measured: str = "",
@@ -134,8 +140,10 @@ def judge(row: HeadlineRow, ref: pd.DataFrame | None = None, measured: str = "",
     fitted = bool(testbed) and kind != "input" and key.partition("@")[0] in fitted_keys(testbed)
     if fitted:
         kind = "input"
-    j = judge_verdict(kind, est, float(paper), unit=unit, tolerance=row.get("tolerance"), claim=row.get("claim"),
-                      paper_traces=int(row.get("paper_traces", 3)))
+    tolerance = row.get("tolerance")
+    claim = row.get("claim")
+    paper_traces = int(row.get("paper_traces", 3))
+    j = judge_verdict(kind, est, float(paper), unit=unit, tolerance=tolerance, claim=claim, paper_traces=paper_traces)
     reason = (f"the testbed {testbed} was identified from this number (repro identify): an input, not a result"
               if fitted else j.reason)
     from repro.identify.certificate import note_for
@@ -155,7 +163,9 @@ def judge(row: HeadlineRow, ref: pd.DataFrame | None = None, measured: str = "",
             "traces": est.traces, "requests": est.requests, "measured": row.get("measured", measured),
             "kv_budget": row.get("kv_budget", ""),
             "robustness": row.get("robustness", robustness_of(testbed, key) if testbed else ""),
-            "runs": " ".join(dict.fromkeys(runs))}
+            "runs": " ".join(dict.fromkeys(runs)),
+            "claim": math.nan if claim is None else float(claim),
+            "tolerance": math.nan if tolerance is None else float(tolerance), "paper_traces": paper_traces}
 
 
 def _interval_text(method: str) -> str:

@@ -36,7 +36,8 @@ white-space:nowrap}.v-reproduced{color:#176a2c}.v-not-reproduced,.v-contradicted
 .v-within-noise{color:#8a6d00}.v-input,.v-context{color:#777}.same{color:#999}
 figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.8rem;color:#555}
 .tally span{margin-right:1rem}.ctx{color:#555;font-size:.9rem}code{font-size:.85em}
-#conclusion{background:#fafaf5;border:1px solid #e6e2cc;padding:.2rem 1rem 1rem;margin:1rem 0}
+#conclusion{background:#fafaf5;border:1px solid #e6e2cc;padding:.2rem 1rem 1rem;margin:.6rem 0}
+#conclusion h2{margin-top:.6rem}h1{margin:.4rem 0}
 .reason{color:#555}.v-better{color:#176a2c;font-weight:600}.v-worse{color:#a61b1b;font-weight:600}.v-tie{color:#555}
 .v-not-run{color:#999}
 """
@@ -97,19 +98,48 @@ def tally_table(summary: pd.DataFrame) -> str:
 
 def certificate_html() -> str:
     """The certificate's sets of the paper's facts no model of the mechanism catalogue satisfies together
-    (`repro.identify.certificate`), with their evidence; "" when there is none."""
+    (`repro.identify.certificate`), one line each with the rows resting on it, its evidence folded; "" when
+    there is none."""
     from repro.identify.certificate import load
 
     sets = load()
     if not sets:
         return ""
     items = "".join(
-        f"<li><b>{html.escape('; '.join(f'{f.text} ({f.section})' for f in s.facts))}</b>. "
-        f"{html.escape(s.evidence)} Rows resting on it: {html.escape(', '.join(s.rows))}.</li>" for s in sets)
-    return (f"<section id=certificate><h2>Facts no model of ours satisfies together</h2><p>The simulated verdicts "
-            f"below rest on a testbed chosen from our mechanism catalogue (docs/IDENTIFY.md). No model of that "
-            f"catalogue, inside the A40's physical bounds, satisfies these sets of the paper's stated facts together; "
-            f"a verdict resting on one says so.</p><ul>{items}</ul></section>")
+        f"<li><b>{html.escape('; '.join(f'{f.text} ({f.section})' for f in s.facts))}</b>: rows resting on it "
+        f"{html.escape(', '.join(s.rows))}. <details><summary>its evidence</summary>{html.escape(s.evidence)}"
+        "</details></li>" for s in sets)
+    return (f"<div id=certificate><p><b>The certificate.</b> No model of our mechanism catalogue, inside the A40's "
+            f"physical bounds, satisfies these sets of the paper's facts together (docs/IDENTIFY.md); a verdict "
+            f"resting on one says so.</p><ul>{items}</ul></div>")
+
+
+def validation_short(results_dir: Path, testbed: str) -> str:
+    """One sentence per real cluster the simulator was validated against (saturation, the worst policy's median
+    TTFT and TPOT errors over the loads), and whether one is this testbed; the whole account folded after it
+    (`repro.validation.report.rests_on`)."""
+    from repro.validation.report import find_validations, headline, rests_on
+
+    full = rests_on(results_dir, testbed)
+    real = [h for h in (headline(f) for f in find_validations(results_dir)) if h["backend"] == "vllm"]
+    if not real:
+        return f"<p id=rests-on>{html.escape(full)}</p>"
+    parts = []
+    for h in real:
+        errs = [v for v in (h.get("levels") or {}).values() if not math.isnan(v["ttft_err"])]
+        sim, live = h.get("simulator_rate"), h.get("saturation_rate")
+        sat = f"saturation {100 * (sim / live - 1):+.0f} %" if sim and live else ""
+        err = ", ".join(f"{name} {100 * min(v[k] for v in errs):.0f}-{100 * max(v[k] for v in errs):.0f} %"
+                        for name, k in (("TTFT", "ttft_err"), ("TPOT", "tpot_err"))) if errs else ""
+        name = Path(str(h["cluster"])).stem
+        parts.append(f"{name}: " + ", ".join(x for x in (sat, err) if x))
+    on = any(testbed and testbed in str(h["cluster"]) for h in real)
+    short = ("The simulator against real vLLM engines on CPU (simulated vs live; the worst policy's median errors "
+             f"over the loads): {'; '.join(parts)}. "
+             + ("" if on else f"None of them is the testbed these verdicts simulate ({testbed}): they test the engine "
+                              "and scheduler model, not its constants."))
+    return (f"<p id=rests-on>{html.escape(short)}</p><details><summary>the validations in full</summary>"
+            f"<p>{html.escape(full)}</p></details>")
 
 
 def forest_html(summary: pd.DataFrame) -> str:
@@ -215,19 +245,17 @@ def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str
         body += "".join(figure_html(f) for f in by_nb.get(nn, []))
         sections.append(f"<h2 id='nb{html.escape(nn)}'>{html.escape(names.get(nn, nn))}</h2>{body}")
     title = title or f"Calibrate, Then Route: reproduction report ({backend}, {scale})"
-    from repro.validation.report import rests_on, validation_section
+    from repro.validation.report import validation_section
     from repro.vocab import DEFAULT_PROFILE
 
-    basis = (f"<p class=ctx id=rests-on>{html.escape(rests_on(results_dir, DEFAULT_PROFILE))}</p>"
-             if backend == "sim" else "")
-    basis += certificate_html()
+    basis = validation_short(results_dir, DEFAULT_PROFILE) if backend == "sim" else ""
+    basis = (f"<section id=basis><h2>What the verdicts rest on</h2><p class=ctx>backend <b>{backend}</b>, scale "
+             f"<b>{scale}</b>, commit <code>{commit}</code>, {len(summary)} headline rows, {len(figs)} figures. Each "
+             f"measurement counted once in the tally (rows that repeat another say so). Intervals: each row's "
+             f"interval column says its method and what it covers.</p>{basis}{certificate_html()}</section>")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<p class=ctx>backend <b>{backend}</b>, scale <b>{scale}</b>, commit <code>{commit}</code>, "
-            f"{len(summary)} headline rows, {len(figs)} figures. Each measurement counted once "
-            f"in the tally (rows that repeat another say so). Intervals: each row's interval column says its method "
-            f"and what it covers.</p>{basis}"
-            f"{conclusion_html(summary)}<h2 id=tally>The tally</h2>{tally_table(summary)}{scorecard}"
+            f"{conclusion_html(summary)}{basis}<h2 id=tally>The tally</h2>{tally_table(summary)}{scorecard}"
             f"<p id=figures-status>figures not checked (no script)</p>"
             f"{''.join(sections)}{validation_section(results_dir)}<script>{SCRIPT}</script></body></html>")
 

@@ -18,9 +18,10 @@ from repro.paper.compare import compare, figures_of, join  # noqa: E402
 COLUMNS = ("notebook", "key", "ours", "ours_lo", "ours_hi", "paper", "verdict", "reason", "group", "kind", "unit",
            "meaning", "interval", "traces", "requests", "measured", "same_as", "backend", "scale", "commit")
 NAN = float("nan")
-# key: (notebook, ours, lo, hi, paper, group, kind, unit) per side; verdicts differ only for the Table II lead
+# key: (notebook, ours, lo, hi, paper, group, kind, unit) per side; verdicts differ only for the Table II lead (its
+# gap 0.10 here, not the paper's 0.029, whose size the paper's own noise lets no number of ours decide)
 A_ROWS = [
-    ("04_mixed_goodput", "table2_mc_minus_best_baseline", 0.010, -0.010, 0.030, 0.029, "within noise", "headline",
+    ("04_mixed_goodput", "table2_mc_minus_best_baseline", 0.010, -0.010, 0.030, 0.10, "within noise", "headline",
      "ordering", "fraction"),
     ("09_load_and_tails", "fig6_best_other_minus_mc_ttft_p99", 0.007, 0.004, 0.011, 0.016, "reproduced", "headline",
      "ordering", "s"),
@@ -29,7 +30,7 @@ A_ROWS = [
     ("13_beyond", "beyond_only_in_a", 1.0, 0.9, 1.1, NAN, "context", "context", "value", "x"),
 ]
 B_ROWS = [
-    ("04_mixed_goodput", "table2_mc_minus_best_baseline", -0.001, -0.003, 0.002, 0.029, "not reproduced",
+    ("04_mixed_goodput", "table2_mc_minus_best_baseline", -0.001, -0.003, 0.002, 0.10, "not reproduced",
      "headline", "ordering", "fraction"),
     ("09_load_and_tails", "fig6_best_other_minus_mc_ttft_p99", 0.008, 0.005, 0.010, 0.016, "reproduced", "headline",
      "ordering", "s"),

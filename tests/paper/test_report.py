@@ -52,12 +52,15 @@ def test_report_is_one_offline_page_with_every_row_and_figure(tmp_path):
     assert re.search(r"<td>testbed: [^<]*</td><td class=num></td><td class=num>1</td>", page)
     assert re.search(r"<td>all</td><td class=num></td><td class=num>2</td>(<td class=num></td>){4}"
                      r"<td class=num>2</td>", page)
-    # the written conclusion comes first: the claims on one screen, then the details folded
-    assert page.index("id=conclusion") < page.index("id=tally") < page.index("id='nb04'")
+    # the written conclusion comes first: what the run can tell, the claims on one screen, then the details folded;
+    # what the verdicts rest on (the validation, the certificate) after it
+    assert page.index("<h1>") < page.index("id=conclusion") < page.index("id=basis") < page.index("id=tally") \
+        < page.index("id='nb04'")
+    assert page.index("What this run can tell you") < page.index("<table")
     assert page.index("<td>Table II: the learned router leads on mixed bursty traffic</td>") < page.index("<details>")
     assert "Its rows: <code>table2_mc_mean</code> 0.810 [0.790, 0.830] (paper 0.864)" in page
     assert "Fig. 9: robust to predictor error: not measured in this run" in page
-    assert "size smaller" in page  # x_gap's reason
+    assert "size shown smaller" in page  # x_gap's reason
     assert "backend <b>sim</b>, scale <b>full</b>, commit <code>abc</code>" in page
     assert write_report(res, fig).read_text() == page  # deterministic: no clock time in it
 
@@ -84,6 +87,35 @@ def test_every_figure_loads_in_a_real_headless_browser(tmp_path):
     dom = subprocess.run([browser, *HEADLESS, "--virtual-time-budget=5000", "--dump-dom",
                           write_report(res, fig).as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert "figures loaded 4 of 4" in dom
+
+
+FIRST_SCREEN = """<script>window.addEventListener('load', () => {
+  const t = document.querySelector('#conclusion table').getBoundingClientRect();
+  const p = document.querySelector('#conclusion p').getBoundingClientRect();
+  document.body.setAttribute('data-screen', [Math.round(p.top), Math.round(t.bottom), Math.round(t.right),
+                                             window.innerHeight, window.innerWidth].join(','));
+});</script>"""
+
+
+@pytest.mark.browser
+def test_the_conclusion_is_on_the_first_screen_at_1280_px(tmp_path):
+    """The main job's own summary: its plain-words sentence and the whole claims table within a 1,280 x 800 window
+    (the table's bottom edge above the fold, nothing wider than the window)."""
+    browser = chromium()
+    from repro.paths import REPO_ROOT
+
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "summary.csv").write_bytes((REPO_ROOT / "docs" / "main_job_summary.csv").read_bytes())
+    page = build_report(res, tmp_path / "none").replace("</body>", FIRST_SCREEN + "</body>")
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    dom = subprocess.run([browser, *HEADLESS, "--window-size=1280,800", "--virtual-time-budget=5000", "--dump-dom",
+                          path.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'data-screen="(\d+),(\d+),(\d+),(\d+),(\d+)"', dom)
+    assert m, dom[-500:]
+    top, bottom, right, height, width = map(int, m.groups())
+    assert width == 1280 and top < 150 and bottom <= height and right <= width, m.groups()
 
 
 def test_repro_report_finds_a_run_by_backend_and_scale(tmp_path, monkeypatch):

@@ -25,12 +25,27 @@ def _ctx(tmp_path):
 
 
 def test_the_comparison_rule_table():
-    assert compare(Estimate(0.03, 0.01, 0.05), "fraction").verdict == "better"
-    assert compare(Estimate(-0.03, -0.05, -0.01), "fraction").verdict == "worse"
+    assert compare(Estimate(0.05, 0.03, 0.07), "fraction").verdict == "better"
+    assert compare(Estimate(-0.05, -0.07, -0.03), "fraction").verdict == "worse"
     assert compare(Estimate(0.0, -0.01, 0.015), "fraction").verdict == "tie"
-    noisy = Estimate(0.01, -0.04, 0.06, traces=3, spread=0.03)
+    # a difference shown but reaching inside the tie band decides nothing (widened, it would read as a tie)
+    assert compare(Estimate(0.006, 0.002, 0.01), "fraction").verdict == "tie"
+    assert compare(Estimate(0.03, 0.01, 0.05), "fraction").verdict == "within noise"
+    assert compare(Estimate(0.03, 0.01, 0.05, "t interval over 3 traces", 3), "fraction").verdict == "within noise"
+    noisy = Estimate(0.01, -0.04, 0.06, "t interval over 3 traces", traces=3, spread=0.03)
     j = compare(noisy, "fraction")
     assert j.verdict == "within noise" and "traces would decide" in j.reason
+
+
+def test_the_comparison_is_monotone():
+    """A comparison decided one way is never decided another way with a wider interval about its point."""
+    for centre in (-0.05, -0.02, -0.01, 0.0, 0.005, 0.01, 0.019, 0.021, 0.03, 0.1):
+        for half in (0.001, 0.005, 0.01, 0.03):
+            for widen in (1.5, 2, 4, 10):
+                a = compare(Estimate(centre, centre - half, centre + half, "t interval over 10 traces", 10), "fraction")
+                b = compare(Estimate(centre, centre - half * widen, centre + half * widen, "t interval over 10 traces",
+                                     10), "fraction")
+                assert b.verdict in ("within noise", a.verdict), (centre, half, widen, a, b)
     assert compare(Estimate(0.1), "fraction").verdict == "within noise"  # no interval: nothing decided
     assert set(COMPARISON_VERDICTS) == {"better", "worse", "tie", "within noise"}
 

@@ -117,7 +117,8 @@ def test_least_difference_is_selection_aware():
     (Estimate(0.30, 0.29, 0.31), 0.3, "reproduced"),        # excludes zero, the paper's size within half its gap
     (Estimate(0.05, 0.01, 0.09), 0.3, "not reproduced"),    # the paper's side, but shown far smaller than its gap
     (Estimate(-0.05, -0.09, -0.01), 0.3, "contradicted"),   # we show the opposite
-    (Estimate(0.1, -0.01, 0.2), 0.3, "not reproduced"),     # holds zero, yet its size is shown below half the gap
+    (Estimate(0.1, -0.01, 0.2), 0.3, "within noise"),       # holds zero, and its interval reaches inside the band
+    (Estimate(0.05, -0.01, 0.11), 0.3, "not reproduced"),   # its whole interval below half the gap
     (Estimate(0.2, -0.01, 0.41), 0.3, "within noise"),      # holds zero and the paper's gap
     (Estimate(0.01, -0.01, 0.03), 0.3, "not reproduced"),   # a precise null: its size shown smaller than the gap
     (Estimate(0.05), 0.3, "within noise"),                  # no interval: nothing shown
@@ -172,13 +173,17 @@ def test_a_missing_value_where_the_paper_states_one_is_not_reproduced_with_its_r
 
 
 def test_within_noise_says_how_many_traces_would_decide():
-    e = Estimate(0.02, -0.01, 0.05, "t", 3, 30_000)  # holds zero and the paper's tie margin
+    from repro.paper.rules import decided_at, rescaled
+
+    e = Estimate(0.02, -0.01, 0.05, "t interval over 3 traces", 3, 30_000)  # holds t, half the smallest effect
     j = judge("ordering", e, math.nan, claim=1)
-    n = traces_needed(e, 0.0, 0.0, 0.0)
-    assert j.verdict == "within noise" and n > 3 and f"about {n} traces" in j.reason
+    n, noun, _ = decided_at("ordering", e, math.nan, claim=1)
+    assert j.verdict == "within noise" and n > 3 and f"about {n} {noun} of ours" in j.reason
+    assert judge("ordering", rescaled(e, n), math.nan, claim=1).verdict == "reproduced"
     # the paper's own noise alone keeps a goodput value from ever being shown within the margin
-    near = Estimate(0.884, 0.883, 0.885, "t", 10, 1)
-    assert "no number of our traces would decide it" in judge("value", near, 0.864).reason
+    near = Estimate(0.884, 0.883, 0.885, "t interval over 10 traces", 10, 1)
+    assert "no number of ours would decide it: the paper's own noise" in judge("value", near, 0.864).reason
+    assert traces_needed(e, 0.0, 0.0, 0.0) > 3  # the quick approximation `compare` uses
 
 
 def test_headline_frame_judges_rows_and_refuses_a_key_twice():
@@ -205,11 +210,12 @@ def test_findings_show_each_verdict_and_the_caveats_of_how_it_was_measured(tmp_p
     from repro.paper.findings import findings_markdown
     from tests.paper.conftest import make_section
 
-    rows = [{"key": "x_gap", "ours": Estimate(0.1, -0.01, 0.2), "paper": 0.3, "kind": "ordering"},
+    rows = [{"key": "x_gap", "ours": Estimate(0.05, -0.01, 0.11), "paper": 0.3, "kind": "ordering"},
             {"key": "x_input", "ours": 7.4, "paper": 7.4, "kind": "input", "unit": "x"}]
     head = headline_frame(rows, "99_test", measured="sim")
     text = findings_markdown(head, title="99", backend="sim", scale="quick", traces=1, requests=200, measured="sim")
-    assert "| `x_gap` | 0.100 [-0.010, 0.200] | 0.3 | ❌ not reproduced | direction undecided, size smaller" in text
+    assert ("| `x_gap` | 0.050 [-0.010, 0.110] | 0.3 | ❌ not reproduced | direction undecided, size shown smaller"
+            in text)
     assert "one trace" in text and "given" in text
     live = findings_markdown(head, title="99", backend="emulated", scale="full", traces=3, requests=1000,
                              measured="emulated, 8 live runs, 2 INVALID, K=1")

@@ -21,9 +21,9 @@ policy in its place (`contender_specs`). Three kinds of row come out per policy 
     your policy minus the best of the paper's three baselines in that setting, picked after the
     fact (selection-aware: `repro.statistics.intervals.least_of`), positive = yours beats all three.
 
-A comparison row's verdict (`repro.paper.rules.compare`): ``better`` / ``worse`` (the interval
-excludes zero), ``tie`` (the whole interval within the tie margin), ``within noise`` (with about
-how many traces would decide it). Goodput is a fraction, TTFT in seconds.
+A comparison row's verdict (`repro.paper.rules.compare`): ``better`` / ``worse`` (the whole interval
+beyond the tie margin, above / below zero), ``tie`` (the whole interval within it), ``within noise``
+(with about how many traces would decide it). Goodput is a fraction, TTFT in seconds.
 
 A group that turns on something a policy does not read is not run for it (`reads`: a short
 simulation with 150 % predictor error, and one with the uncalibrated cost model; identical
