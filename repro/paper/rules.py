@@ -72,7 +72,8 @@ OTHER_SHARE = 0.1
 """The margin of a value in a unit the rules name no effect for: 10 % of the number."""
 
 RULES: tuple[tuple[str, str, str], ...] = (
-    ("value", "reproduced", "the whole interval of ours - paper (with the paper's noise) inside [-m, m]"),
+    ("value", "reproduced", "the whole interval of ours - paper (with the paper's noise) inside [-m, m] (an "
+                            "effect's band stopping at its null)"),
     ("value", "not reproduced", "the whole interval of ours - paper beyond the margin, on one side"),
     ("value", "contradicted", "a value that is an effect (%, x): our interval beyond its null on the other side "
                               "from the paper's"),
@@ -345,14 +346,18 @@ def _judge_value(ours: Estimate, paper: float, unit: str, tolerance: float | Non
     noise = f" with the paper's noise (se {_num(se)})" if se else ""
     band = f"ours - paper {_num(ours.value - paper)} [{_num(lo)}, {_num(hi)}]{noise}"
     null = effect_null(unit)
+    low, high = -m, m
     if null is not None and paper != null:
         s = 1 if paper > null else -1
         if (s > 0 and ours.hi < null) or (s < 0 and ours.lo > null):
             return Judgement("contradicted", f"the effect reversed: our interval [{_num(ours.lo)}, {_num(ours.hi)}] "
                                              f"lies {'below' if s > 0 else 'above'} {_num(null)} where the paper's "
                                              f"is {_num(paper)}")
-    if -m <= lo and hi <= m:
-        return Judgement("reproduced", f"equivalence shown: {band} lies within +-{_num(m)}")
+        # an effect's equivalence band stops at its null: no reversed effect is the paper's
+        low, high = (max(low, null - paper), high) if s > 0 else (low, min(high, null - paper))
+    if low <= lo and hi <= high:
+        edge = "" if (low, high) == (-m, m) else f" (the band stopping at the effect's null, {_num(null)})"
+        return Judgement("reproduced", f"equivalence shown: {band} lies within +-{_num(m)}{edge}")
     if lo > m or hi < -m:
         return Judgement("not reproduced", f"a difference shown: {band} lies wholly "
                                            f"{'above' if lo > m else 'below'} {'+' if lo > m else '-'}{_num(m)}")
@@ -689,4 +694,7 @@ def compare(est: Estimate, unit: str = "") -> Judgement:
         return Judgement("tie", f"the interval {span} lies within +-{_num(margin)} of zero")
     n, noun, why = decided_at("ordering", est, 0.0, unit=unit, claim=0, tolerance=margin)
     more = f"; about {n:,} {noun} would decide it" if n else f"; no number of traces would decide it: {why}"
-    return Judgement("within noise", f"the interval {span} reaches across +-{_num(margin)}{more}")
+    side = est.excludes_zero()
+    shown = (f" (it excludes zero: A {'better' if side > 0 else 'worse'}, by less than the margin or more: its size is "
+             "undecided)") if side else ""
+    return Judgement("within noise", f"the interval {span} reaches across +-{_num(margin)}{shown}{more}")

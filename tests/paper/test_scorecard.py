@@ -157,7 +157,8 @@ def test_the_report_shows_the_scorecard(tmp_path):
 @pytest.mark.slow
 def test_a_policy_that_differs_from_the_router_is_told_apart_on_the_main_jobs_testbed(tmp_path):
     """On the identified testbed (the main job's), at Table II's operating point, least-loaded under another
-    name loses to the paper's router by about two points: the scorecard says "worse", not "tie"."""
+    name loses to the paper's router by about two points: the scorecard never calls it a tie, and says the loss is
+    shown (the interval excludes zero) though its size against the 2-point tie band may be undecided."""
     ctx = Section.setup(notebook="15_scorecard", backend="sim", scale="quick", seeds=[1, 2, 3, 4, 5],
                         n_requests=3000, rates={"mixed": 24.0, "chat": 60.0, "reasoning": 30.0, "documents": 25.0},
                         results_dir=tmp_path / "r",
@@ -167,4 +168,6 @@ def test_a_policy_that_differs_from_the_router_is_told_apart_on_the_main_jobs_te
     assert DEFAULT_PROFILE == "a40-identified"
     card = sc.score_section(ctx, ["tests.contenders:LeastLoadedClone"], ["Table II"])
     vs = card.table[card.table.comparison == sc.VS_ROUTER]
-    assert len(vs) == 1 and vs.verdict.iloc[0] == "worse", vs[["ours", "ours_lo", "ours_hi", "verdict"]]
+    assert len(vs) == 1 and vs.verdict.iloc[0] in ("worse", "within noise"), vs[["ours", "ours_lo", "ours_hi",
+                                                                                  "verdict"]]
+    assert vs.ours_hi.iloc[0] < 0 and (vs.verdict.iloc[0] == "worse" or "A worse" in vs.reason.iloc[0])
