@@ -168,7 +168,8 @@ def _print_end(console: Console, run: PaperRun, *, backend: str, scale: str, onl
     if run.summary_path is not None:
         if table:
             console.print(summary_table(summary))
-        console.print(re.sub(r"\*\*|\\", "", scope_sentence(summary)), markup=False, highlight=False, soft_wrap=True)
+        console.print("\n" + re.sub(r"\*\*|\\", "", scope_sentence(summary)), markup=False, highlight=False,
+                      soft_wrap=True)
         console.print(claims_table(summary))
         console.print("the tally, each measurement once:")
         for line in tally_text(summary):

@@ -245,3 +245,19 @@ def test_the_main_jobs_summary_is_this_codes(tmp_path, monkeypatch):
         assert (got.verdict, got.group) == (want.verdict, want.group), (key, got.verdict, want.verdict)
         assert np.allclose([got.ours, got.ours_lo, got.ours_hi], [want.ours, want.ours_lo, want.ours_hi],
                            rtol=1e-6, equal_nan=True), (key, got.ours, want.ours)
+
+
+def test_the_terminal_says_what_the_run_can_tell_before_the_claims(tmp_path):
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from repro.cli.paper import _print_end
+
+    summary = pd.read_csv(SNAPSHOT, keep_default_na=True)
+    console = Console(record=True, width=200)
+    run = SimpleNamespace(summary=summary, summary_path=tmp_path / "summary.csv", report=None, results=[], ok=True)
+    _print_end(console, run, backend="sim", scale="quick", only=None, table=False)
+    text = console.export_text()
+    assert text.index("What this run can tell you: whether the paper's claims") < text.index("headline claims")
+    assert "not reproduced in simulation" in text and "hardware: ~" in text
