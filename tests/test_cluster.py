@@ -129,6 +129,44 @@ def test_vllm_commands_2p4d_on_one_node():
     assert "vllm" in argv
 
 
+def test_the_papers_cluster_file_launches_unmodified_vllm_with_the_chosen_models_settings():
+    """§IV-A runs "unmodified vLLM 0.12 engines": data/clusters/2p4d-a40.yaml passes no scheduler budget, and what
+    vLLM then picks on its 48 GB A40s (engine/arg_utils.py get_batch_defaults) is the chosen model's setting
+    (the testbed the main job simulates, its vllm_budget mechanism)."""
+    from repro.cluster.launchers.vllm import serve_defaults
+    from repro.validation.plan import engine_settings
+    from repro.vocab import DEFAULT_PROFILE
+
+    topo = parse_topology(REPO / "data" / "clusters" / "2p4d-a40.yaml")
+    for _spec, _env, argv, _port in VllmLauncher(topo, dry_run=True).commands():
+        assert "--max-num-batched-tokens" not in argv and "--max-num-seqs" not in argv, argv
+        assert argv[argv.index("--num-gpu-blocks-override") + 1] == "3751"
+    chosen = load_profile(DEFAULT_PROFILE).physics
+    settings = engine_settings(topo)
+    assert (settings["max_num_batched_tokens"], settings["max_num_seqs"]) == \
+        (chosen.max_num_batched_tokens, chosen.max_num_seqs) == serve_defaults(48, "A40") == (2048, 256)
+    assert "get_batch_defaults" in settings["source"]
+    assert all(i.profile == DEFAULT_PROFILE for i in topo.instances)
+
+
+def test_vllm_serve_defaults_by_gpu_class_and_bad_unmodified_options():
+    from repro.cluster.launchers.vllm import serve_defaults
+    from repro.validation.plan import engine_settings
+
+    assert serve_defaults(80, "NVIDIA H100 80GB HBM3") == (8192, 1024)
+    assert serve_defaults(80, "NVIDIA A100-SXM4-80GB") == (2048, 256)  # vLLM keeps A100s on the small budget
+    assert serve_defaults(69.9) == (2048, 256)
+    doc = {"name": "h", "instances": [{"role": "prefill", "count": 1}, {"role": "decode", "count": 1}],
+           "vllm": {"unmodified": True, "gpu_memory_gib": 80, "gpu_name": "H100"}}
+    assert engine_settings(parse_topology(doc))["max_num_batched_tokens"] == 8192
+    argv = VllmLauncher(parse_topology(doc), dry_run=True).commands()[0][2]
+    assert "--max-num-batched-tokens" not in argv
+    for bad, field in (({"unmodified": "yes"}, "vllm.unmodified"), ({"unmodified": True}, "vllm.gpu_memory_gib"),
+                       ({"unmodified": True, "gpu_memory_gib": -1}, "vllm.gpu_memory_gib")):
+        with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+            VllmLauncher(parse_topology({**doc, "vllm": bad}), dry_run=True)
+
+
 def test_vllm_commands_options_and_dry_run(capsys):
     lau = VllmLauncher(parse_topology({"instances": [
         {"role": "prefill"}, {"role": "decode", "kv_budget_tokens": 16000, "gpu": 7}]}),

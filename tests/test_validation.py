@@ -64,8 +64,10 @@ def test_cpu_engines_schedule_with_vllm_cpu_defaults_unless_the_cluster_says_oth
            "instances": [{"role": "prefill", "count": 1}, {"role": "decode", "count": 1}]}
     own = engine_settings(parse_topology(doc))
     assert (own["max_num_batched_tokens"], own["max_model_len"]) == (4096, 2048)
-    gpu = engine_settings(parse_topology("data/clusters/2p4d-a40.yaml"))
-    assert gpu["max_num_batched_tokens"] == 8192 and "profile" in gpu["source"]
+    gpu = engine_settings(parse_topology("data/clusters/2p4d-a40.yaml"))  # unmodified vLLM on a 48 GB A40
+    assert gpu["max_num_batched_tokens"] == 2048 and "get_batch_defaults" in gpu["source"]
+    pinned = engine_settings(parse_topology("2p4d"))  # the launcher passes the profile's settings
+    assert pinned["max_num_batched_tokens"] == 2048 and "profile" in pinned["source"]
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [

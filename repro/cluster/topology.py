@@ -9,8 +9,10 @@ as a shorthand (``2p4d``: 2 prefill + 4 decode) or as YAML (see ``data/clusters/
     instances:
       - {role: prefill, count: 2}
       - {role: decode, count: 4, profile: a40-qwen2.5-3b, kv_budget_tokens: 60000}
-    # vllm launcher only:
-    vllm: {model: Qwen/Qwen2.5-3B-Instruct, dtype: bfloat16, gpus: [0, 1, 2, 3, 4, 5]}
+    # vllm launcher only (unmodified: pass no scheduler budget, vLLM picks its own by the GPU's memory:
+    # repro.cluster.launchers.vllm.serve_defaults; else the profile's settings are passed):
+    vllm: {model: Qwen/Qwen2.5-3B-Instruct, dtype: bfloat16, gpus: [0, 1, 2, 3, 4, 5],
+           unmodified: true, gpu_name: A40, gpu_memory_gib: 48}
     # remote launcher: each instance has a url (or a list of urls, one per count)
     #   - {role: decode, url: "http://node2:8200"}
     calibration: calibrated          # optional: the deployment's own cost model

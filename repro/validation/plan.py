@@ -9,6 +9,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from repro.cluster.launchers.vllm import unmodified
 from repro.cluster.topology import Topology, parse_topology
 from repro.engine.profile import load_profile
 from repro.errors import ConfigError, check_choice, check_int, check_number
@@ -202,8 +203,10 @@ def engine_settings(topo: Topology) -> dict[str, Any]:
     sequences): ``max_num_batched_tokens`` (the chunked-prefill budget of one step), ``max_num_seqs``,
     ``block_size``, ``max_model_len``, and ``source`` saying where they come from. CPU vLLM engines
     (``vllm: {device: cpu}``): vLLM 0.32's CPU defaults (`VLLM_CPU_DEFAULTS`, each overridable by the
-    cluster file's ``vllm.extra_args``); any other: the decode instances' hardware profile (the GPU
-    launcher passes the profile's settings to ``vllm serve``)."""
+    cluster file's ``vllm.extra_args``); unmodified GPU engines (``vllm: {unmodified: true, gpu_memory_gib:
+    ...}``): vLLM's own budget for that GPU (`repro.cluster.launchers.vllm.serve_defaults`), the rest from the
+    profile; any other: the decode instances' hardware profile (the GPU launcher passes the profile's settings
+    to ``vllm serve``)."""
     opts = topo.options.get("vllm") or {}
     if opts.get("device") == "cpu":
         out: dict[str, Any] = dict(VLLM_CPU_DEFAULTS)
@@ -217,6 +220,13 @@ def engine_settings(topo: Topology) -> dict[str, Any]:
                          "128 sequences for the API server; platforms/cpu.py: block size 128)")
         return out
     phys = load_profile(topo.decode[0].profile).physics
+    chosen = unmodified(opts)
+    if chosen is not None:  # the launcher passes no budget: vLLM's own, by the GPU's memory
+        return {"max_num_batched_tokens": chosen[0], "max_num_seqs": chosen[1], "block_size": phys.block_size,
+                "max_model_len": phys.max_model_len,
+                "source": (f"vLLM's own defaults for `vllm serve` on a {opts.get('gpu_memory_gib')} GiB "
+                           f"{opts.get('gpu_name', 'GPU')} (engine/arg_utils.py get_batch_defaults; the cluster "
+                           "file's unmodified: true)")}
     return {"max_num_batched_tokens": phys.max_num_batched_tokens, "max_num_seqs": phys.max_num_seqs,
             "block_size": phys.block_size, "max_model_len": phys.max_model_len,
             "source": f"hardware profile {topo.decode[0].profile}"}

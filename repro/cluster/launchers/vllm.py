@@ -21,6 +21,35 @@ from repro.cluster.processes import free_ports
 from repro.cluster.topology import Instance, InstanceSpec, Topology, topology_error
 from repro.engine.profile import load_profile
 
+LARGE_GPU_GIB = 70
+"""vLLM's line between GPU classes for its scheduler defaults (`serve_defaults`)."""
+
+
+def serve_defaults(gpu_memory_gib: float, gpu_name: str = "") -> tuple[int, int]:
+    """The scheduler settings ``vllm serve`` picks itself when the command line sets none: ``(max_num_batched_tokens,
+    max_num_seqs)``. vllm/engine/arg_utils.py, ``EngineArgs.get_batch_defaults`` (vLLM 0.12): on a GPU of at least
+    70 GiB that is not an A100, 8,192 tokens and 1,024 sequences for the API server
+    (``UsageContext.OPENAI_API_SERVER``); on any other GPU (the paper's 48 GB A40), 2,048 and 256."""
+    if gpu_memory_gib >= LARGE_GPU_GIB and "a100" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def unmodified(opts: dict) -> tuple[int, int] | None:
+    """When the cluster file's ``vllm`` block asks for unmodified engines (``unmodified: true``, with the GPU's
+    ``gpu_memory_gib`` and optionally ``gpu_name``), the scheduler settings vLLM will choose (`serve_defaults`);
+    None when it does not. Bad values are a ConfigError naming the field."""
+    flag = opts.get("unmodified", False)
+    if not isinstance(flag, bool):
+        raise topology_error("vllm.unmodified", f"is {flag!r}; allowed: true or false")
+    if not flag:
+        return None
+    mem = opts.get("gpu_memory_gib")
+    if isinstance(mem, bool) or not isinstance(mem, (int, float)) or not 0 < float(mem) <= 4096:
+        raise topology_error("vllm.gpu_memory_gib", f"is {mem!r}; allowed: the GPU's memory in GiB, > 0 (needed by "
+                             "unmodified: true, which leaves vLLM to pick its scheduler settings by it)")
+    return serve_defaults(float(mem), str(opts.get("gpu_name", "")))
+
 KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 
@@ -67,6 +96,7 @@ class VllmLauncher(ProcessLauncher):
         gl = gpus if gpus is not None else opts.get("gpus")
         self.gpus = [str(g) for g in gl] if gl is not None else None
         self.extra_args = list(opts.get("extra_args", [])) + list(extra_args)
+        self.unmodified = unmodified(opts) is not None
         self.dry_run = dry_run
         self.vllm_bin = vllm_bin
         self.seed = seed
@@ -103,14 +133,17 @@ class VllmLauncher(ProcessLauncher):
                 "UCX_NET_DEVICES": "all",
                 "VLLM_SERVER_DEV_MODE": "1",
             }
+            # unmodified engines (the paper's "unmodified vLLM 0.12", §IV-A): vLLM picks its own scheduler budget
+            batch = [] if self.unmodified else [
+                "--max-num-batched-tokens", str(phys.max_num_batched_tokens),
+                "--max-num-seqs", str(phys.max_num_seqs)]
             argv = [
                 self.vllm_bin, "serve", self.model,
                 "--host", self.host, "--port", str(port),
                 "--kv-transfer-config", KV_TRANSFER_CONFIG,
                 "--num-gpu-blocks-override", str(phys.num_gpu_blocks_override),
                 "--block-size", str(phys.block_size),
-                "--max-num-batched-tokens", str(phys.max_num_batched_tokens),
-                "--max-num-seqs", str(phys.max_num_seqs),
+                *batch,
                 "--max-model-len", str(phys.max_model_len),
                 "--dtype", self.dtype,
                 "--seed", str(self.seed),
