@@ -7,7 +7,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -52,8 +52,8 @@ ctx = Section.setup(notebook="06_heterogeneity", workloads=WORKLOADS, quick_seed
                     backend=backend, scale=scale, seeds=seeds, cluster=cluster, rate=rate, n_requests=n_requests,
                     time_scale=time_scale, runs_dir=runs_dir, results_dir=results_dir, figures_dir=figures_dir)
 policies = ctx.pick("heterogeneity_policies", policies, PAPER_POLICIES)
-runs = ctx.run(specs_grid(ctx, workloads=WORKLOADS, rates=ctx.rates, policies=policies),
-               save_as="06_heterogeneity_runs")
+specs = specs_grid(ctx, workloads=WORKLOADS, rates=ctx.rates, policies=policies)
+runs = ctx.run(specs, save_as="06_heterogeneity_runs")
 print(f"{len(runs)} runs, 2p4d, {ctx.n_requests} requests each, seeds {list(ctx.seeds)}; rates (req/s): "
       + ", ".join(f"{k} {v:.1f}" for k, v in ctx.rates.items()))
 
@@ -97,6 +97,18 @@ fig.suptitle(f"Fig. 3 (§V-C): policy x workload, 2p4d, mean over {F.traces_labe
              "paper's value in brackets", y=1.02)
 fig.tight_layout()
 ctx.save(fig, "06_fig3_heterogeneity")
+
+# %% [markdown]
+# **Why policies tie or separate: misses by cause.** Per workload and policy (mean over the first three traces,
+# the paper's protocol: their journals are simulated again): the share of
+# requests missing by cause (TTFT by SLO class, TPOT, both, failed), the P90 prefill time (queue and steps), the
+# P90 prefill delay (beyond the unloaded prefill) and decode wait (transfer and admission), the share preempted,
+# and the pool that held up the TTFT misses (`repro.experiment.misses`; all columns in `06_misses.csv`).
+
+# %%
+misses = ctx.write_results(nb.misses_table(ctx, specs), "06_misses")
+print(nb.misses_reading(misses))
+misses[list(nb.MISSES_SHOWN)].round(3)
 
 # %%
 ctx.write_headline(nb.heterogeneity_headline(tab, runs, ctx))

@@ -77,8 +77,9 @@ CATALOGUE: tuple[Mechanism, ...] = (
         "forward pass, shared by the batch); the rest is each request's own time outside the step loop (HTTP, "
         "tokenization and the response in the API server process, the proxy's hops), not shared and occupying "
         "no engine",
-        "vllm/v1/engine/async_llm.py AsyncLLM.generate and vllm/v1/engine/processor.py Processor.process_inputs "
-        "(tokenization in the API server process, per request), vllm/v1/engine/core.py EngineCore.step (one "
+        "vllm/entrypoints/openai/serving_engine.py OpenAIServing._tokenize_prompt_input_async (`vllm serve` "
+        "tokenizes each prompt in the API server process, on its event loop) and vllm/v1/engine/async_llm.py "
+        "AsyncLLM.generate (the request handed to the engine core), vllm/v1/engine/core.py EngineCore.step (one "
         "forward pass per step for the whole batch), vllm/v1/engine/output_processor.py (detokenization per "
         "request); the paper's decode step on the same engine is 0.013237 s (§VI), and a step's forward pass "
         f"reads the weights once ({WEIGHTS_READ_S * 1e3:.1f} ms at 696 GB/s): a 67-ms step over a short prompt "

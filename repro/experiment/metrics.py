@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -66,15 +66,37 @@ class AccountingError(RuntimeError):
     """Requests sent != completed + failed + rejected."""
 
 
-def good_mask(journal: pd.DataFrame, slo: SLOTargets) -> pd.Series:
-    """Boolean per request: completed and within both SLO targets of its class."""
+class SLOChecks(NamedTuple):
+    """The three tests of `good_mask`, per request (boolean arrays in the journal's row order), and the
+    targets they test against (seconds, by each request's SLO class)."""
+
+    completed: np.ndarray
+    """status ``ok``."""
+    ttft_ok: np.ndarray
+    """TTFT within its class's target (False where the journal has no TTFT)."""
+    tpot_ok: np.ndarray
+    """TPOT within its class's target (True where there is no TPOT: a 1-token request)."""
+    ttft_target_s: np.ndarray
+    """Each request's TTFT target: ``slo.ttft_tight_s``, times ``slo.loose_factor`` for a loose one."""
+
+
+def slo_checks(journal: pd.DataFrame, slo: SLOTargets) -> SLOChecks:
+    """Per request: completed, TTFT within target, TPOT within target (`SLOChecks`); a request is good when
+    all three hold (`good_mask`). The one place the SLO targets are applied to a journal."""
     tight = journal["slo_class"].astype(str) == "tight"
     factor = np.where(tight, 1.0, slo.loose_factor)
-    ttft_ok = journal["ttft_s"].to_numpy(dtype=float, na_value=np.nan) <= slo.ttft_tight_s * factor
+    ttft_target = slo.ttft_tight_s * factor
+    ttft_ok = journal["ttft_s"].to_numpy(dtype=float, na_value=np.nan) <= ttft_target
     tpot = journal["tpot_s"].to_numpy(dtype=float, na_value=np.nan)
     tpot_ok = np.isnan(tpot) | (tpot <= slo.tpot_tight_s * factor)
     ok = (journal["status"].astype(str) == "ok").to_numpy()
-    return pd.Series(ok & ttft_ok & tpot_ok, index=journal.index)
+    return SLOChecks(ok, ttft_ok, tpot_ok, ttft_target)
+
+
+def good_mask(journal: pd.DataFrame, slo: SLOTargets) -> pd.Series:
+    """Boolean per request: completed and within both SLO targets of its class (`slo_checks`)."""
+    c = slo_checks(journal, slo)
+    return pd.Series(c.completed & c.ttft_ok & c.tpot_ok, index=journal.index)
 
 
 def good_flags(journal: pd.DataFrame, slo: SLOTargets) -> np.ndarray:

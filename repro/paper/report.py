@@ -169,6 +169,27 @@ def conclusion_html(summary: pd.DataFrame) -> str:
     return f"<section id=conclusion>{MarkdownIt('commonmark').enable('table').render(text)}</section>"
 
 
+def misses_html(results_dir: Path) -> str:
+    """Notebook 06's misses by cause (``06_misses.csv``, `repro.paper.sections.heterogeneity.misses_table`) as a
+    compact table with its one-line reading per workload; "" when the run did not write it."""
+    from repro.paper.sections.heterogeneity import MISSES_SHOWN, misses_reading
+
+    path = results_dir / "06_misses.csv"
+    if not path.exists():
+        return ""
+    tab = pd.read_csv(path, keep_default_na=True)
+    cols = [c for c in MISSES_SHOWN if c in tab.columns]
+    head = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td class=num>{num(float(v), '.3f')}</td>" if pd.api.types.is_number(v)
+                                    else f"<td>{_text(v)}</td>" for v in r) + "</tr>"
+                   for r in tab[cols].itertuples(index=False, name=None))
+    reading = "".join(f"<li>{html.escape(line)}</li>" for line in misses_reading(tab).splitlines())
+    return ("<h3 id=misses>Why policies tie or separate: misses by cause</h3><p class=ctx>Fractions of the requests "
+            "sent, mean over the first three traces; P90 times in seconds; the bottleneck is the pool that held up "
+            "most TTFT misses "
+            f"(<code>repro.experiment.misses</code>).</p><ul>{reading}</ul><table class=misses>{head}{body}</table>")
+
+
 def figure_html(path: Path) -> str:
     """One figure, embedded (PNG as a data URI), captioned with its file name."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
@@ -243,6 +264,7 @@ def build_report(results_dir: str | Path, figures_dir: str | Path, *, title: str
         rows = summary[summary.notebook.astype(str).str.startswith(nn + "_")]
         body = verdict_table(rows) if len(rows) else "<p>(no headline numbers)</p>"
         body += "".join(figure_html(f) for f in by_nb.get(nn, []))
+        body += misses_html(results_dir) if nn == "06" else ""
         sections.append(f"<h2 id='nb{html.escape(nn)}'>{html.escape(names.get(nn, nn))}</h2>{body}")
     title = title or f"Calibrate, Then Route: reproduction report ({backend}, {scale})"
     from repro.validation.report import validation_section

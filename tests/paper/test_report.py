@@ -6,6 +6,7 @@ import re
 import subprocess
 
 import matplotlib
+import pandas as pd
 import pytest
 
 matplotlib.use("Agg")
@@ -63,6 +64,24 @@ def test_report_is_one_offline_page_with_every_row_and_figure(tmp_path):
     assert "size shown smaller" in page  # x_gap's reason
     assert "backend <b>sim</b>, scale <b>full</b>, commit <code>abc</code>" in page
     assert write_report(res, fig).read_text() == page  # deterministic: no clock time in it
+
+
+def test_report_shows_notebook_06s_misses_by_cause_when_written(tmp_path):
+    res, fig = _run_dirs(tmp_path, n_figures=3)  # a figure of 06 gives the page its section
+    assert "misses by cause" not in build_report(res, fig)  # no 06_misses.csv: no table
+    row = {"workload": "documents", "goodput": 0.83, "ttft_miss_tight": 0.17, "ttft_miss_loose": 0.0, "tpot_miss": 0.0,
+           "both_miss": 0.0, "failed": 0.0, "prefill_time_p90_s": 0.2, "prefill_delay_p90_s": 0.0875,
+           "decode_wait_p90_s": 0.026, "preempted": 0.0, "bottleneck": "prefill", "seeds": 2, "requests": 2000}
+    pd.DataFrame([{**row, "policy": p} for p in ("round_robin", "least_loaded")]).to_csv(res / "06_misses.csv",
+                                                                                         index=False)
+    page = build_report(res, fig)
+    start = page.index("id='nb06'")
+    section = page[start:page.find("<h2", start)]
+    assert "Why policies tie or separate: misses by cause" in section
+    assert "<th>ttft_miss_tight</th>" in section and "<td class=num>0.170</td>" in section
+    assert "<td>prefill</td>" in section and "<th>requests</th>" not in section  # the compact columns only
+    assert ("documents: 17.0 % of requests missed, all tight-class TTFT misses; bottleneck prefill under every "
+            "policy; nothing preempted; round_robin and least_loaded give identical numbers") in section
 
 
 def test_report_refuses_a_missing_or_old_summary(tmp_path):
