@@ -43,7 +43,9 @@ FIELDS: tuple[Field, ...] = (
     Field("status", "string", "", "ok | failed | rejected"),
     Field("reason", "string", "", "why it failed or was rejected (null if ok)"),
     Field("arrival_s", "float64", "s", "arrival at the router"),
-    Field("prefill_start_s", "float64", "s", "prefill request sent (sim: prefill began)"),
+    Field("prefill_start_s", "float64", "s",
+          "prefill request sent (sim: the arrival, placement being instant; the engine queue lies inside "
+          "prefill_end_s - prefill_start_s)"),
     Field("prefill_end_s", "float64", "s", "prefill answered"),
     Field("decode_start_s", "float64", "s", "decode request sent"),
     Field("decode_started_s", "float64", "s",
