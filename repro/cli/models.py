@@ -110,6 +110,10 @@ def models_cli(
                 g0 = time.monotonic()
                 gp = separation.GapProblem(mechs, profile)
                 hist = separation.search(gp, executor=ex, journal=folder / "gap-search.jsonl")
+                import pandas as pd
+
+                known = separation.confirm_known(gp)  # the widest vectors found outside this search
+                hist = pd.concat([hist.assign(origin="search"), known], ignore_index=True) if len(known) else hist
                 hist.to_csv(folder / "gap_search.csv", index=False)
                 summ = separation.summary(hist)
                 summ["wall_s"] = round(time.monotonic() - g0)

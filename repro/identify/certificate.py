@@ -96,5 +96,5 @@ def note_for(key: str, sets: Sequence[ConflictSet] | None = None) -> str:
         if base in s.rows:
             facts = "; ".join(f"{f.text} ({f.section})" for f in s.facts)
             return (f"it rests on facts no model of our mechanism catalogue satisfies together ({facts}): see "
-                    "docs/IDENTIFY.md, 'A certificate'")
+                    "docs/IDENTIFY.md, 'The documents facts'")
     return ""

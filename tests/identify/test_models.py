@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from repro.identify import certificate
@@ -94,3 +95,35 @@ def test_a_rerun_of_repro_models_finds_the_shipped_journals():
         problem = Problem("a40-qwen2.5-3b", rows, (*PAPER_SPACE, *mechanism_space(mechs)), stated={"rate_mixed": 24.0},
                           mechanisms=tuple(m.name for m in mechs))
         assert (folder / f"search-{problem.fingerprint()}.jsonl").exists(), folder.name
+
+
+def test_the_shipped_documents_search_holds_the_known_vector_and_no_certificate():
+    """The richest model's shipped gap search carries the vector an independent queue found (re-checked on 30
+    traces): round-robin at 0.586, the load-aware floor +0.072 above it, so no certificate is shipped; the two
+    weaker models cannot express that vector (no step share), and confirm_known skips them."""
+    from repro.engine.mechanisms import resolve
+    from repro.identify import separation
+
+    rich = "vllm_budget+request_path+path_tail+shared_link+document_tail"
+    hist = pd.read_csv(SHIPPED / rich / "gap_search.csv")
+    known = hist[hist["origin"] == "known"]
+    assert len(known) == 1 and bool(known["feasible"].iloc[0])
+    assert known["gap"].iloc[0] >= separation.PAPER_FLOOR - separation.PAPER_RR - 2 * separation.SD * 2 ** 0.5
+    assert known["rr_ttft_p99_s"].iloc[0] > 2 * separation.PAPER_RR_TAIL_S  # the corner's cost: the tail fact
+    assert separation.summary(hist)["reaches_paper"]
+    assert certificate.load(SHIPPED / "certificate.json") == ()
+    assert certificate.note_for("fig3_worst_loadaware_minus_rr_documents") == ""
+    assert separation.confirm_known(separation.GapProblem(resolve(["request_path", "path_tail"]),
+                                                          "a40-qwen2.5-3b")).empty
+
+
+@pytest.mark.slow
+def test_the_known_vector_opens_the_documents_gap_on_the_simulator():
+    from repro.engine.mechanisms import resolve
+    from repro.identify import separation
+
+    gp = separation.GapProblem(resolve(["vllm_budget", "request_path", "path_tail", "shared_link", "document_tail"]),
+                               "a40-qwen2.5-3b")
+    row = separation.confirm_known(gp).iloc[0]
+    assert abs(row["round_robin"] - separation.PAPER_RR) <= 2 * separation.SD
+    assert row["gap"] >= 0.068 and row["rr_ttft_p99_s"] > 2.0
