@@ -538,6 +538,36 @@ def describe(b: Bound) -> str:
     return "\n".join(lines)
 
 
+CORNER: dict[str, float] = {
+    "rate_documents": 27.24, "documents_median_tokens": 541.9, "documents_sigma": 1.318,
+    "prefill_per_token_s": 3.786e-05, "prefill_step_share": 0.1347, "d0_s": 0.01345,
+    "transfer_bandwidth_bytes_per_s": 2.549e10, "budget_8192": 0.09972}
+"""The widest confirmed vector of the default search (`bound`, seed 0): the corner the gap opens in."""
+EDGE_MOVES: dict[str, tuple[float, ...]] = {
+    "prefill_per_token_s": (3.786e-05, 4.7e-5, 5.7e-5, 7.6e-5),
+    "prefill_step_share": (0.1347, 0.2, 0.3, 0.5),
+    "d0_s": (0.01345, 0.02, 0.03, 0.045),
+    "documents_sigma": (1.318, 1.2, 1.0, 0.8)}
+"""From `CORNER`, each parameter that sits at (or near) a bound of its prior moved inward, one at a time."""
+
+
+def edge_table(corner: dict[str, float] = CORNER, moves: dict[str, Sequence[float]] = EDGE_MOVES, *,
+               n_requests: int = 2000, reps: int = 20, seed: int = 777) -> list[dict[str, float | str]]:
+    """How the gap at ``corner`` depends on where each prior ends: each parameter of ``moves`` set to each of its
+    values (the others at the corner), the rate re-tuned so round-robin is at 0.585 (`tune_rate`), the gap there.
+    A row whose round-robin stays away from 0.585 is infeasible at every rate of the box."""
+    out: list[dict[str, float | str]] = []
+    for name, values in moves.items():
+        for val in values:
+            v = {**corner, name: float(val)}
+            x = np.array([math.log10(v[d.name]) if d.log else v[d.name] for d in BOX])
+            r = tune_rate(x, n_requests, reps, seed)
+            out.append({"parameter": name, "value": float(val), "rate_documents": r["rate_documents"],
+                        "round_robin": r["round_robin"], "jsq_count": r["jsq_count"], "gap": r["gap"],
+                        "feasible": float(feasible(r["round_robin"]))})
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m repro.identify.queue_bound", description=__doc__.split("\n")[0])
     ap.add_argument("--budget", type=int, default=8000, help="vectors to simulate (default 8000: ~2 min on 2 cores)")
@@ -550,7 +580,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="processes")
     ap.add_argument("--key", choices=("gap", "gap_work"), default="gap", help="what the evolution maximises")
     ap.add_argument("--csv", default="", help="write every visited vector to this CSV")
+    ap.add_argument("--edges", action="store_true", help="the gap as each prior's edge moves inward (edge_table)")
     args = ap.parse_args(argv)
+    if args.edges:
+        print("| parameter | value | rate (RR at 0.585) | round-robin | jsq_count | gap |\n|---|---|---|---|---|---|")
+        for r in edge_table(n_requests=args.n_requests):
+            print(f"| {r['parameter']} | {r['value']:.4g} | {r['rate_documents']:.2f} | {r['round_robin']:.3f} | "
+                  f"{r['jsq_count']:.3f} | {r['gap']:+.3f}{'' if r['feasible'] else ' (infeasible)'} |")
+        return 0
     b = bound(budget=args.budget, seed=args.seed, n_requests=args.n_requests, reps=args.reps, workers=args.workers,
               key=args.key, service=args.service, top=args.top, confirm_reps=args.confirm_reps)
     print(describe(b))

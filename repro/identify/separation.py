@@ -132,8 +132,8 @@ KNOWN_VECTORS: tuple[dict[str, float], ...] = (
 (`confirm_known`): the corner an independent queue's search found (`repro.identify.queue_bound`, docs/IDENTIFY.md:
 the cheapest prefill, the least of the base inside the step, the widest documents' tail), its rate re-tuned for
 the simulator's round-robin."""
-CONFIRM_SEEDS = tuple(range(1, 31))
-"""The traces a known vector is confirmed on: a 30-trace mean's gap has an sd near 0.004 there."""
+CONFIRM_SEEDS = tuple(range(1, 61))
+"""The traces a known vector is confirmed on: its gap on two halves of 30 differed by 0.006 there."""
 
 
 def confirm_known(problem: GapProblem, vectors: Sequence[dict[str, float]] = KNOWN_VECTORS,

@@ -99,7 +99,7 @@ def test_a_rerun_of_repro_models_finds_the_shipped_journals():
 
 def test_the_shipped_documents_search_holds_the_known_vector_and_no_certificate():
     """The richest model's shipped gap search carries the vector an independent queue found (re-checked on 30
-    traces): round-robin at 0.586, the load-aware floor +0.072 above it, so no certificate is shipped; the two
+    traces): round-robin at 0.588, the load-aware floor +0.070 above it, so no certificate is shipped; the two
     weaker models cannot express that vector (no step share), and confirm_known skips them."""
     from repro.engine.mechanisms import resolve
     from repro.identify import separation

@@ -178,3 +178,12 @@ def test_the_queue_imports_no_simulator():
             "print([m for m in sys.modules if m.startswith(('repro.sim', 'repro.routing', 'repro.engine'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_edge_table_retunes_round_robin_and_names_an_unreachable_point():
+    from repro.identify import queue_bound as q
+
+    rows = q.edge_table(moves={"documents_sigma": (1.318, 0.8)}, n_requests=1000, reps=3, seed=5)
+    near, narrow = rows
+    assert near["feasible"] and abs(near["round_robin"] - q.PAPER_RR) < 1e-3 and near["gap"] > 0.02
+    assert not narrow["feasible"] and narrow["round_robin"] > q.PAPER_RR + 0.1  # no rate brings it down
