@@ -193,7 +193,7 @@ MACHINE_DRIFT = Mechanism(
     "saturation search, read off its own probes below the collapse (the training trace runs only after it). "
     "Variant drift-engines scales the engines alone (by each run's median TPOT over its twin's). No "
     "parameter is fitted on a judged run",
-    "this machine (docs/VALIDATION.md): on the AMD EPYC of session 28 the training trace measured a median TPOT of "
+    "this machine (docs/VALIDATION.md): on an AMD EPYC (2026-12-05) the training trace measured a median TPOT of "
     "11.5, 15.7 and 15.5 ms at +0, +22 and +42 min, and the simulator fitted on the runs of the first minutes was "
     "13-25 % fast on the judged runs that came after; a calibration measures the engines at one moment. On the "
     "EPYC of 2026-12-05 the serving path's fitted costs moved about x 3 between two validations (the admission's "

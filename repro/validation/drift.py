@@ -2,7 +2,7 @@
 `repro.engine.mechanisms.MACHINE_DRIFT`).
 
 A validation on a shared machine runs for an hour; the machine's speed moves under it (a CPU's clock, a
-neighbour on the host): on the AMD EPYC of session 28 the training trace, replayed before the judged runs,
+neighbour on the host): on an AMD EPYC (2026-12-05) the training trace, replayed before the judged runs,
 between the passes and after them, measured a median TPOT of 11.5, 15.7 and 15.5 ms (x 1.36 within 22 min),
 and the simulator fitted on the runs at its start (the training run and the probes, all in its first minutes)
 was 13-25 % fast on the judged runs that came after (docs/VALIDATION.md).
@@ -14,7 +14,7 @@ constant beyond the first and last runs): the whole machine scaled by it (`at_sp
 prefill and decode alike, and the serving path's costs measured in CPU time by ``shared_host`` (its CPU per
 request, token, step and idle second, the decode API server's admission and the prefill hop), the event loops of
 the API servers and the proxy running on the same cores as the engines. Variant ``drift-engines`` scales the
-engines alone (session 31's mechanism: on the EPYC of 2026-12-05 its saturation was 26 % below the live one's,
+engines alone (the mechanism's first form: on the EPYC of 2026-12-05 its saturation was 26 % below the live one's,
 while the serving path's fitted costs had moved about x 3 between two validations and the engines x 1.0-1.4).
 Nothing of a judged run goes into it. Units: seconds, Unix seconds for moments.
 """
@@ -215,7 +215,7 @@ def search_factor(fit: SpeedFit, key: str = "factor") -> float:
 
 
 def _factor(point: SpeedPoint, key: str) -> float:
-    """A point's ``key`` factor (a record written before session 32 has ``factor`` alone: the engines')."""
+    """A point's ``key`` factor (a record written by the mechanism's first form has ``factor`` alone: the engines')."""
     return float(point.get(key, point["factor"]))  # type: ignore[call-overload]
 
 

@@ -580,7 +580,7 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, progress: bool = Tru
                     _say(progress, f"validate: the machine's speed at the live saturation search (its probes "
                                    f"below the collapse, median TPOT over their twins'): x {at_search:.3f} ("
                                    + ", ".join(f"{p['label']}: x {p['factor']:.3f}" for p in found["points"]) + ")")
-            # the whole machine at its speed (the verdict), and its engines alone (session 31's mechanism, beside it)
+            # the whole machine at its speed (the verdict), and its engines alone (variant drift-engines, beside it)
             variants["drift-tracked"] = at_speed(variants[primary], at_search)
             variants["drift-engines"] = at_speed(variants[primary], engines_at_search, serving_path=False)
             primary = "drift-tracked"
