@@ -10,6 +10,7 @@ import pytest
 
 from repro.cluster.launchers import launch
 from repro.emulator.engine import _EARLY_WAKE_S
+from repro.engine.mechanisms import mechanisms_off
 from repro.engine.profile import load_profile
 from repro.errors import ConfigError
 from repro.live.calibration_bench import (
@@ -77,7 +78,7 @@ def test_recovers_the_profile_within_10_percent(tmp_path):
 
 
 def test_fit_from_synthetic_samples_and_client_fallback():
-    phys = load_profile().physics
+    phys = mechanisms_off(load_profile().physics)  # the linear prefill the fit's model is
     rows = []
     for L in (100, 1000, 4000):
         for rnd in range(3):
@@ -128,7 +129,9 @@ def test_cli_brings_up_the_cluster_prints_fitted_vs_profile_and_writes(tmp_path)
     app.command("calibrate")(calibrate_cli)
     app.command("other")(lambda: None)
     out = tmp_path / "c.json"
-    res = CliRunner().invoke(app, ["calibrate", "--cluster", "1p1d", "--time-scale", "20", "--budget", "15",
+    # the estimated profile: no serving path outside the engines, so the engines' prefill is the stated base
+    res = CliRunner().invoke(app, ["calibrate", "--cluster", "1p1d", "--profile", "a40-qwen2.5-3b",
+                                   "--time-scale", "20", "--budget", "15",
                                    "--out", str(out), "--concurrency", "1,2", "--decode-tokens", "160",
                                    "--no-transfer"])
     assert res.exit_code == 0, res.output

@@ -72,8 +72,10 @@ def test_overrides_are_for_the_simulator_only():
 
 
 def test_the_simulated_prefill_and_transfer_times_are_the_overridden_ones():
-    base = RunSpec.from_flat(**BASE)
-    fast = base.replace(physics=FAST)
+    # the serving path's queue and tail off: each prefill leg is then its own request's time exactly
+    quiet = {"api_queue_s": 0.0, "api_queue_per_token_s": 0.0, "serving_path_sigma": 0.0}
+    base = RunSpec.from_flat(**BASE, physics=quiet)
+    fast = base.replace(physics={**quiet, **FAST})
     jb, jf = simulate_spec(base), simulate_spec(fast)
     ph_b, ph_f = engine_pools(base)[1][0], engine_pools(fast)[1][0]
     assert ph_f.prefill_per_token_s == FAST["prefill_per_token_s"]

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from repro.engine.mechanisms import mechanisms_off
 from repro.engine.profile import load_profile
 from repro.experiment.journal import write_frame
 from repro.routing.cost_model import CostModel
@@ -85,15 +86,16 @@ def test_same_inputs_give_byte_identical_journals(tmp_path):
 def test_lone_request_timing_matches_the_physics_exactly():
     L, o = 500, 100
     df = synthetic_trace(1, 1.0, L, o)
-    _, j = simulate(df, p=1, d=1)
+    base = mechanisms_off(PHYS)  # the engine model without the catalogue's mechanisms
+    _, j = simulate(df, p=1, d=1, phys=base)
     r = j.iloc[0]
-    prefill = PHYS.prefill_time_s(L)
-    xfer = PHYS.transfer_time_s(L)
+    prefill = base.prefill_time_s(L)
+    xfer = base.transfer_time_s(L)
     assert r.prefill_end_s - r.arrival_s == pytest.approx(prefill)
     # first token: transfer, then one decode step over the prompt's context
-    assert r.ttft_s == pytest.approx(prefill + xfer + PHYS.decode_step_s(1, L))
+    assert r.ttft_s == pytest.approx(prefill + xfer + base.decode_step_s(1, L))
     # every later step reads one more context token
-    steps = sum(PHYS.decode_step_s(1, L + k) for k in range(1, o))
+    steps = sum(base.decode_step_s(1, L + k) for k in range(1, o))
     assert r.tpot_s == pytest.approx(steps / (o - 1))
 
 
@@ -113,8 +115,8 @@ def test_tpot_grows_with_batch_size_as_the_profile_says():
 def test_serial_prefill_matches_md1_queue():
     """Serial service, Poisson arrivals, equal prompts: the prefill wait is M/D/1 (Pollaczek-Khinchine)."""
     L = 1000
-    phys = PHYS.with_overrides(decode_base_s=1e-6, decode_per_seq_s=0.0, hbm_bandwidth_bytes_per_s=1e18,
-                               transfer_latency_s=0.0)
+    phys = mechanisms_off(PHYS).with_overrides(decode_base_s=1e-6, decode_per_seq_s=0.0,
+                                               hbm_bandwidth_bytes_per_s=1e18, transfer_latency_s=0.0)
     D = phys.prefill_time_s(L)
     rho = 0.7
     df = synthetic_trace(40000, rho / D, L, 1, seed=11)

@@ -13,9 +13,15 @@ from rich.console import Console
 from repro.engine.mechanisms import CATALOGUE as MECHANISMS
 from repro.errors import ConfigError
 
-DEFAULT_MODELS = ("base", "request_path+path_tail", "vllm_budget+request_path+path_tail+shared_link+document_tail")
+DEFAULT_MODELS = ("base", "request_path+path_tail", "vllm_budget+request_path+path_tail+shared_link+document_tail",
+                  "vllm_budget+request_path+shared_link+api_queue+vllm_scheduler+resume_cache+first_token_path"
+                  "+attention_context+document_tail",
+                  "vllm_budget+request_path+path_tail+shared_link+api_queue+vllm_scheduler+resume_cache"
+                  "+first_token_path+attention_context+document_tail")
 """The models `repro models` fits by default (those shipped in data/identify/models): the base model, the
-serving path that Fig. 5's and the chat numbers bear on, and the whole catalogue."""
+serving path that Fig. 5's and the chat numbers bear on, the serving path with a budget, shared links and the
+documents' tail, the engine as vLLM's source runs it (its serving path a queue, not a random tail), and the whole
+catalogue."""
 OUT = "data/identify/models"
 TARGETS = "data/identify/paper_baselines.csv"
 PREDICTIONS = "data/identify/paper_predictions.csv"
@@ -39,6 +45,13 @@ def models_cli(
     refresh_predictions: bool = typer.Option(False, "--refresh-predictions/--keep-predictions",
                                              help="simulate the predictions again even where a model's folder "
                                                   "holds them (predictions.csv)"),
+    aimed_evals: int = typer.Option(0, "--aimed-evals", min=0, max=100000,
+                                    help="also run the search aimed at the documents gap (every vector at the rate "
+                                         "where round-robin holds 0.585) on each model until it has this many "
+                                         "feasible vectors; journaled, it resumes (0: none)"),
+    aimed_models: str = typer.Option("", "--aimed-models",
+                                     help="comma-separated models (of --models) the aimed search runs on (default: "
+                                          "every one)"),
     report_only: bool = typer.Option(False, "--report-only",
                                      help="search nothing: score the models' folders as their searches left them "
                                           "(each with its own budget, in its fit.json) and write the table"),
@@ -62,6 +75,9 @@ def models_cli(
     specs = [m.strip() for m in models.split(",") if m.strip()]
     if not specs:
         raise ConfigError("models: --models names no model")
+    aimed_on = [m.strip() for m in aimed_models.split(",") if m.strip()] or specs
+    if set(aimed_on) - set(specs):
+        raise ConfigError(f"models: --aimed-models names {sorted(set(aimed_on) - set(specs))}, not in --models")
     out = user_path(out_dir, default=OUT)
     console = Console()
     kind, env_jobs, address = settings_from_env()
@@ -84,6 +100,8 @@ def models_cli(
             if report_only:
                 sc, summ = _from_folder(folder, rows, len(space), problem.model)
                 scores.append(sc)
+                if aimed_evals and spec in aimed_on:
+                    summ = _aimed(folder, mechs, profile, ex, aimed_evals, console)
                 if summ is not None:
                     gaps.append(summ)
                 continue
@@ -118,6 +136,8 @@ def models_cli(
                 summ = separation.summary(hist)
                 summ["wall_s"] = round(time.monotonic() - g0)
                 (folder / "gap_summary.json").write_text(json.dumps(summ, indent=2, default=str) + "\n")
+                if aimed_evals and spec in aimed_on:
+                    summ = _aimed(folder, mechs, profile, ex, aimed_evals, console)
                 gaps.append(summ)
                 console.print(f"  widest documents gap with round-robin at 0.585 +- 0.03: {summ['widest_gap']:+.3f} "
                               f"({summ['feasible']} of {summ['vectors']} vectors feasible)")
@@ -135,7 +155,7 @@ def models_cli(
         path = certificate.write([cert] if cert else [], out / "certificate.json")
         console.print(f"certificate: {'the documents facts, no model satisfies them together' if cert else 'none'}"
                       f" ({path})")
-    if str(predictions):
+    if str(predictions) not in ("", "."):  # '' (typer reads it as the path '.'): none
         pred_rows = tuple(load_targets(user_path(predictions, default=PREDICTIONS)))
         ex = make_executor("ray" if ray_address else (executor or kind), jobs or env_jobs, ray_address or address)
         try:
@@ -154,6 +174,36 @@ def models_cli(
         "chosen_by_cv": str(tab.iloc[0]["model"])}, indent=2) + "\n")
     console.print(tab[["model", "k", "chi2_per_dof", "aic", "bic", "cv_chi2", "docs_gap", "akaike_weight",
                        "cv_weight"]].to_string(index=False))
+
+
+def _aimed(folder: Path, mechs, profile: str, ex, evals: int, console: Console):  # type: ignore[no-untyped-def]
+    """Run (or resume) the aimed gap search on a model's folder, seeded with the known vectors and its own search's
+    five widest; write ``aimed_search.csv`` and return the model's gap summary over all its searches (also written
+    to ``gap_summary.json``)."""
+    import pandas as pd
+
+    from repro.identify import separation
+
+    gp = separation.GapProblem(mechs, profile)
+    hist_path = folder / "gap_search.csv"
+    before = pd.read_csv(hist_path) if hist_path.exists() else pd.DataFrame()
+    seeds = [*separation.KNOWN_VECTORS, *separation.best_feasible(before, separation.aimed_space(gp))]
+    t0 = time.monotonic()
+    aimed = separation.aimed_search(gp, executor=ex, feasible_target=evals, journal=folder / "aimed-search.jsonl",
+                                    seeds=seeds)
+    aimed.to_csv(folder / "aimed_search.csv", index=False)
+    summ = separation.summary(pd.concat([before, aimed], ignore_index=True) if len(before) else aimed)
+    summ["aimed_vectors"] = len(aimed)
+    summ["aimed_feasible"] = int(aimed["feasible"].sum())
+    feas = aimed[aimed["feasible"]]
+    summ["aimed_widest_gap"] = float(feas["gap"].max()) if len(feas) else float("nan")
+    summ["aimed_wall_s"] = round(time.monotonic() - t0)
+    old = json.loads((folder / "gap_summary.json").read_text()) if (folder / "gap_summary.json").exists() else {}
+    summ["wall_s"] = old.get("wall_s")
+    (folder / "gap_summary.json").write_text(json.dumps(summ, indent=2, default=str) + "\n")
+    console.print(f"  aimed search: {summ['aimed_feasible']} feasible of {summ['aimed_vectors']} vectors, widest gap "
+                  f"{summ['aimed_widest_gap']:+.3f}; over every search {summ['widest_gap']:+.3f}")
+    return summ
 
 
 def _from_folder(folder: Path, rows, k: int, model: str):  # type: ignore[no-untyped-def]

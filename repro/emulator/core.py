@@ -281,12 +281,15 @@ class EngineCore:
         ptok = 0
         n_one = 0
         ctx = self.dec_ctx
+        pairs = 0
         for seq, chunk in items:
             if chunk == 1:
                 n_one += 1
                 ctx += seq.T
             else:
                 ptok += chunk
+                if p.prefill_ctx_s:  # mechanism attention_context: the chunk attends over its prompt's earlier tokens
+                    pairs += p.attention_pairs(seq.computed, chunk)
         n = n_dec + n_one
         if ptok and n:
             t = p.prefill_time_s(ptok) + p.decode_step_s(n, ctx) - p.decode_base_s
@@ -294,6 +297,8 @@ class EngineCore:
             t = p.prefill_time_s(ptok)
         else:
             t = p.decode_step_s(n, ctx)
+        if pairs:
+            t += p.prefill_ctx_s * pairs
         return Plan(items, n_dec, n_one, ptok, ctx, t * self.slow_factor, now, pulls)
 
     def complete(self, plan: Plan, t_end: float) -> None:

@@ -36,6 +36,7 @@ from repro.emulator.faults import Faults
 from repro.emulator.http import RawClient
 from repro.emulator.seq import PULLING, Seq
 from repro.emulator.vllm_metrics import EngineMetrics
+from repro.engine.links import Links
 from repro.engine.physics import Physics
 from repro.engine.profile import load_profile
 from repro.errors import ConfigError
@@ -128,7 +129,13 @@ class AsyncEngine:
         self.cfg = cfg
         self.physics = physics or cfg.physics()
         self.K = float(cfg.time_scale)
-        self.link_free_s = 0.0  # mechanism shared_link: when this engine's KV link is next free (physics s)
+        # mechanism shared_link: the pulls whose bytes share this engine's incoming link (repro.engine.links.Links: one
+        # source here, the prefill engines' own outgoing links are theirs), each pull's completion, the next wake-up
+        self.links = Links(1, 1)
+        self.api_lock = asyncio.Lock()  # mechanism api_queue: the API server serves one request at a time
+        self._link_waiters: dict[int, asyncio.Future[None]] = {}
+        self._link_timer: asyncio.TimerHandle | None = None
+        self._link_ids = 0
         self.faults = Faults.parse(cfg.faults)
         self.model_name = cfg.served_model_name or self.physics.model
         self.engine_id = cfg.engine_id
@@ -342,16 +349,50 @@ class AsyncEngine:
 
     # ---- P/D: decode side --------------------------------------------------------------------
     def _pull_duration_s(self, tokens: int) -> float:
-        """A KV pull's duration (physics s) from now: with mechanism ``shared_link`` it waits for the
-        pulls before it to be through this engine's link (FCFS), as the simulator's."""
+        """A KV pull's duration (physics s) from now, as the prefill engine is told it (it holds the blocks that
+        long): with mechanism ``shared_link`` the estimate at the current share of the link (the pulls in flight
+        and this one); the decode side itself waits for its bytes as they move (`_shared_pull`)."""
         ph = self.physics
         if not ph.transfer_link_shared:
             return ph.transfer_time_s(tokens)
-        now = self.now()
-        start = max(now, self.link_free_s)
         wire = tokens * ph.kv_bytes_per_token / ph.transfer_bandwidth_bytes_per_s
-        self.link_free_s = start + wire
-        return start - now + ph.transfer_latency_s + wire
+        return ph.transfer_latency_s + wire * (len(self.links.left) + 1)
+
+    async def _shared_pull(self, tokens: int) -> None:
+        """Mechanism ``shared_link``: wait out a pull's setup, then until its bytes are through this engine's link,
+        shared equally with every pull in flight (rates recomputed as pulls start and end, as the simulator's)."""
+        ph = self.physics
+        await asyncio.sleep(ph.transfer_latency_s / self.K)
+        self._link_ids += 1
+        rid = self._link_ids
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._link_waiters[rid] = fut
+        self.links.add(rid, float(tokens * ph.kv_bytes_per_token), 0, 0, ph.transfer_bandwidth_bytes_per_s,
+                       self.now())
+        self._link_kick()
+        try:
+            await fut
+        finally:
+            if rid in self.links.left:  # cancelled: its bytes stop moving
+                self.links.remove(rid, self.now())
+                self._link_waiters.pop(rid, None)
+                self._link_kick()
+
+    def _link_kick(self) -> None:
+        if self._link_timer is not None:
+            self._link_timer.cancel()
+            self._link_timer = None
+        wait = self.links.reschedule()
+        if self.links.first >= 0:
+            self._link_timer = asyncio.get_running_loop().call_later(wait / self.K, self._link_fire)
+
+    def _link_fire(self) -> None:
+        self._link_timer = None
+        for rid in self.links.done(self.now()):
+            fut = self._link_waiters.pop(rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        self._link_kick()
 
     async def _pull(self, seq: Seq) -> None:
         params = seq.info["remote"]
@@ -378,7 +419,9 @@ class AsyncEngine:
             else:
                 status, _ = await asyncio.wait_for(self._client.post_json(url, body), self.pull_timeout_s)
             ok = status == 200
-            if ok:
+            if ok and self.physics.transfer_link_shared:
+                await self._shared_pull(seq.transfer_tokens)
+            elif ok:
                 rest = done_at - time.monotonic()
                 if rest > 0:
                     await asyncio.sleep(rest)

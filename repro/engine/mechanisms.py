@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from repro.engine.physics import HOST_PARAMETERS
+from repro.engine.physics import HOST_PARAMETERS, Physics
 from repro.errors import ConfigError
 
 
@@ -98,12 +98,73 @@ CATALOGUE: tuple[Mechanism, ...] = (
                    "from none to a path whose p99 is ~10x its median", off=0.0),),
         requires=("request_path",)),
     Mechanism(
-        "shared_link", "KV pulls that share a decode engine's link",
-        "a decode engine pulls one prompt's KV at a time (FCFS by admission): concurrent NIXL reads into one "
-        "GPU queue behind each other's bytes",
+        "shared_link", "KV pulls that share the links at both ends",
+        "concurrent pulls move their bytes together: each at the link's bandwidth divided by the pulls in flight at "
+        "the busier of its two ends (the prefill engine's outgoing link, the decode engine's incoming one), "
+        "recomputed whenever a pull starts or ends (`repro.engine.links`); a pair's first pull would wait for its "
+        "handshake (`transfer_handshake_s`), which the paper's harness pays before measuring (§IV: 'warmup of every "
+        "prefill x decode pair'), so it stays 0 here",
         "vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py NixlConnectorWorker.start_load_kv -> "
-        "_read_blocks (one NIXL READ per request, all into the decode GPU over its one PCIe Gen4 x16 link)",
+        "_read_blocks_for_req / _read_blocks (every READ posted at once, none waiting for another) and "
+        "_pop_done_transfers (all polled each step); NixlConnectorWorker._background_nixl_handshake (one handshake "
+        "per remote engine, the requests that need it wait on the same future); one PCIe Gen4 x16 link per A40",
         fixed_physics={"transfer_link_shared": 1}),
+    Mechanism(
+        "api_queue", "A prefill API server that serves one request at a time",
+        "each request waits in its prefill engine's API server, first come first served, for `api_queue_s` plus "
+        "`api_queue_per_token_s` per prompt token before its prompt reaches the engine: the delay is a queue that "
+        "grows with load (under `path_tail` it is an independent draw); `api_queue_s` is part of the stated base "
+        "(taken out of the serving path after the prefill), the per-token part is not",
+        "vllm/entrypoints/openai/serving_engine.py OpenAIServing.__init__ (`_tokenizer_executor = "
+        "ThreadPoolExecutor(max_workers=1)`: every prompt of the server is tokenized by one thread, "
+        "_tokenize_prompt_input_async) and vllm/entrypoints/openai/api_server.py (one asyncio event loop per API "
+        "server for every request's HTTP and AsyncLLM.add_request); on the CPU engines the same loop's time grew "
+        "with load (mechanisms stream_admission and prefill_hop, docs/VALIDATION.md)",
+        free=(Prior("api_queue_s", "physics", 0.0, 0.02, "s", "none to 20 ms of loop time per request (HTTP "
+                    "parsing, the request's objects, the hand-off to the engine core)", off=0.0),
+              Prior("api_queue_per_token_s", "physics", 0.0, 2e-5, "s/token", "none to 20 us/token (a Rust "
+                    "tokenizer's 0.1 us/token with Python's overhead)", off=0.0)),
+        requires=("request_path",)),
+    Mechanism(
+        "vllm_scheduler", "The decode engine's scheduler as vLLM's",
+        "a request whose KV is being pulled holds its blocks but is not running: it takes no sequence slot and is "
+        "never preempted (the most recently scheduled running request is); a step that preempted admits nobody "
+        "and lets no pulled request join. Off: the most recently admitted request's pull is cancelled first",
+        "vllm/v1/core/sched/scheduler.py Scheduler.schedule: RUNNING requests first, `self.running.pop()` preempted "
+        "when allocate_slots fails (_preempt_request); WAITING requests only `if not preempted_reqs`; a request "
+        "in WAITING_FOR_REMOTE_KVS stays in `self.waiting` (skipped until _update_waiting_for_remote_kv) and the "
+        "running limit counts `self.running` alone",
+        fixed_physics={"decode_scheduler_vllm": 1}),
+    Mechanism(
+        "resume_cache", "A preempted request resumes from the blocks still cached",
+        "on resume a preempted request recomputes only the part of its context whose blocks were allocated to "
+        "others since (its last blocks first); the full blocks left are prefix-cache hits. Off: the whole "
+        "context is recomputed",
+        "vllm/v1/core/block_pool.py BlockPool.free_blocks (freed blocks go to the free queue's tail, a request's "
+        "last block first, keeping their hashes until allocated again), vllm/v1/core/kv_cache_manager.py "
+        "KVCacheManager.get_computed_blocks (a resumed request, num_computed_tokens 0, looks its blocks up); "
+        "prefix caching is on by default in vLLM's V1 engine",
+        fixed_physics={"resume_prefix_cache": 1}),
+    Mechanism(
+        "first_token_path", "The stated base as the client's TTFT intercept",
+        "the stated prefill base (0.0667 s) is the intercept of the TTFT a client measures through the "
+        "disaggregated path, so the part the simulator already simulates on the decode side (one pull's setup and "
+        "one decode step of a lone sequence: 14 ms with the A40 profile's estimates) is taken out of the prefill "
+        "side's base; off: the base is the prefill side's alone",
+        "the paper §III-B: 'a five-minute benchmark of the target cluster (prefill latency curve, ...) sets "
+        "tau_pre', §IV: TTFT measured per request at the client; §VI: 'prefill base 0.005 -> 0.0667 s' fitted "
+        "to the measured A40. A short prompt's forward pass is one weights read, "
+        f"{WEIGHTS_READ_S * 1e3:.1f} ms, so most of the base lies outside the prefill step either way",
+        fixed_physics={"base_counts_first_token": 1}),
+    Mechanism(
+        "attention_context", "Prefill attention over a prompt's earlier chunks",
+        "a prefill chunk's attention grows with the tokens of its prompt before it: a chunk of k tokens after c "
+        "done adds `prefill_ctx_s` x (k c + k (k + 1) / 2) seconds to its step",
+        "vllm/v1/attention/backends/flash_attn.py FlashAttentionImpl.forward (causal attention of the chunk's "
+        "queries over the cached keys of its prompt); Qwen2.5-3B: 36 layers x 16 heads x 128 dims x 2 (QK^T and "
+        "AV) x 2 FLOPs = 0.29 MFLOP per token pair, at 30 to 150 TFLOP/s on an A40 (bf16 tensor-core peak 150)",
+        free=(Prior("prefill_ctx_s", "physics", 2.0e-9, 1.0e-8, "s per token pair",
+                    "0.29 MFLOP per pair at the A40's 150 TFLOP/s peak to a fifth of it", log=True),)),
     Mechanism(
         "document_tail", "Documents with a long tail",
         "the documents' prompt lengths spread wider (`documents_sigma` freed): a long prompt, chunked by the "
@@ -116,7 +177,9 @@ CATALOGUE: tuple[Mechanism, ...] = (
 )
 """Every mechanism `repro identify --mechanisms` may name. Present in every model (not switchable, listed in
 docs/IDENTIFY.md): continuous batching in both stages, chunked prefill, the decode step's KV read per context
-token, recompute preemption."""
+token, recompute preemption, and decode admission that allocates a request's whole prompt and stops at the first
+request that does not fit (head-of-line blocking: vllm/v1/core/sched/scheduler.py Scheduler.schedule, `if
+new_blocks is None: break`, after KVCacheManager.allocate_slots for the external tokens)."""
 
 SHARED_HOST = Mechanism(
     "shared_host", "Engines that share one machine's cores with the serving path",
@@ -202,7 +265,9 @@ MACHINE_DRIFT = Mechanism(
 """Not in `CATALOGUE` either (see `SHARED_HOST`): it has no `Physics` field, it chooses the physics of each run."""
 
 UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared",
-                                          *HOST_PARAMETERS)
+                                          "transfer_handshake_s", "api_queue_s", "api_queue_per_token_s",
+                                          "decode_scheduler_vllm", "resume_prefix_cache", "base_counts_first_token",
+                                          "prefill_ctx_s", *HOST_PARAMETERS)
 """Physics switches a calibration cannot see (it times whole requests): the router's constants stay."""
 
 BY_NAME: dict[str, Mechanism] = {m.name: m for m in CATALOGUE}
@@ -247,3 +312,36 @@ def path_factors(ids: list[str], arrivals: list[float], sigma: float) -> list[fl
         u = (zlib.crc32(f"{rid}@{at!r}".encode()) + 0.5) / 4294967296.0
         out.append(math.exp(sigma * dist.inv_cdf(u) - 0.5 * sigma * sigma))
     return out
+
+
+def catalogue_table(mechs: Sequence[Mechanism] = CATALOGUE) -> str:
+    """The catalogue as the Markdown table docs/IDENTIFY.md prints (a test keeps the two the same): each
+    mechanism's name, what it models, its switch or freed parameters with their priors, and its source."""
+    def switch(m: Mechanism) -> str:
+        parts = [f"`{k}` = {v:g}" for k, v in {**m.fixed_physics, **m.fixed_workloads}.items()]
+        parts += [f"`{f.name}` [{f.lo:.3g}, {f.hi:.3g}] {f.unit}" for f in m.free]
+        return "; ".join(parts)
+
+    lines = ["| mechanism | what it models | switch / freed parameter [prior] | source |", "|---|---|---|---|"]
+    for m in mechs:
+        lines.append(f"| `{m.name}` | {m.title}: {m.models} | {switch(m)} | {m.source} |")
+    return "\n".join(lines)
+
+
+def mechanisms_off(phys: Physics, mechs: Sequence[Mechanism] = CATALOGUE) -> Physics:
+    """``phys`` with the switches and freed parameters of ``mechs`` at the values that leave the model as without
+    them (a switch at its field's default, a freed parameter at its ``off`` value or its field's default); the
+    token budget (`vllm_budget`) stays the profile's. The base physics a test of the engine model compares with."""
+    from dataclasses import fields as dc_fields
+    from dataclasses import replace
+
+    defaults = {f.name: f.default for f in dc_fields(Physics)}
+    changes: dict[str, float] = {}
+    for m in mechs:
+        for name in m.fixed_physics:
+            if name != "max_num_batched_tokens":
+                changes[name] = defaults[name]
+        for f in m.free:
+            if f.kind == "physics":
+                changes[f.name] = f.off if f.off is not None else defaults[f.name]
+    return replace(phys, **changes)

@@ -88,8 +88,37 @@ class Physics:
     """Mechanism ``path_tail``: the per-request serving path is lognormal with this sigma (mean
     ``serving_path_s``; a request's draw is a fixed function of its id). 0: every request's the same."""
     transfer_link_shared: int = 0
-    """Mechanism ``shared_link``: 1 = a decode engine pulls one KV cache at a time over its link (NIXL
-    reads into one engine queue FCFS behind each other's bytes); 0: concurrent pulls do not interact."""
+    """Mechanism ``shared_link``: 1 = concurrent KV pulls share the links at both ends (NIXL posts every READ at
+    once: a pull's bytes move at ``transfer_bandwidth_bytes_per_s`` divided by the pulls in flight at the busier of
+    its prefill engine's outgoing and its decode engine's incoming link); 0: concurrent pulls do not interact."""
+    transfer_handshake_s: float = 0.0
+    """Mechanism ``shared_link``: the first pull between a prefill and a decode engine waits this long for the
+    pair's NIXL handshake (s); every pull of the pair that starts before it is done waits for the same one. 0 (the
+    default): the pairs were warmed up before the run (the paper's harness does, §IV)."""
+    api_queue_s: float = 0.0
+    """Mechanism ``api_queue``: each request spends this long (s) in its prefill engine's API server before its
+    prompt reaches the engine, served one at a time first come, first served (the server's one tokenizer thread
+    and its event loop): under load it queues. 0 (the default, with ``api_queue_per_token_s``): off."""
+    api_queue_per_token_s: float = 0.0
+    """``api_queue``: the API server's time per prompt token (tokenization; s/token)."""
+    decode_scheduler_vllm: int = 0
+    """Mechanism ``vllm_scheduler``: 1 = a decode engine schedules as vLLM's ``Scheduler.schedule``: a request
+    whose KV is still being pulled holds its blocks but is neither running (it takes no sequence slot) nor ever
+    preempted; a step that preempted admits nobody and lets no pulled request join. 0: the in-flight pull of the
+    most recently admitted request is cancelled first, and admissions go on after a preemption."""
+    resume_prefix_cache: int = 0
+    """Mechanism ``resume_cache``: 1 = a preempted request's freed blocks stay cached until the engine allocates
+    them again (vLLM's prefix cache: ``BlockPool.free_blocks`` puts them at the free queue's tail, its last block
+    first), so on resume it recomputes only the evicted part; 0: the whole context is recomputed."""
+    base_counts_first_token: int = 0
+    """Mechanism ``first_token_path``: 1 = the stated ``prefill_base_s`` is the intercept of a client's TTFT
+    through the disaggregated path, so the part the simulator already simulates on the decode side (one pull's
+    setup and one decode step of a lone sequence) is taken out of it (`prefill_base_net_s`); 0: the base is the
+    prefill side's alone."""
+    prefill_ctx_s: float = 0.0
+    """Mechanism ``attention_context``: a prefill step's attention over earlier tokens (s per token pair): a chunk
+    of ``k`` tokens of a prompt whose first ``c`` tokens are done adds ``prefill_ctx_s * (k * c + k * (k + 1) / 2)``
+    (causal attention: the token at position ``p`` attends to ``p + 1``). 0 (the default): linear prefill."""
     host_cores: int = 0
     """Mechanism ``shared_host`` (`repro.engine.mechanisms.SHARED_HOST`): the CPU cores of the one machine
     that every engine of the cluster and its serving path (API servers, proxy, load generator) share. 0 (the
@@ -147,15 +176,40 @@ class Physics:
                 + self.prefill_per_token2_s * batch_tokens * batch_tokens)
 
     @property
+    def prefill_base_net_s(self) -> float:
+        """The prefill side's share of the stated base (s): ``prefill_base_s``, less `first_token_path_s` under
+        mechanism ``first_token_path`` (never below 0)."""
+        if not self.base_counts_first_token:
+            return self.prefill_base_s
+        return max(0.0, self.prefill_base_s - self.first_token_path_s)
+
+    @property
+    def first_token_path_s(self) -> float:
+        """What a lone short request spends on the decode side before its first token, as the simulator
+        simulates it (s): one pull's setup (``transfer_latency_s``) and one decode step of a lone sequence
+        (``decode_base_s + decode_per_seq_s``)."""
+        return self.transfer_latency_s + self.decode_base_s + self.decode_per_seq_s
+
+    @property
     def prefill_step_base_s(self) -> float:
-        """The fixed part of one prefill step: ``prefill_base_s`` x ``prefill_step_share`` (s)."""
+        """The fixed part of one prefill step: `prefill_base_net_s` x ``prefill_step_share`` (s)."""
         share = self.prefill_step_share
-        return self.prefill_base_s if share == 1.0 else self.prefill_base_s * share
+        base = self.prefill_base_net_s
+        return base if share == 1.0 else base * share
 
     @property
     def serving_path_s(self) -> float:
-        """Each request's mean time outside the engine's steps (s): ``prefill_base_s`` x (1 - share)."""
-        return self.prefill_base_s * (1.0 - self.prefill_step_share)
+        """Each request's mean time outside the engine's steps after its prefill (s): `prefill_base_net_s` x (1 -
+        share), less the API server's own time per request under mechanism ``api_queue`` (``api_queue_s``, spent
+        before the prefill; never below 0): a lone request's time outside the step stays the base's."""
+        path = self.prefill_base_net_s * (1.0 - self.prefill_step_share)
+        if self.api_queue_s > 0.0:
+            path = path - self.api_queue_s if path > self.api_queue_s else 0.0
+        return path
+
+    def attention_pairs(self, done: int, take: int) -> int:
+        """Token pairs a chunk of ``take`` tokens attends over when ``done`` tokens of its prompt precede it."""
+        return take * done + take * (take + 1) // 2
 
     def prefill_request_time_s(self, prompt_tokens: int) -> float:
         """Duration of an unbatched prefill of one prompt, chunked by the token budget (s)."""
@@ -164,6 +218,10 @@ class Physics:
         if self.prefill_per_token2_s:
             full, last = divmod(prompt_tokens, self.max_num_batched_tokens)
             out += self.prefill_per_token2_s * (full * self.max_num_batched_tokens ** 2 + last * last)
+        if self.prefill_ctx_s:
+            out += self.prefill_ctx_s * self.attention_pairs(0, prompt_tokens)
+        if self.api_queue_s or self.api_queue_per_token_s:  # mechanism api_queue: the API server's own time
+            out += self.api_queue_s + self.api_queue_per_token_s * prompt_tokens
         return out
 
     @property
@@ -375,7 +433,10 @@ HOST_PARAMETERS: tuple[str, ...] = ("host_cores", "host_base_cores", "host_cpu_p
 serving path's, not an engine's (a calibration of the engines alone does not see them; `repro.validation.host`
 measures them)."""
 _OPTIONAL: dict[str, float] = {"prefill_per_token2_s": 0.0, "prefill_step_share": 1.0, "serving_path_sigma": 0.0,
-                               "transfer_link_shared": 0, "host_cores": 0, "host_base_cores": 0.0,
+                               "transfer_link_shared": 0, "transfer_handshake_s": 0.0, "api_queue_s": 0.0,
+                               "api_queue_per_token_s": 0.0, "decode_scheduler_vllm": 0, "resume_prefix_cache": 0,
+                               "base_counts_first_token": 0, "prefill_ctx_s": 0.0, "host_cores": 0,
+                               "host_base_cores": 0.0,
                                "host_cpu_per_request_s": 0.0, "host_cpu_per_token_s": 0.0,
                                "host_cpu_per_step_s": 0.0, "host_steal_share": 1.0, "admission_per_stream_s": 0.0,
                                "admission_exponent": 1.0, "admission_loop_s": 0.0, "admission_busy_per_stream": 0.0,
@@ -403,6 +464,13 @@ OVERRIDABLE: dict[str, tuple[float, float]] = {
     "prefill_step_share": (0.05, 1.0),
     "serving_path_sigma": (0.0, 2.0),
     "transfer_link_shared": (0, 1),
+    "transfer_handshake_s": (0.0, 10.0),
+    "api_queue_s": (0.0, 1.0),
+    "api_queue_per_token_s": (0.0, 1e-3),
+    "decode_scheduler_vllm": (0, 1),
+    "resume_prefix_cache": (0, 1),
+    "base_counts_first_token": (0, 1),
+    "prefill_ctx_s": (0.0, 1e-6),
     "host_cores": (0, 1024),
     "host_base_cores": (0.0, 1024.0),
     "host_cpu_per_request_s": (0.0, 10.0),

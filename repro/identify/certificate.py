@@ -98,3 +98,115 @@ def note_for(key: str, sets: Sequence[ConflictSet] | None = None) -> str:
             return (f"it rests on facts no model of our mechanism catalogue satisfies together ({facts}): see "
                     "docs/IDENTIFY.md, 'The documents facts'")
     return ""
+
+
+QUEUE_DIR = DATA_DIR / "identify" / "queue_bound"
+"""The shipped independent queue bound (`repro.identify.queue_bound --out`): ``bound.json``, ``edges.csv``."""
+MODELS_DIR = DATA_DIR / "identify" / "models"
+
+HOLD = "the facts hold together"
+ONLY_PRIORS = "conflict only inside these models"
+CONFLICT = "facts conflict under every model and the queue bound"
+
+
+@dataclass(frozen=True)
+class DocumentsBound:
+    """The documents facts as a bound, in three parts: each model's widest feasible gap over its searches (the
+    fit's search, the known vectors and the aimed search, `repro.identify.separation`), the independent queue's
+    widest confirmed gap (`repro.identify.queue_bound`), and how the queue's gap moves as each prior's edge moves
+    inward (its edge table); ``verdict`` one of `HOLD`, `ONLY_PRIORS`, `CONFLICT`."""
+
+    need: float
+    models: tuple[dict[str, Any], ...]
+    queue: dict[str, Any] | None
+    edges: tuple[dict[str, Any], ...]
+    verdict: str
+
+    @property
+    def widest(self) -> dict[str, Any] | None:
+        """The model whose searches found the widest feasible gap."""
+        ok = [m for m in self.models if math.isfinite(float(m.get("widest_gap", math.nan)))]
+        return max(ok, key=lambda m: float(m["widest_gap"])) if ok else None
+
+
+def documents_bound(models_dir: Path = MODELS_DIR, queue_dir: Path = QUEUE_DIR) -> DocumentsBound:
+    """The shipped bound (`DocumentsBound`) from ``separation.csv`` (one row per model), ``bound.json`` and
+    ``edges.csv``; the verdict: `HOLD` when a simulator model's widest feasible gap reaches the paper's +0.11 less
+    2 sd, `ONLY_PRIORS` when only the queue model's does, `CONFLICT` when neither does."""
+    import pandas as pd
+
+    from repro.identify.separation import PAPER_FLOOR, PAPER_RR, SD
+
+    need = (PAPER_FLOOR - PAPER_RR) - 2 * SD * math.sqrt(2)
+    sep = models_dir / "separation.csv"
+    models = tuple(pd.read_csv(sep).to_dict("records")) if sep.exists() else ()
+    queue = json.loads((queue_dir / "bound.json").read_text()) if (queue_dir / "bound.json").exists() else None
+    edges = tuple(pd.read_csv(queue_dir / "edges.csv").to_dict("records")) if (queue_dir / "edges.csv").exists() \
+        else ()
+    sim_opens = any(math.isfinite(float(m["widest_gap"])) and float(m["widest_gap"]) >= need for m in models)
+    queue_opens = bool(queue and queue.get("opens"))
+    verdict = HOLD if sim_opens else (ONLY_PRIORS if queue_opens else CONFLICT)
+    return DocumentsBound(need, models, queue, edges, verdict)
+
+
+def bound_sentence(b: DocumentsBound | None = None) -> str:
+    """The bound in one sentence, for the conclusion and report.html."""
+    b = documents_bound() if b is None else b
+    best = b.widest
+    parts = [f"The documents facts (round-robin 0.585, every load-aware policy >= 0.695; §V-C): {b.verdict}"]
+    if best is not None:
+        aimed = best.get("aimed_feasible")
+        searched = (f"{int(best['feasible'])} feasible of {int(best['vectors'])} vectors"
+                    + (f", {int(aimed)} of them by the aimed search" if aimed and math.isfinite(float(aimed)) else ""))
+        parts.append(f"the simulator's widest feasible gap is {float(best['widest_gap']):+.3f} against the "
+                     f"{b.need:.3f} needed, on {best['model']} ({searched}; round-robin's P99 TTFT there "
+                     f"{float(best['rr_ttft_p99_s']):.1f} s against the paper's 1.1 s)")
+    if b.queue is not None and b.queue.get("confirmed_gap") is not None:
+        parts.append(f"an independent queue model opens {float(b.queue['confirmed_gap']):+.3f} "
+                     f"({int(b.queue['vectors'])} vectors, confirmed on fresh traces)")
+    if b.edges:
+        worst = [e for e in b.edges if not bool(e["feasible"])]
+        parts.append("its gap hinges on the documents' length tail, which the paper does not state"
+                     + (f" (a spread of {min(float(e['value']) for e in worst):.1f} or less leaves round-robin's 0.585 "
+                        "out of reach)" if worst else ""))
+    return "; ".join(parts) + " (docs/IDENTIFY.md, 'The documents facts')."
+
+
+def bound_note(key: str, b: DocumentsBound | None = None) -> str:
+    """The short sentence a headline row resting on the documents facts carries in the conclusion ("" for other
+    rows, or when nothing is shipped)."""
+    if key.partition("@")[0] not in DOCUMENTS_ROWS:
+        return ""
+    b = documents_bound() if b is None else b
+    best = b.widest
+    if best is None:
+        return ""
+    queue = (f", an independent queue {float(b.queue['confirmed_gap']):+.3f}"
+             if b.queue is not None and b.queue.get("confirmed_gap") is not None else "")
+    return (f"the documents facts as a bound: {b.verdict} (widest feasible gap {float(best['widest_gap']):+.3f} "
+            f"against {b.need:.3f} needed in simulation{queue}; docs/IDENTIFY.md)")
+
+
+BOUND_DOC = "docs/IDENTIFY.md"
+"""The document whose bound block (between ``<!-- bound:begin -->`` and ``<!-- bound:end -->``) is `bound_sentence`
+(`repro conclusion --docs` writes it; a test compares)."""
+
+
+BEGIN, END = "<!-- bound:begin -->", "<!-- bound:end -->"
+
+
+def bound_block(text: str) -> str:
+    """The bound block of a document's ``text``: the lines between `BEGIN` and `END` ("" without one, or empty)."""
+    if BEGIN not in text or END not in text:
+        return ""
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+
+
+def replace_bound_block(text: str, sentence: str) -> str:
+    """``text`` with its bound block replaced by ``sentence`` (everything outside the markers kept); a document
+    without both markers is returned unchanged."""
+    if BEGIN not in text or END not in text:
+        return text
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}\n{sentence}\n{END}{tail}"

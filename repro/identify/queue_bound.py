@@ -64,8 +64,21 @@ SD = 0.015
 """A three-trace mean's noise (`repro.identify.separation.SD`)."""
 NEED = (PAPER_FLOOR - PAPER_RR) - 2 * SD * math.sqrt(2)
 """The gap a model must open to reach the paper's +0.11 within 2 sd (0.068; `repro.identify.certificate`)."""
-SIMULATOR_WIDEST = 0.027
-"""The widest feasible gap the simulator searches found (data/identify/models/certificate.json)."""
+OUT_DIR = "data/identify/queue_bound"
+"""Where ``--out`` writes the shipped bound (``bound.json``) and edge table (``edges.csv``)."""
+
+
+def simulator_widest() -> float:
+    """The widest feasible gap the simulator's searches found over every model (data/identify/models/separation.csv;
+    NaN without it)."""
+    import pandas as pd
+
+    from repro.paths import DATA_DIR
+
+    path = DATA_DIR / "identify" / "models" / "separation.csv"
+    if not path.exists():
+        return math.nan
+    return float(pd.read_csv(path)["widest_gap"].max())
 
 PROFILE = "a40-identified"
 PREFILL_ENGINES = 2
@@ -509,7 +522,7 @@ def describe(b: Bound) -> str:
              f"{b.n_requests} requests, seed {b.seed}, budget {b.budget}): {len(b.rows)} vectors, {b.n_feasible} "
              f"feasible (round-robin within {2 * SD:.2f} of {PAPER_RR}); {b.wall_s:.1f} s wall",
              f"  need {NEED:.3f} (the paper's +{PAPER_FLOOR - PAPER_RR:.2f} less 2 sd); the simulator searches' "
-             f"widest +{SIMULATOR_WIDEST:.3f}"]
+             f"widest {simulator_widest():+.3f}"]
     for key, what in (("gap", "jsq_count - round_robin (least-loaded = length-threshold on prefill)"),
                       ("gap_work", "jsq_work - round_robin (a router that knows each request's service)")):
         best = b.widest(key)
@@ -568,6 +581,23 @@ def edge_table(corner: dict[str, float] = CORNER, moves: dict[str, Sequence[floa
     return out
 
 
+def summary(b: Bound) -> dict[str, Any]:
+    """The bound's record as shipped (``bound.json``): how it was searched, the widest confirmed gap and where,
+    and whether it reaches `NEED`."""
+    conf = b.widest_confirmed("gap")
+    best = b.widest("gap")
+    out: dict[str, Any] = {"service": b.service, "budget": b.budget, "seed": b.seed, "n_requests": b.n_requests,
+                           "reps": b.reps, "vectors": len(b.rows), "feasible": b.n_feasible, "wall_s": round(b.wall_s),
+                           "need": NEED, "search_gap": None if best is None else float(best["gap"]),
+                           "confirmed": len(b.confirmed), "confirmed_gap": None, "at": None, "opens": False}
+    if conf is not None:
+        out.update(confirmed_gap=float(conf["gap"]), confirmed_gap_work=float(conf["gap_work"]),
+                   round_robin=float(conf["round_robin"]), jsq_count=float(conf["jsq_count"]),
+                   rr_ttft_p99_s=float(conf["rr_ttft_p99_s"]), at={d.name: float(conf[d.name]) for d in BOX},
+                   opens=bool(conf["gap"] >= NEED))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m repro.identify.queue_bound", description=__doc__.split("\n")[0])
     ap.add_argument("--budget", type=int, default=8000, help="vectors to simulate (default 8000: ~2 min on 2 cores)")
@@ -581,16 +611,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--key", choices=("gap", "gap_work"), default="gap", help="what the evolution maximises")
     ap.add_argument("--csv", default="", help="write every visited vector to this CSV")
     ap.add_argument("--edges", action="store_true", help="the gap as each prior's edge moves inward (edge_table)")
+    ap.add_argument("--out", default="", help=f"write bound.json (or, with --edges, edges.csv) here (the shipped: "
+                                              f"{OUT_DIR})")
     args = ap.parse_args(argv)
     if args.edges:
+        rows = edge_table(n_requests=args.n_requests)
+        if args.out:
+            from pathlib import Path
+
+            import pandas as pd
+
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            pd.DataFrame(rows).to_csv(Path(args.out) / "edges.csv", index=False)
         print("| parameter | value | rate (RR at 0.585) | round-robin | jsq_count | gap |\n|---|---|---|---|---|---|")
-        for r in edge_table(n_requests=args.n_requests):
+        for r in rows:
             print(f"| {r['parameter']} | {r['value']:.4g} | {r['rate_documents']:.2f} | {r['round_robin']:.3f} | "
                   f"{r['jsq_count']:.3f} | {r['gap']:+.3f}{'' if r['feasible'] else ' (infeasible)'} |")
         return 0
     b = bound(budget=args.budget, seed=args.seed, n_requests=args.n_requests, reps=args.reps, workers=args.workers,
               key=args.key, service=args.service, top=args.top, confirm_reps=args.confirm_reps)
     print(describe(b))
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "bound.json").write_text(json.dumps(summary(b), indent=2) + "\n")
     if args.csv:
         import pandas as pd
 

@@ -47,12 +47,15 @@ def load_journal(path: Path | None) -> dict[tuple[float, ...], Values]:
 def evolve(bounds: Sequence[tuple[float, float]], fn: Callable[[np.ndarray], Values],
            record: Callable[[np.ndarray, Values], float], *, executor: Executor | None = None, popsize: int = 6,
            generations: int = 10, seed: int = 0, journal: Path | None = None, x0: Sequence[float] | None = None,
-           after_batch: Callable[[], None] | None = None) -> tuple[str, int]:
+           after_batch: Callable[[], None] | None = None,
+           seeds: Sequence[Sequence[float]] = ()) -> tuple[str, int]:
     """Minimise over ``bounds`` (internal coordinates): ``fn(x)`` gives a vector's numbers (run on the workers:
     a top-level function or a partial of one), ``record(x, numbers)`` keeps them and returns the objective.
     ``journal``: resume from, and append to, this file. ``x0``: a vector (internal coordinates) put in the
-    initial population (a nested model's start at the simpler model's best). Returns SciPy's closing message
-    and the vectors simulated in this call (those read back from the journal not counted)."""
+    initial population (a nested model's start at the simpler model's best). ``seeds``: vectors (internal
+    coordinates) that replace the first members of the initial population (a Sobol sample of ``popsize x
+    len(bounds)`` vectors, seeded), e.g. the best found by earlier searches. Returns SciPy's closing message and
+    the vectors simulated in this call (those read back from the journal not counted)."""
     from repro.experiment.executor import shared_executor
 
     ex = executor or shared_executor()
@@ -80,9 +83,19 @@ def evolve(bounds: Sequence[tuple[float, float]], fn: Callable[[np.ndarray], Val
             after_batch()
         return out
 
+    init: Any = "sobol"
+    if seeds:
+        from scipy.stats import qmc
+
+        lo = np.asarray([b[0] for b in bounds], dtype=float)
+        hi = np.asarray([b[1] for b in bounds], dtype=float)
+        n = popsize * len(bounds)
+        init = qmc.scale(qmc.Sobol(len(bounds), seed=seed).random_base2(max(0, (n - 1).bit_length()))[:n], lo, hi)
+        for i, v in enumerate(seeds[: len(init)]):
+            init[i] = np.clip(np.asarray(v, dtype=float), lo, hi)
     res = optimize.differential_evolution(
         _unused_objective, list(bounds), workers=mapper, updating="deferred", popsize=popsize,
-        maxiter=generations, seed=seed, polish=False, init="sobol", tol=0.0, atol=0.0,
+        maxiter=generations, seed=seed, polish=False, init=init, tol=0.0, atol=0.0,
         x0=None if x0 is None else np.asarray(x0, dtype=float))
     return str(res.message), simulated
 

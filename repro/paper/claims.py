@@ -423,7 +423,7 @@ def conclusion_table(summary: pd.DataFrame) -> pd.DataFrame:
     """The conclusion on one screen: per claim, its verdict with where it holds, the deciding row and its number
     against the paper's, one sentence why, and the kind and strength of its evidence (`evidence_label`, in full and
     briefly)."""
-    from repro.identify.certificate import note_for
+    from repro.identify.certificate import bound_note, note_for
 
     backend = backend_of(summary)
     by_key = summary.drop_duplicates("key").set_index("key", drop=False)
@@ -431,7 +431,7 @@ def conclusion_table(summary: pd.DataFrame) -> pd.DataFrame:
     for c, v in zip(HEADLINE_CLAIMS, claim_verdicts(summary).itertuples(), strict=True):
         deciding = _deciding(by_key.loc[v.key]) if v.key else ""
         why = _why(v.verdict, v.reason)
-        cert = next((n for k in c.keys if k in by_key.index and (n := note_for(k))), "")
+        cert = next((n for k in c.keys if k in by_key.index and (n := note_for(k) or bound_note(k))), "")
         if cert:
             why += f". {cert[:1].upper()}{cert[1:]}"
         rows.append({"claim": v.title, "verdict": scoped(v.verdict, backend), "row": v.key,

@@ -104,7 +104,7 @@ def certificate_html() -> str:
 
     sets = load()
     if not sets:
-        return ""
+        return bound_html()
     items = "".join(
         f"<li><b>{html.escape('; '.join(f'{f.text} ({f.section})' for f in s.facts))}</b>: rows resting on it "
         f"{html.escape(', '.join(s.rows))}. <details><summary>its evidence</summary>{html.escape(s.evidence)}"
@@ -112,6 +112,31 @@ def certificate_html() -> str:
     return (f"<div id=certificate><p><b>The certificate.</b> No model of our mechanism catalogue, inside the A40's "
             f"physical bounds, satisfies these sets of the paper's facts together (docs/IDENTIFY.md); a verdict "
             f"resting on one says so.</p><ul>{items}</ul></div>")
+
+
+def bound_html() -> str:
+    """The documents facts as a bound (`repro.identify.certificate.documents_bound`): its sentence, then its three
+    parts folded (each model's widest feasible gap, the independent queue's, the queue's prior-edge table)."""
+    from repro.identify.certificate import bound_sentence, documents_bound
+
+    b = documents_bound()
+    if not b.models and b.queue is None:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(str(m['model']))}</td><td>{float(m['widest_gap']):+.3f}</td>"
+        f"<td>{int(m['feasible'])} of {int(m['vectors'])}</td><td>{float(m['rr']):.3f}</td>"
+        f"<td>{float(m['load_aware_min']):.3f}</td><td>{float(m['rr_ttft_p99_s']):.2f}</td></tr>"
+        for m in b.models if math.isfinite(float(m["widest_gap"])))
+    edges = "".join(
+        f"<tr><td>{html.escape(str(e['parameter']))}</td><td>{float(e['value']):.4g}</td>"
+        f"<td>{float(e['round_robin']):.3f}</td><td>{float(e['gap']):+.3f}"
+        f"{'' if bool(e['feasible']) else ' (infeasible)'}</td></tr>" for e in b.edges)
+    return (f"<div id=documents-bound><p><b>The documents facts as a bound.</b> {html.escape(bound_sentence(b))}</p>"
+            "<details><summary>each model's widest feasible gap, the queue's edge table</summary>"
+            "<table><tr><th>model</th><th>widest feasible gap</th><th>feasible vectors</th><th>round-robin</th>"
+            f"<th>load-aware min</th><th>RR P99 TTFT (s)</th></tr>{rows}</table>"
+            + (f"<table><tr><th>prior moved inward</th><th>to</th><th>round-robin</th><th>queue gap</th></tr>{edges}"
+               "</table>" if edges else "") + "</details></div>")
 
 
 def validation_short(results_dir: Path, testbed: str) -> str:

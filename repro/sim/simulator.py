@@ -16,10 +16,10 @@ Engine model (`repro.engine.physics.Physics` is the truth):
   running batch at the next step boundary after the pull, so a request meets up to two boundaries.
   Every running sequence gains one token per step; a step over ``n`` sequences holding ``C``
   context tokens takes ``decode_step_s(n, C) = a + b*n + c*C`` (seconds; ``a``, ``b``, ``c`` are
-  `_Decode`'s ``step_base_s``, ``step_per_seq_s``, ``step_per_context_token_s``). Since C grows by
-  n per step, the time of k steps from a segment origin with context ``C0`` has the closed form
+  `repro.sim.engines.DecodeEngine`'s ``step_base_s``, ``step_per_seq_s``, ``step_per_context_token_s``). Since C
+  grows by n per step, the time of k steps from a segment origin with context ``C0`` has the closed form
   ``k*(a + b*n + c*C0) + c*n*k*(k-1)/2``, so the simulator jumps straight to the next completion,
-  join or KV-full boundary (`_Decode.time_after`). When the next step cannot get KV for every
+  join or KV-full boundary (`DecodeEngine.time_after`). When the next step cannot get KV for every
   sequence, the most recently admitted sequence is preempted (recompute, as vLLM v1: its blocks are
   freed): it returns to the head of the queue, and once re-admitted its context (prompt + tokens
   generated so far) is recomputed inside the engine's steps, as vLLM schedules a resumed request's
@@ -58,6 +58,7 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
+from repro.engine.links import Links
 from repro.engine.mechanisms import path_factors
 from repro.engine.physics import HOST_WINDOW_S, Physics
 from repro.errors import ConfigError
@@ -65,6 +66,7 @@ from repro.journal_schema import FIELD_NAMES
 from repro.routing.policies.base import Placement, RequestInfo
 from repro.routing.router import Router
 from repro.sim.config import SimConfig
+from repro.sim.engines import DecodeEngine, PrefillEngine
 from repro.vocab import Role, SloClass
 
 # Event kinds, in tie-break priority order at equal times (smaller first). An event is the tuple
@@ -80,133 +82,9 @@ _TRANSFER_DONE: Final = 1
 _DEC_NEXT: Final = 2
 _ARRIVAL: Final = 3
 _HANDOFF: Final = 4  # x = request: its prefill response has come back through the serving path (mechanism request_path)
-
-
-class _Prefill:
-    """One prefill engine's mutable state (the simulator's own; never shown to the policy)."""
-
-    # __slots__ is a speed shortcut: attribute access on these per-engine objects is on the hot path
-    # (every event touches one), and slots make it cheaper than a __dict__ (and catch typos).
-    __slots__ = ("name", "phys", "queue", "kv_used_tokens", "busy", "batch", "step_end_s", "max_batch_requests",
-                 "queued_tokens", "kv_budget_tokens", "max_num_batched_tokens")
-
-    def __init__(self, name: str, phys: Physics, serial: bool) -> None:
-        self.name = name
-        self.phys = phys
-        self.queue: deque[int] = deque()  # requests placed here, FCFS, until their prefill completes
-        self.kv_used_tokens = 0  # KV held: prompts scheduled here and not yet pulled by their decode engine
-        self.busy = False  # a step is running (it ends at step_end_s)
-        self.batch: list[tuple[int, int]] = []  # the running step: (request, prompt tokens it prefills)
-        self.step_end_s = 0.0
-        self.max_batch_requests = 1 if serial else 1 << 30  # serial: one request per step (§VI)
-        self.queued_tokens = 0  # prompt tokens still to prefill (queued or in the current step)
-        self.kv_budget_tokens = phys.kv_budget_tokens  # copied from the physics (read on every poll)
-        self.max_num_batched_tokens = phys.max_num_batched_tokens  # tokens per prefill step
-
-
-class _Decode:
-    """One decode engine's mutable state, in *segments*: between two changes of its running batch
-    the engine runs ``n_running`` sequences step after step, so the state records only the
-    segment's origin (``origin_step``, ``origin_s``) and per-sequence constants, and step times come
-    in closed form (`time_after`). The step counter ``origin_step`` never resets: a sequence's
-    context is ``base + step`` where ``base`` (in ``running``) was fixed when it joined, so the
-    total context at step ``v`` is ``sum_base_context + n_running * v``.
-    """
-
-    # __slots__ is a speed shortcut: these fields are read on every decode event, and slots make
-    # attribute access cheaper than a __dict__ (and catch typos).
-    __slots__ = (
-        "name", "phys", "step_base_s", "step_per_seq_s", "step_per_context_token_s", "kv_budget_tokens",
-        "max_seqs", "waiting", "reserved_kv_tokens", "running", "finish_heap", "n_running", "sum_base_context",
-        "sum_finish_step", "origin_step", "origin_s", "joining", "version", "in_transfer", "queued_output_tokens",
-        "admission_order", "admit_pending", "seg_step_s", "seg_cn", "recompute", "stretch", "raw_step_s",
-    )
-
-    def __init__(self, name: str, phys: Physics, serial: bool) -> None:
-        self.name = name
-        self.phys = phys
-        # the step time's coefficients, copied from the physics (local fields: read in the hot path)
-        self.step_base_s = phys.decode_base_s  # a: seconds per step
-        self.step_per_seq_s = phys.decode_per_seq_s  # b: seconds per step per running sequence
-        self.step_per_context_token_s = phys.context_s_per_token  # c: seconds per step per context token
-        self.kv_budget_tokens = phys.kv_budget_tokens
-        self.max_seqs = 1 if serial else phys.max_num_seqs  # serial: one running sequence (§VI)
-        self.waiting: deque[int] = deque()  # prefilled requests waiting for KV and a sequence slot, FCFS
-        self.reserved_kv_tokens = 0  # KV tokens held by admitted sequences not yet running
-        self.running: dict[int, int] = {}  # request -> base context (its context = base + step index)
-        self.finish_heap: list[tuple[int, int]] = []  # (step index at which it finishes, request); lazy deletes
-        self.n_running = 0  # len(running), kept as a field for the closed forms
-        self.sum_base_context = 0  # sum of the running sequences' base contexts (tokens)
-        self.sum_finish_step = 0  # sum of the running sequences' finish step indices (oracle backlog)
-        self.origin_step = 0  # steps executed up to the segment origin
-        self.origin_s = 0.0  # time of the segment origin (seconds)
-        self.joining: list[int] = []  # transferred, joining the batch at the next step boundary
-        self.version = 0  # bumped at every reschedule: a _DEC_NEXT event of an older version is stale
-        self.in_transfer: dict[int, int] = {}  # request -> KV tokens reserved while pulling
-        self.queued_output_tokens = 0  # output tokens of waiting + transferring + joining requests
-        self.admission_order: dict[int, None] = {}  # every KV-holding request, in admission order
-        self.admit_pending = False  # a request waits for the next step boundary to be scheduled
-        self.recompute: dict[int, int] = {}  # re-admitted preempted request -> context tokens it recomputes
-        self.seg_step_s = 0.0  # A: the segment's first step (seconds); set by resegment
-        self.seg_cn = 0.0  # c * n: how much each step of the segment outlasts the one before (seconds)
-        self.stretch = 1.0  # mechanism shared_host: the segment's steps take this many times their own time
-        self.raw_step_s = 0.0  # the segment's first step on a machine of its own (seconds)
-        self.resegment()
-
-    # closed-form step timing of the current segment: step j (0-based) of the segment runs
-    # n = n_running sequences over a context of sum_base_context + n * (origin_step + j) tokens, so
-    #   time_after(k) = origin_s + k * A + c * n * k * (k - 1) / 2,
-    #   A = a + b * n + c * (sum_base_context + n * origin_step)   (the segment's first step, seconds)
-    # A and c * n are cached per segment (`resegment`; a speed shortcut: they are read at every
-    # event, and change only at a batch boundary). The expressions keep the original operation order,
-    # so the floats are the same bits as computing them afresh.
-    def resegment(self) -> None:
-        """Recompute the segment's cached ``seg_step_s`` (A, seconds) and ``seg_cn`` (c * n, seconds):
-        to be called whenever ``n_running``, ``sum_base_context``, ``origin_step`` or ``stretch`` changed.
-        (Multiplying by a ``stretch`` of 1 leaves the floats' bits as they are.)"""
-        n = self.n_running
-        c = self.step_per_context_token_s
-        raw = self.step_base_s + self.step_per_seq_s * n + c * (self.sum_base_context + n * self.origin_step)
-        self.raw_step_s = raw
-        self.seg_step_s = raw * self.stretch
-        self.seg_cn = c * n * self.stretch
-
-    def time_after(self, k: int) -> float:
-        """Time (seconds) at which the segment's ``k``-th step ends (``k = 0``: its origin)."""
-        return self.origin_s + k * self.seg_step_s + self.seg_cn * k * (k - 1) * 0.5
-
-    def steps_done_by(self, when: float) -> int:
-        """Steps of the current segment completed by time ``when`` (seconds): the largest ``k`` with
-        ``time_after(k) <= when``. Solves the quadratic, then corrects the float rounding by stepping
-        (`time_after` written out: this runs at every poll and admission)."""
-        o = self.origin_s
-        if self.n_running == 0 or when <= o:
-            return 0
-        A = self.seg_step_s
-        if o + A > when:  # time_after(1) > when (a shortcut: the answer is unique, time_after is monotone)
-            return 0
-        cn = self.seg_cn
-        alpha = cn * 0.5
-        beta = A - alpha
-        x = when - o
-        k = int(2.0 * x / (beta + math.sqrt(beta * beta + 4.0 * alpha * x)))
-        while o + (k + 1) * A + cn * (k + 1) * k * 0.5 <= when:
-            k += 1
-        while k > 0 and o + k * A + cn * k * (k - 1) * 0.5 > when:
-            k -= 1
-        return k
-
-    def step_s_now(self) -> float:
-        """Duration (seconds) of the segment's first step (the one starting at its origin)."""
-        return self.seg_step_s
-
-    def kv_used(self, now: float) -> int:
-        """KV tokens held at ``now`` (running contexts + the next step's token per sequence +
-        reservations)."""
-        if self.n_running == 0:
-            return self.reserved_kv_tokens
-        k = self.steps_done_by(now)
-        return self.sum_base_context + self.n_running * (self.origin_step + k + 1) + self.reserved_kv_tokens
+_PULL_START: Final = 5  # x = request, y = decode engine, z = admission epoch: its KV bytes start to move (shared_link)
+_LINK: Final = 6  # y = the links' schedule version: the next pull's bytes are through (mechanism shared_link)
+_API_DONE: Final = 7  # x = request: its prefill engine's API server hands it to the engine (mechanism api_queue)
 
 
 class Simulator:
@@ -244,8 +122,8 @@ class Simulator:
         if len(pnames) != len(prefill) or len(dnames) != len(decode):
             raise ConfigError("sim: the router's pools do not match the simulated pools")
         self.router = router
-        self.pre = [_Prefill(n, ph, serial) for n, ph in zip(pnames, prefill, strict=True)]
-        self.dec = [_Decode(n, ph, serial) for n, ph in zip(dnames, decode, strict=True)]
+        self.pre = [PrefillEngine(n, ph, serial) for n, ph in zip(pnames, prefill, strict=True)]
+        self.dec = [DecodeEngine(n, ph, serial) for n, ph in zip(dnames, decode, strict=True)]
         self.n_requests = len(trace)
         # typed (plain Python ints, floats and strs): the compiled module (repro.native) works on them unboxed
         self.ids: list[str] = trace["request_id"].astype(str).tolist()
@@ -296,9 +174,15 @@ class Simulator:
         self.path_s = [e.phys.serving_path_s for e in self.pre]
         sigmas = [e.phys.serving_path_sigma for e in self.pre]
         self.path_factor: list[float] = (path_factors(self.ids, self.arrival, max(sigmas)) if any(sigmas) else [])
-        # mechanism shared_link: when each decode engine's link is next free (s)
+        # mechanism shared_link: pulls that share the links at both ends, and the pairs' handshakes
         self.link_shared = [d.phys.transfer_link_shared >= 1 for d in self.dec]
-        self.link_free_s = [0.0] * len(self.dec)
+        self.links = Links(len(self.pre), len(self.dec))
+        # mechanism api_queue: when each prefill engine's API server is next free (s)
+        self.api = [e.phys.api_queue_s > 0.0 or e.phys.api_queue_per_token_s > 0.0 for e in self.pre]
+        self.api_free = [0.0] * len(self.pre)
+        # mechanisms vllm_scheduler and resume_cache, per decode engine
+        self.vllm_sched = [d.phys.decode_scheduler_vllm >= 1 for d in self.dec]
+        self.resume_cache = [d.phys.resume_prefix_cache >= 1 for d in self.dec]
         # mechanism shared_host: one machine's cores shared by every engine and the serving path
         hosts = {(ph.host_cores, ph.host_base_cores, ph.host_cpu_per_request_s, ph.host_cpu_per_token_s,
                   ph.host_cpu_per_step_s) for ph in [*prefill, *decode]}
@@ -345,6 +229,13 @@ class Simulator:
                     self._transfer_done(x, y, z)
                 elif kind == _HANDOFF:
                     self._handoff(x)
+                elif kind == _PULL_START:
+                    self._pull_start(x, y, z)
+                elif kind == _LINK:
+                    if y == self.links.version:  # else stale: the links were rescheduled since
+                        self._link_done()
+                elif kind == _API_DONE:
+                    self._enqueue_prefill(x)
                 else:
                     self._prefill_step_end(x)
             elif i < n:
@@ -415,9 +306,22 @@ class Simulator:
         self.p_of[r] = p
         self.d_of[r] = decision.decode
         self.prefill_left[r] = prompt
+        if self.api[p]:  # mechanism api_queue: the API server serves one request at a time, FCFS
+            ph = self.pre[p].phys
+            start = self.api_free[p] if self.api_free[p] > now else now
+            done = start + ph.api_queue_s + ph.api_queue_per_token_s * prompt
+            self.api_free[p] = done
+            seq = self._seq = self._seq + 1
+            heappush(self._events, (done, _API_DONE, seq, r, 0, 0))
+            return
+        self._enqueue_prefill(r)
+
+    def _enqueue_prefill(self, r: int) -> None:
+        """Request ``r`` reaches its prefill engine's queue."""
+        p = self.p_of[r]
         e = self.pre[p]
         e.queue.append(r)
-        e.queued_tokens += prompt
+        e.queued_tokens += self.prompt[r]
         if not e.busy:
             self._prefill_start(p)
 
@@ -452,10 +356,17 @@ class Simulator:
             return
         e.batch = batch
         e.busy = True
+        step_s = e.phys.prefill_time_s(tokens)
+        ctx_s = e.phys.prefill_ctx_s
+        if ctx_s > 0.0:  # mechanism attention_context: each chunk attends over its prompt's earlier tokens
+            pairs = 0
+            for r, take in batch:
+                pairs += e.phys.attention_pairs(prompt[r] - prefill_left[r], take)
+            step_s += ctx_s * pairs
         if self.host is None:
-            e.step_end_s = self.now + e.phys.prefill_time_s(tokens)
+            e.step_end_s = self.now + step_s
         else:
-            e.step_end_s = self.now + e.phys.prefill_time_s(tokens) * self._host_stretch()
+            e.step_end_s = self.now + step_s * self._host_stretch()
         seq = self._seq = self._seq + 1
         heappush(self._events, (e.step_end_s, _PRE_STEP_END, seq, p, 0, 0))
 
@@ -508,7 +419,7 @@ class Simulator:
             self._decode_admit(dd, d)
 
     # ---- decode ----------------------------------------------------------------------------
-    def _decode_admit(self, d: _Decode, di: int, schedule: bool = True) -> None:
+    def _decode_admit(self, d: DecodeEngine, di: int, schedule: bool = True) -> None:
         """Admit waiting requests FCFS while a sequence slot and KV are free; start their KV pulls.
         Reschedules the engine if it admitted any, unless ``schedule`` is False (the caller will)."""
         if not d.waiting:
@@ -522,38 +433,76 @@ class Simulator:
         gen_before = self.gen_before
         preemptions = self.preemptions
         changed = False
-        while d.waiting and d.n_running + len(d.in_transfer) + len(d.joining) < d.max_seqs:
+        vllm = self.vllm_sched[di]
+        while d.waiting and d.n_running + len(d.joining) + (0 if vllm else len(d.in_transfer)) < d.max_seqs:
             r = d.waiting[0]
             need = prompt[r] + gen_before[r]
             if need > d.kv_budget_tokens - (running_kv + d.reserved_kv_tokens):
                 break
             d.waiting.popleft()
+            if self.pulled[r]:  # preempted after its pull: it joins at the next boundary and its context (mechanism
+                # resume_cache: the part of it evicted since) is recomputed inside that step (`_decode_boundary`)
+                d.recompute[r] = (d.recompute_tokens(r, need, running_kv + d.reserved_kv_tokens)
+                                  if self.resume_cache[di] else need)
             d.reserved_kv_tokens += need
             d.in_transfer[r] = need
             d.admission_order[r] = None
             changed = True
-            if self.pulled[r]:  # preempted after its pull: it joins at the next boundary and its context is
-                d.recompute[r] = need  # recomputed inside that step (`_decode_boundary`)
+            used = d.reserved_kv_tokens + running_kv
+            if used > self.kv_peak[di]:
+                self.kv_peak[di] = used
+            if self.pulled[r]:
                 delay = 0.0
-            elif self.link_shared[di]:  # mechanism shared_link: the pull waits for the engine's link
-                ph = self.pre[self.p_of[r]].phys
-                start = max(now, self.link_free_s[di])
-                wire = prompt[r] * ph.kv_bytes_per_token / ph.transfer_bandwidth_bytes_per_s
-                self.link_free_s[di] = start + wire
-                delay = start - now + ph.transfer_latency_s + wire
             else:  # pull the prompt's KV from the prefill engine, which still holds it
-                delay = self.pre[self.p_of[r]].phys.transfer_time_s(prompt[r])
-            if self.host is not None:  # mechanism shared_host: the pull is CPU work too
-                delay *= self._host_stretch()
+                p = self.p_of[r]
+                ph = self.pre[p].phys
+                wait = (self.links.handshake_wait(p, di, ph.transfer_handshake_s, now) if ph.transfer_handshake_s > 0.0
+                        else 0.0)
+                if self.link_shared[di]:  # mechanism shared_link: the bytes move once the setup is done
+                    setup = ph.transfer_latency_s
+                    if self.host is not None:
+                        setup *= self._host_stretch()
+                    if self.admission[di] and preemptions[r] == 0:
+                        setup += d.phys.admission_delay_s(d.n_running)
+                    seq = self._seq = self._seq + 1
+                    heappush(self._events, (now + wait + setup, _PULL_START, seq, r, di, self.epoch[r]))
+                    continue
+                delay = ph.transfer_time_s(prompt[r])
+                if self.host is not None:  # mechanism shared_host: the pull is CPU work too
+                    delay *= self._host_stretch()
+                delay += wait
             if self.admission[di] and preemptions[r] == 0:  # mechanism stream_admission: the API server admits
                 delay += d.phys.admission_delay_s(d.n_running)  # it between the streams (once: not a re-admission)
             seq = self._seq = self._seq + 1
             heappush(self._events, (now + delay, _TRANSFER_DONE, seq, r, di, self.epoch[r]))
-            used = d.reserved_kv_tokens + running_kv
-            if used > self.kv_peak[di]:
-                self.kv_peak[di] = used
         if changed and schedule:
             self._decode_schedule(d, di)
+
+    # ---- KV pulls over shared links (mechanism shared_link, `repro.engine.links.Links`) ----------
+    def _pull_start(self, r: int, di: int, epoch: int) -> None:
+        """Request ``r``'s KV bytes start to move (its pull's setup is done)."""
+        if epoch != self.epoch[r]:  # the admission was cancelled by a preemption
+            return
+        p = self.p_of[r]
+        ph = self.pre[p].phys
+        self.links.add(r, float(self.prompt[r] * ph.kv_bytes_per_token), p, di, ph.transfer_bandwidth_bytes_per_s,
+                       self.now)
+        self._link_schedule()
+
+    def _link_schedule(self) -> None:
+        """Push the event at which the next pull's bytes are through."""
+        links = self.links
+        wait = links.reschedule()
+        if links.first >= 0:
+            seq = self._seq = self._seq + 1
+            heappush(self._events, (self.now + wait, _LINK, seq, 0, links.version, 0))
+
+    def _link_done(self) -> None:
+        """The next pull's bytes are through: it completes (and any other through by now)."""
+        done = self.links.done(self.now)
+        self._link_schedule()
+        for r in done:
+            self._transfer_done(r, self.d_of[r], self.epoch[r])
 
     def _transfer_done(self, r: int, di: int, epoch: int) -> None:
         if epoch != self.epoch[r]:  # this admission was cancelled by a preemption
@@ -570,11 +519,11 @@ class Simulator:
         d.joining.append(r)
         self._decode_schedule(d, di)
 
-    def _decode_schedule(self, d: _Decode, di: int) -> None:
+    def _decode_schedule(self, d: DecodeEngine, di: int) -> None:
         """(Re)compute the next boundary at which this engine's batch changes.
 
         Speed shortcut: one event per batch change, never one per step; the steps in between are
-        the segment's closed form (`_Decode.time_after`). Bumping ``version`` invalidates any event
+        the segment's closed form (`DecodeEngine.time_after`). Bumping ``version`` invalidates any event
         pushed earlier for this engine (it is skipped when popped) instead of removing it."""
         now = self.now
         version = d.version = d.version + 1
@@ -602,12 +551,14 @@ class Simulator:
         seq = self._seq = self._seq + 1
         heappush(self._events, (when, _DEC_NEXT, seq, di, version, k))
 
-    def _decode_boundary(self, d: _Decode, di: int, k: int) -> None:
+    def _decode_boundary(self, d: DecodeEngine, di: int, k: int) -> None:
         """The engine reached the boundary ``k`` steps into its segment: settle completions, let the
-        transferred requests join, preempt until the next step fits in KV, start a new segment.
+        transferred requests join, preempt until the next step fits in KV, start a new segment. Under mechanism
+        vllm_scheduler (vLLM's ``Scheduler.schedule``) it preempts among the running first and lets nobody join or
+        be admitted on a step that preempted.
 
-        The engine's counters (running sequences, their base context, reserved KV) are kept in locals
-        while they change and written back before admission (a speed shortcut)."""
+        The engine's counters (running sequences, their base context) are kept in locals while completions
+        change them (a speed shortcut) and written back before the joins."""
         now = self.now
         n_running = d.n_running
         if n_running:
@@ -616,19 +567,16 @@ class Simulator:
         else:
             d.origin_s = now
             step = d.origin_step
-        sum_base = d.sum_base_context
-        sum_finish = d.sum_finish_step
-        reserved = d.reserved_kv_tokens
         finish_step = self.finish_step
-        gen_before = self.gen_before
-        out = self.out
         running = d.running
         d.admit_pending = False
-        stall = 0.0  # seconds this boundary's first step lasts longer (recomputed contexts)
         # 1. completions. Speed shortcut: a preempted sequence's heap entry is not removed; it is
         #    skipped here when its finish step no longer matches (lazy deletion)
         heap = d.finish_heap
         if heap and heap[0][0] <= step:
+            sum_base = d.sum_base_context
+            sum_finish = d.sum_finish_step
+            freed = 0
             router = self.router
             ids = self.ids
             order = d.admission_order
@@ -636,7 +584,9 @@ class Simulator:
                 fv, r = heappop(heap)  # fv: the finish step index recorded when it joined
                 if finish_step[r] != fv or r not in running:
                     continue
-                sum_base -= running[r]
+                base = running[r]
+                sum_base -= base
+                freed += base + step + 1
                 del running[r]
                 del order[r]
                 n_running -= 1
@@ -644,63 +594,26 @@ class Simulator:
                 self.t_finish[r] = now
                 self.status[r] = "ok"
                 router.finish(ids[r], now)
-        # 2. joins
-        joined = d.joining
-        if joined:
-            d.joining = []
-            prompt = self.prompt
-            queued_out = 0
-            t_joined = self.t_joined
-            router = self.router
-            ids = self.ids
-            recompute = d.recompute
-            for r in joined:
-                if recompute:
-                    ctx_tokens = 0
-                    if r in recompute:
-                        ctx_tokens = recompute[r]
-                        del recompute[r]
-                    if ctx_tokens:  # a resumed preempted sequence: its context is recomputed in this step
-                        stall += d.phys.prefill_per_token_s * ctx_tokens
-                if math.isnan(t_joined[r]):  # its decode starts: the ledger counts it down from here
-                    t_joined[r] = now
-                    router.decode_started(ids[r], now)
-                ctx = prompt[r] + gen_before[r]
-                reserved -= ctx
-                base = ctx - step
-                running[r] = base
-                n_running += 1
-                sum_base += base
-                fv = step + out[r] - gen_before[r]
-                finish_step[r] = fv
-                sum_finish += fv
-                queued_out += out[r]
-                heappush(heap, (fv, r))
-            d.queued_output_tokens -= queued_out
-        # 3. KV for the next step: preempt the most recently admitted until it fits (a request
-        #    still pulling its KV is cancelled; the oldest running one always progresses)
-        budget = d.kv_budget_tokens
-        while n_running and sum_base + n_running * (step + 1) + reserved > budget:
-            r = next(reversed(d.admission_order))
-            del d.admission_order[r]
-            self.preemptions[r] += 1
-            d.waiting.appendleft(r)
-            if r in d.in_transfer:
-                reserved -= d.in_transfer.pop(r)
-                self.epoch[r] += 1
-                continue
-            base = running[r]
-            del running[r]
-            n_running -= 1
-            sum_base -= base
-            sum_finish -= finish_step[r]
-            gen_before[r] = base + step - self.prompt[r]
-            finish_step[r] = -1
-            d.queued_output_tokens += out[r]
-        d.n_running = n_running
-        d.sum_base_context = sum_base
-        d.sum_finish_step = sum_finish
-        d.reserved_kv_tokens = reserved
+            d.n_running = n_running
+            d.sum_base_context = sum_base
+            d.sum_finish_step = sum_finish
+            d.freed_tokens += freed
+        vllm = self.vllm_sched[di]
+        stall = 0.0  # seconds this boundary's first step lasts longer (recomputed contexts)
+        joined: list[int] = []
+        # 2. joins, then 3. KV for the next step: preempt until it fits
+        if vllm:
+            preempted = self._preempt_to_fit(d, di, step, True)
+            if d.joining and not preempted:
+                joined = d.joining
+                stall = self._join(d, step, joined, True)
+                preempted = self._preempt_to_fit(d, di, step, True)
+        else:
+            if d.joining:
+                joined = d.joining
+                stall = self._join(d, step, joined, False)
+            preempted = self._preempt_to_fit(d, di, step, False)
+        n_running = d.n_running
         d.resegment()  # the batch (and the step origin) changed: a new segment starts here
         if self.host is not None:  # mechanism shared_host: the segment's steps at the host's speed now
             stretch = self._host_stretch()
@@ -710,7 +623,7 @@ class Simulator:
             stall *= stretch
         if stall > 0.0 and n_running:  # the recompute runs inside the next step: every sequence waits for it
             d.origin_s += stall
-        used = sum_base + n_running * (step + 1) + reserved
+        used = d.sum_base_context + n_running * (step + 1) + d.reserved_kv_tokens
         if used > self.kv_peak[di]:
             self.kv_peak[di] = used
         # first tokens of sequences that joined now come at the end of this step
@@ -721,8 +634,127 @@ class Simulator:
                 if r in running and math.isnan(t_first[r]):
                     t_first[r] = first
         if d.waiting:
-            self._decode_admit(d, di, schedule=False)
+            if vllm and preempted:  # vLLM admits nobody on a step that preempted: the next boundary will
+                d.admit_pending = True
+            else:
+                self._decode_admit(d, di, schedule=False)
         self._decode_schedule(d, di)
+
+    def _join(self, d: DecodeEngine, step: int, joining: list[int], vllm: bool) -> float:
+        """The transferred requests ``joining`` join the running batch at boundary ``step`` (under vllm_scheduler
+        while a sequence slot is free; the rest wait for the next boundary); returns the seconds the boundary's
+        first step lasts longer for the contexts they recompute (preempted requests resuming)."""
+        d.joining = []
+        prompt = self.prompt
+        gen_before = self.gen_before
+        out = self.out
+        finish_step = self.finish_step
+        running = d.running
+        heap = d.finish_heap
+        n_running = d.n_running
+        sum_base = d.sum_base_context
+        sum_finish = d.sum_finish_step
+        reserved = d.reserved_kv_tokens
+        queued_out = 0
+        stall = 0.0
+        t_joined = self.t_joined
+        router = self.router
+        ids = self.ids
+        recompute = d.recompute
+        order = d.admission_order
+        for r in joining:
+            if vllm and n_running >= d.max_seqs:
+                d.joining.append(r)
+                continue
+            if recompute:
+                ctx_tokens = 0
+                if r in recompute:
+                    ctx_tokens = recompute[r]
+                    del recompute[r]
+                if ctx_tokens:  # a resumed preempted sequence: its context is recomputed in this step
+                    stall += d.phys.prefill_per_token_s * ctx_tokens
+                    if d.phys.prefill_ctx_s > 0.0:  # mechanism attention_context: over the context before it
+                        done = prompt[r] + gen_before[r] - ctx_tokens
+                        stall += d.phys.prefill_ctx_s * d.phys.attention_pairs(done, ctx_tokens)
+            if vllm:  # vLLM preempts the most recently scheduled of its running requests
+                del order[r]
+                order[r] = None
+            if math.isnan(t_joined[r]):  # its decode starts: the ledger counts it down from here
+                t_joined[r] = self.now
+                router.decode_started(ids[r], self.now)
+            ctx = prompt[r] + gen_before[r]
+            reserved -= ctx
+            base = ctx - step
+            running[r] = base
+            n_running += 1
+            sum_base += base
+            fv = step + out[r] - gen_before[r]
+            finish_step[r] = fv
+            sum_finish += fv
+            queued_out += out[r]
+            heappush(heap, (fv, r))
+        d.queued_output_tokens -= queued_out
+        d.n_running = n_running
+        d.sum_base_context = sum_base
+        d.sum_finish_step = sum_finish
+        d.reserved_kv_tokens = reserved
+        return stall
+
+    def _preempt_to_fit(self, d: DecodeEngine, di: int, step: int, running_only: bool) -> bool:
+        """Preempt the most recently admitted until the next step (boundary ``step``) fits in KV; whether any was.
+        A request still pulling its KV is cancelled, unless ``running_only`` (vllm_scheduler: vLLM preempts only
+        running requests); the oldest running one always progresses. Under resume_cache each preempted request's
+        freed blocks are remembered (`_recompute_tokens`)."""
+        budget = d.kv_budget_tokens
+        n_running = d.n_running
+        sum_base = d.sum_base_context
+        reserved = d.reserved_kv_tokens
+        if not (n_running and sum_base + n_running * (step + 1) + reserved > budget):
+            return False
+        running = d.running
+        finish_step = self.finish_step
+        order = d.admission_order
+        cache = self.resume_cache[di]
+        while n_running and sum_base + n_running * (step + 1) + reserved > budget:
+            if running_only:
+                r = -1
+                for q in reversed(order):
+                    if q in running:
+                        r = q
+                        break
+            else:
+                r = next(reversed(order))
+            del order[r]
+            self.preemptions[r] += 1
+            d.waiting.appendleft(r)
+            if r in d.in_transfer:
+                need = d.in_transfer.pop(r)
+                reserved -= need
+                d.freed_tokens += need
+                self.epoch[r] += 1
+                if r in self.links.left:  # its bytes stop moving
+                    self.links.remove(r, self.now)
+                    self._link_schedule()
+                if r in d.recompute:
+                    del d.recompute[r]
+                continue
+            before = sum_base + n_running * (step + 1) + reserved
+            base = running[r]
+            del running[r]
+            n_running -= 1
+            sum_base -= base
+            d.sum_finish_step -= finish_step[r]
+            self.gen_before[r] = base + step - self.prompt[r]
+            finish_step[r] = -1
+            d.queued_output_tokens += self.out[r]
+            d.freed_tokens += base + step + 1
+            if cache:
+                d.free_ahead[r] = budget - before if before < budget else 0
+                d.freed_at[r] = sum_base + n_running * (step + 1) + reserved + d.freed_tokens
+        d.n_running = n_running
+        d.sum_base_context = sum_base
+        d.reserved_kv_tokens = reserved
+        return True
 
     # ---- oracle ------------------------------------------------------------------------------
     def _oracle_backlog(self, role: Role, i: int, now: float) -> float:

@@ -127,3 +127,73 @@ def test_the_known_vector_opens_the_documents_gap_on_the_simulator():
     row = separation.confirm_known(gp).iloc[0]
     assert abs(row["round_robin"] - separation.PAPER_RR) <= 2 * separation.SD
     assert row["gap"] >= 0.068 and row["rr_ttft_p99_s"] > 2.0
+
+
+def _fake_goodput(problem, s, policy, rate):
+    """Round-robin falls with the rate (0.585 at 16.25 req/s); the load-aware baselines lie above it by a gap that
+    grows with the documents' spread."""
+    rr = 1.0 - rate / 40.0
+    if policy == "round_robin":
+        return rr, 1.0
+    return rr + 0.1 * (s["workloads"]["documents_sigma"] - 0.3), 1.0
+
+
+def test_the_aimed_search_finds_each_vectors_rate_and_the_widest_gap(monkeypatch, tmp_path):
+    from repro.engine.mechanisms import resolve
+    from repro.experiment.executor import make_executor
+    from repro.identify import separation
+
+    monkeypatch.setattr(separation, "_policy_goodput", _fake_goodput)
+    gp = separation.GapProblem(resolve(["document_tail"]), "a40-qwen2.5-3b")
+    space = separation.aimed_space(gp)
+    assert "rate_documents" not in [p.name for p in space]
+    vals = separation.evaluate_at_paper_rr(gp, [sum(p.internal_bounds) / 2 for p in space])
+    assert vals["feasible"] == 1.0 and abs(vals["round_robin"] - separation.PAPER_RR) <= separation.SD
+    assert vals["rr_evals"] <= separation.RATE_TRIES
+    ex = make_executor("serial", 1, "")
+    journal = tmp_path / "aimed.jsonl"
+    hist = separation.aimed_search(gp, executor=ex, popsize=4, feasible_target=60, journal=journal,
+                                   seeds=[{"documents_sigma": 1.4}])
+    assert int(hist["feasible"].sum()) >= 60 and (hist["origin"] == "aimed").all()
+    best = hist.loc[hist["gap"].idxmax()]
+    assert best["documents_sigma"] > 1.3 and best["gap"] == pytest.approx(0.1 * (best["documents_sigma"] - 0.3))
+    lines = len(journal.read_text().splitlines())
+    again = separation.aimed_search(gp, executor=ex, popsize=4, feasible_target=60, journal=journal,
+                                    seeds=[{"documents_sigma": 1.4}])  # resumes: nothing simulated again
+    assert len(journal.read_text().splitlines()) == lines
+    assert again["gap"].max() == hist["gap"].max()
+
+
+def test_the_documents_bound_in_the_docs_is_the_shipped_data():
+    from repro.identify.certificate import BOUND_DOC, bound_block, bound_sentence
+    from repro.paths import REPO_ROOT
+
+    assert bound_block((REPO_ROOT / BOUND_DOC).read_text()) == bound_sentence()
+
+
+def test_the_documents_bound_verdict_weighs_the_simulator_and_the_queue(tmp_path):
+    from repro.identify import certificate as c
+
+    models, queue = tmp_path / "m", tmp_path / "q"
+    models.mkdir()
+    queue.mkdir()
+    row = {"model": "m1", "vectors": 100, "feasible": 10, "widest_gap": 0.05, "rr": 0.58, "load_aware_min": 0.63,
+           "rr_ttft_p99_s": 2.0}
+    pd.DataFrame([row]).to_csv(models / "separation.csv", index=False)
+    assert c.documents_bound(models, queue).verdict == c.CONFLICT
+    (queue / "bound.json").write_text(json.dumps({"opens": True, "confirmed_gap": 0.07, "vectors": 8000}))
+    assert c.documents_bound(models, queue).verdict == c.ONLY_PRIORS
+    pd.DataFrame([{**row, "widest_gap": 0.07}]).to_csv(models / "separation.csv", index=False)
+    b = c.documents_bound(models, queue)
+    assert b.verdict == c.HOLD and "+0.070" in c.bound_sentence(b) and "queue model opens +0.070" in c.bound_sentence(b)
+
+
+def test_the_bound_block_is_replaced_and_nothing_around_it_is_lost():
+    from repro.identify.certificate import BEGIN, END, bound_block, replace_bound_block
+
+    for inner in ("", "old words\n"):
+        text = f"head\n{BEGIN}\n{inner}{END}\n\ntail line\n"
+        new = replace_bound_block(text, "the sentence")
+        assert new == f"head\n{BEGIN}\nthe sentence\n{END}\n\ntail line\n"
+        assert bound_block(new) == "the sentence"
+    assert replace_bound_block("no markers", "x") == "no markers"

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.engine.mechanisms import mechanisms_off
 from repro.engine.profile import load_profile
 from repro.experiment.anchor import Anchor, anchor_rate
 from repro.experiment.spec import RunSpec
@@ -15,7 +16,7 @@ from repro.routing.router import Router
 from repro.sim.config import SimConfig
 from repro.sim.simulator import Simulator
 
-PHYS = load_profile().physics.with_estimates({"transfer_link_shared": 0})  # the decode batch alone: pulls never queue
+PHYS = mechanisms_off(load_profile().physics)  # the engine model alone: pulls never share a link, no API queue
 CM = CostModel.load("calibrated")
 
 

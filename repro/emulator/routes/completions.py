@@ -135,6 +135,10 @@ async def serve_completion(state: EmulatorState, request: Request, *, chat: bool
     faults = engine.faults
     if faults.error_fraction and error_due(engine.completion_requests - engine.error_base, faults.error_fraction):
         return error_response("injected fault (errors): internal server error", "InternalServerError", 500)
+    ph = engine.physics
+    if ph.api_queue_s or ph.api_queue_per_token_s:  # mechanism api_queue: one request at a time, FCFS
+        async with engine.api_lock:
+            await asyncio.sleep((ph.api_queue_s + ph.api_queue_per_token_s * len(p.prompt_ids)) / engine.K)
     c = submit(state, request, body, p, max_tokens, chat)
     if p.stream:
         return StreamingResponse(stream_body(state, c), media_type="text/event-stream")
