@@ -104,7 +104,7 @@ def tpot(e2e_s: float, ttft_s: float, tokens: int | None) -> float | None:
 
 
 def schema_markdown() -> str:
-    """The schema as a Markdown table (for the README)."""
+    """The schema as a Markdown table (docs/ARCHITECTURE.md, "Journal schema")."""
     out = io.StringIO()
     out.write("| field | unit | meaning |\n|---|---|---|\n")
     for f in FIELDS:

@@ -54,17 +54,19 @@ def conclusion_cmd(
         doc = REPO_ROOT / name
         doc.write_text(replace_docs_block(doc.read_text(encoding="utf-8"), block), encoding="utf-8")
         typer.echo(f"conclusion: {name} updated from {path}")
-    from repro.identify.certificate import BOUND_DOC, bound_block, bound_sentence, replace_bound_block
+    from repro.identify.certificate import BOUND_DOC, bound_sentence, doc_block, replace_doc_block
+    from repro.identify.selection import markdown_table
 
-    bound_doc = REPO_ROOT / BOUND_DOC
-    sentence = bound_sentence()
-    if bound_block(bound_doc.read_text(encoding="utf-8")) != sentence:
-        if docs:
-            bound_doc.write_text(replace_bound_block(bound_doc.read_text(encoding="utf-8"), sentence),
-                                 encoding="utf-8")
-            typer.echo(f"conclusion: {BOUND_DOC} (the documents bound) updated from data/identify")
-        else:
-            stale = [*stale, BOUND_DOC]
+    bound_doc = REPO_ROOT / BOUND_DOC  # the blocks written from data/identify: the models' table, the bound
+    for name, body, what in (("models", markdown_table(), "the model table"),
+                             ("bound", bound_sentence(), "the documents bound")):
+        if doc_block(bound_doc.read_text(encoding="utf-8"), name) != body:
+            if docs:
+                bound_doc.write_text(replace_doc_block(bound_doc.read_text(encoding="utf-8"), name, body),
+                                     encoding="utf-8")
+                typer.echo(f"conclusion: {BOUND_DOC} ({what}) updated from data/identify")
+            elif BOUND_DOC not in stale:
+                stale = [*stale, BOUND_DOC]
     if check and stale:
         typer.echo(f"conclusion: the verdicts block of {', '.join(stale)} differs from {path}; "
                    "run `repro conclusion --docs`", err=True)

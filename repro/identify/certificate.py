@@ -195,18 +195,31 @@ BOUND_DOC = "docs/IDENTIFY.md"
 BEGIN, END = "<!-- bound:begin -->", "<!-- bound:end -->"
 
 
-def bound_block(text: str) -> str:
-    """The bound block of a document's ``text``: the lines between `BEGIN` and `END` ("" without one, or empty)."""
-    if BEGIN not in text or END not in text:
+def doc_block(text: str, name: str) -> str:
+    """The lines of a document's ``text`` between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` ("" without
+    both markers)."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if begin not in text or end not in text:
         return ""
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def replace_doc_block(text: str, name: str, body: str) -> str:
+    """``text`` with its ``name`` block replaced by ``body`` (everything outside the markers kept); a document
+    without both markers is returned unchanged."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if begin not in text or end not in text:
+        return text
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def bound_block(text: str) -> str:
+    """The bound block of a document's ``text`` ("" without one, or empty)."""
+    return doc_block(text, "bound")
 
 
 def replace_bound_block(text: str, sentence: str) -> str:
-    """``text`` with its bound block replaced by ``sentence`` (everything outside the markers kept); a document
-    without both markers is returned unchanged."""
-    if BEGIN not in text or END not in text:
-        return text
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n{sentence}\n{END}{tail}"
+    """``text`` with its bound block replaced by ``sentence`` (`replace_doc_block`)."""
+    return replace_doc_block(text, "bound", sentence)

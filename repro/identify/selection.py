@@ -195,3 +195,36 @@ def short_name(model: str) -> str:
     from repro.engine.mechanisms import CATALOGUE
 
     return "every mechanism" if set(model.split("+")) == {m.name for m in CATALOGUE} else model
+
+
+def markdown_table(models_dir: Path | str = MODELS_DIR) -> str:
+    """The shipped model table as docs/IDENTIFY.md prints it (`repro conclusion --docs` writes it; a test compares):
+    per model, best by cross-validation first, its fit's scores, the documents gap at its best fit, the widest
+    feasible gap its searches found, and its worst held-out figure (from ``models.csv``, ``separation.csv`` and
+    each folder's ``lofo.csv``)."""
+    from repro.paths import REPO_ROOT
+
+    root = Path(models_dir)
+    root = root if root.is_absolute() else REPO_ROOT / root
+    tab = pd.read_csv(root / "models.csv")
+    sep = pd.read_csv(root / "separation.csv").set_index("model") if (root / "separation.csv").exists() else None
+    lines = ["| model | k | chi2 (dof) | chi2/dof | AIC | BIC | held-out chi2 (LOFO) | Akaike w | CV w | documents gap "
+             "at best | widest feasible gap (feasible of vectors) | worst held-out figure | fit (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in tab.to_dict("records"):
+        m = str(r["model"])
+        widest = ""
+        if sep is not None and m in sep.index:
+            g = sep.loc[m]
+            widest = f"{float(g['widest_gap']):+.3f} ({int(g['feasible'])} of {int(g['vectors'])})"
+        lofo = root / m / "lofo.csv"
+        worst = ""
+        if lofo.exists():
+            lf = pd.read_csv(lofo)
+            worst = str(lf.loc[lf["held_out_chi2"].idxmax(), "figure"]) if len(lf) else ""
+        fit_s = "" if pd.isna(r.get("fit_wall_s")) or not r.get("fit_wall_s") else f"{int(r['fit_wall_s'])}"
+        lines.append(f"| `{m}` | {int(r['k'])} | {float(r['chi2']):.1f} ({int(r['dof'])}) | "
+                     f"{float(r['chi2_per_dof']):.1f} | {float(r['aic']):.1f} | {float(r['bic']):.1f} | "
+                     f"{float(r['cv_chi2']):.0f} | {float(r['akaike_weight']):.2f} | {float(r['cv_weight']):.2f} | "
+                     f"{float(r['docs_gap']):+.3f} | {widest} | {worst} | {fit_s} |")
+    return "\n".join(lines)

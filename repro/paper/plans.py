@@ -11,7 +11,7 @@ Three plans, one per (backend family, scale):
   only wider.
 - live ``full`` (``emulated``, ``vllm``): the paper's protocol on the live cluster: three traces of
   1000 requests, saturation searches on that cluster, the full grids. Hours on real GPUs.
-- live ``quick`` (the README's main job on ``emulated``): every section on the real proxy and HTTP
+- live ``quick`` (`repro paper --backend emulated`): every section on the real proxy and HTTP
   path in about 20 minutes on 2 cores. One trace of `LIVE_QUICK_REQUESTS` requests per run, the
   simulator's saturation rates (`SIM_SATURATION_RATES`) as operating points instead of a live
   search, and each sweep cut to the rows that carry its section's claim (`LIVE_QUICK_GRIDS`).

