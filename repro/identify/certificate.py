@@ -155,20 +155,24 @@ def bound_sentence(b: DocumentsBound | None = None) -> str:
     best = b.widest
     parts = [f"The documents facts (round-robin 0.585, every load-aware policy >= 0.695; §V-C): {b.verdict}"]
     if best is not None:
-        aimed = best.get("aimed_feasible")
-        searched = (f"{int(best['feasible'])} feasible of {int(best['vectors'])} vectors"
-                    + (f", {int(aimed)} of them by the aimed search" if aimed and math.isfinite(float(aimed)) else ""))
-        parts.append(f"the simulator's widest feasible gap is {float(best['widest_gap']):+.3f} against the "
-                     f"{b.need:.3f} needed, on {best['model']} ({searched}; round-robin's P99 TTFT there "
+        searched = f"{int(best['feasible'])} feasible of {int(best['vectors'])} vectors"
+        parts.append(f"the simulator's widest feasible gap is {float(best['widest_gap']):+.4f} against the "
+                     f"{b.need:.4f} needed, on {best['model']} ({searched}; round-robin's P99 TTFT there "
                      f"{float(best['rr_ttft_p99_s']):.1f} s against the paper's 1.1 s)")
+    for m in b.models:
+        aimed = m.get("aimed_feasible")
+        if aimed is not None and math.isfinite(float(aimed)) and float(aimed) > 0:
+            parts.append(f"the search aimed at the gap on {m['model']} evaluated {int(aimed)} feasible vectors: "
+                         f"widest {float(m['aimed_widest_gap']):+.3f}, {float(m['aimed_confirmed_gap']):+.4f} on 60 "
+                         "fresh traces")
     if b.queue is not None and b.queue.get("confirmed_gap") is not None:
         parts.append(f"an independent queue model opens {float(b.queue['confirmed_gap']):+.3f} "
                      f"({int(b.queue['vectors'])} vectors, confirmed on fresh traces)")
     if b.edges:
         worst = [e for e in b.edges if not bool(e["feasible"])]
         parts.append("its gap hinges on the documents' length tail, which the paper does not state"
-                     + (f" (a spread of {min(float(e['value']) for e in worst):.1f} or less leaves round-robin's 0.585 "
-                        "out of reach)" if worst else ""))
+                     + (f" (a lognormal spread of {max(float(e['value']) for e in worst):.1f} or less leaves "
+                        "round-robin's 0.585 out of reach)" if worst else ""))
     return "; ".join(parts) + " (docs/IDENTIFY.md, 'The documents facts')."
 
 

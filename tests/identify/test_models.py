@@ -185,7 +185,8 @@ def test_the_documents_bound_verdict_weighs_the_simulator_and_the_queue(tmp_path
     assert c.documents_bound(models, queue).verdict == c.ONLY_PRIORS
     pd.DataFrame([{**row, "widest_gap": 0.07}]).to_csv(models / "separation.csv", index=False)
     b = c.documents_bound(models, queue)
-    assert b.verdict == c.HOLD and "+0.070" in c.bound_sentence(b) and "queue model opens +0.070" in c.bound_sentence(b)
+    words = c.bound_sentence(b)
+    assert b.verdict == c.HOLD and "+0.0700" in words and "queue model opens +0.070" in words
 
 
 def test_the_bound_block_is_replaced_and_nothing_around_it_is_lost():
@@ -205,3 +206,16 @@ def test_the_model_table_in_the_docs_is_the_shipped_data():
     from repro.paths import REPO_ROOT
 
     assert doc_block((REPO_ROOT / BOUND_DOC).read_text(), "models") == markdown_table()
+
+
+def test_the_aimed_searchs_own_rows_count_only_through_their_fresh_trace_checks():
+    from repro.identify import separation
+
+    rows = [{"model": "m", "gap": 0.09, "round_robin": 0.58, "least_loaded": 0.67, "length_threshold": 0.67,
+             "rr_ttft_p99_s": 1.0, "feasible": True, "origin": "aimed", "x": 1.0},
+            {"model": "m", "gap": 0.06, "round_robin": 0.58, "least_loaded": 0.64, "length_threshold": 0.64,
+             "rr_ttft_p99_s": 1.0, "feasible": True, "origin": "confirmed", "x": 1.0},
+            {"model": "m", "gap": 0.03, "round_robin": 0.59, "least_loaded": 0.62, "length_threshold": 0.62,
+             "rr_ttft_p99_s": 1.0, "feasible": True, "origin": "search", "x": 2.0}]
+    summ = separation.summary(pd.DataFrame(rows))
+    assert summ["widest_gap"] == pytest.approx(0.06) and not summ["reaches_paper"]
