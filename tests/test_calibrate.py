@@ -31,11 +31,14 @@ K = 10.0  # fast enough for the test, slow enough that a 2-core machine keeps th
 @pytest.mark.slow
 def test_recovers_the_profile_within_10_percent(tmp_path):
     out = tmp_path / "cal.json"
-    with launch("1p1d", "emulated", time_scale=K) as inst:
+    # the estimated profile: no serving path outside the engines, so the engines' prefill is the stated base
+    topo = {"name": "cal", "instances": [{"role": "prefill", "count": 1, "profile": "a40-qwen2.5-3b"},
+                                         {"role": "decode", "count": 1, "profile": "a40-qwen2.5-3b"}]}
+    with launch(topo, "emulated", time_scale=K) as inst:
         fitted, samples = calibrate(inst, time_scale=K, budget_s=60, out=out, decode_tokens=256,
                                     concurrencies=(1, 2, 4, 8))
         ref = profile_cost_model(inst)
-    phys = load_profile().physics
+    phys = load_profile("a40-qwen2.5-3b").physics
     assert ref == CostModel.from_physics(phys, name="profile")
     table = compare(fitted, ref).set_index("constant")
     print(table.to_string())

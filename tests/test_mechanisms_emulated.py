@@ -41,15 +41,23 @@ def burst(url: str, n: int, time_scale: float = 1.0, stagger_s: float = 0.0) -> 
 
 @pytest.mark.slow
 def test_request_path_on_emulated_engines_matches_the_physics(tmp_path):
-    raw = load_profile("a40-identified").as_dict()
+    from repro.engine.mechanisms import mechanisms_off
+
+    # the identified testbed with the catalogue's mechanisms off ("whole"), and the same with the step a fifth
+    # of the base ("split")
+    raw = mechanisms_off(load_profile("a40-identified").physics).to_dict(slo=True)
+    raw["name"] = "whole"
+    whole_path = tmp_path / "whole.json"
+    whole_path.write_text(json.dumps(raw))
     raw["name"] = "split"
     raw["params"]["prefill_step_share"] = {"value": 0.2, "source": "test: mechanism request_path"}
     path = tmp_path / "split.json"
     path.write_text(json.dumps(raw))
     split = load_profile(path).physics
     topo = {"name": "mech", "instances": [
-        {"role": "prefill", "name": "whole"}, {"role": "prefill", "name": "split", "profile": str(path)},
-        {"role": "decode", "count": 1}]}
+        {"role": "prefill", "name": "whole", "profile": str(whole_path)},
+        {"role": "prefill", "name": "split", "profile": str(path)},
+        {"role": "decode", "count": 1, "profile": str(whole_path)}]}
     # K = 1/4: every physics second lasts four wall seconds, so the machine's own jitter (other tests beside
     # this one) weighs a quarter as much. A burst is one request, then five 20 ms (physics) later: they arrive
     # while the first one's step runs, whole (67 ms) or split (14 ms), so they make a second step of their own
@@ -67,7 +75,7 @@ def test_request_path_on_emulated_engines_matches_the_physics(tmp_path):
     assert abs(lone_whole - lone_split) < 0.02 and lone_split >= split.prefill_time_s(12) + split.serving_path_s - 0.005
     # the five behind: whole, the rest of the first step and a step of their own; split, at worst a short step
     # of the first to arrive, one of the other four and the path (at best one short step and the path)
-    whole = load_profile("a40-identified").physics
+    whole = load_profile(whole_path).physics
     behind_whole = whole.prefill_time_s(12) - 0.02 + whole.prefill_time_s(5 * 12)
     behind_split = split.prefill_time_s(12) + split.prefill_time_s(4 * 12) + split.serving_path_s
     assert behind_whole - behind_split > 0.025  # the claim is worth testing: ~33 ms apart in the physics

@@ -155,10 +155,11 @@ def test_the_report_shows_the_scorecard(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_policy_that_differs_from_the_router_is_told_apart_on_the_main_jobs_testbed(tmp_path):
-    """On the identified testbed (the main job's), at Table II's operating point, least-loaded under another
-    name loses to the paper's router by about two points: the scorecard never calls it a tie, and says the loss is
-    shown (the interval excludes zero) though its size against the 2-point tie band may be undecided."""
+def test_a_baseline_beside_the_router_on_the_main_jobs_testbed_is_judged_by_the_tie_band(tmp_path):
+    """On the identified testbed (the main job's), at Table II's operating point, round-robin under another name
+    scores a little below the paper's router (the main job's `table2_mc_minus_best_baseline` is within noise of
+    the paper's lead). The scorecard calls it a tie only when the whole interval lies inside the 2-point tie band
+    (the two one-sided tests), and otherwise says the loss is shown when the interval excludes zero."""
     ctx = Section.setup(notebook="15_scorecard", backend="sim", scale="quick", seeds=[1, 2, 3, 4, 5],
                         n_requests=3000, rates={"mixed": 24.0, "chat": 60.0, "reasoning": 30.0, "documents": 25.0},
                         results_dir=tmp_path / "r",
@@ -166,8 +167,13 @@ def test_a_policy_that_differs_from_the_router_is_told_apart_on_the_main_jobs_te
     from repro.vocab import DEFAULT_PROFILE
 
     assert DEFAULT_PROFILE == "a40-identified"
-    card = sc.score_section(ctx, ["tests.contenders:LeastLoadedClone"], ["Table II"])
+    card = sc.score_section(ctx, ["tests.contenders:RoundRobinClone"], ["Table II"])
     vs = card.table[card.table.comparison == sc.VS_ROUTER]
-    assert len(vs) == 1 and vs.verdict.iloc[0] in ("worse", "within noise"), vs[["ours", "ours_lo", "ours_hi",
-                                                                                  "verdict"]]
-    assert vs.ours_hi.iloc[0] < 0 and (vs.verdict.iloc[0] == "worse" or "A worse" in vs.reason.iloc[0])
+    assert len(vs) == 1
+    v = vs.iloc[0]
+    assert v.ours_lo <= v.ours <= v.ours_hi and v.ours < 0  # round-robin below the router
+    if v.verdict == "tie":
+        assert -0.02 < v.ours_lo and v.ours_hi < 0.02, v
+    else:
+        assert v.verdict in ("worse", "within noise") and v.ours_lo <= -0.02, v
+        assert v.ours_hi < 0 and (v.verdict == "worse" or "A worse" in v.reason)

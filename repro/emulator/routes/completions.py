@@ -136,7 +136,9 @@ async def serve_completion(state: EmulatorState, request: Request, *, chat: bool
     if faults.error_fraction and error_due(engine.completion_requests - engine.error_base, faults.error_fraction):
         return error_response("injected fault (errors): internal server error", "InternalServerError", 500)
     ph = engine.physics
-    if ph.api_queue_s or ph.api_queue_per_token_s:  # mechanism api_queue: one request at a time, FCFS
+    # mechanism api_queue: one request at a time, FCFS, on the prefill leg (the simulator's; a decode engine's own
+    # API server time is mechanism stream_admission's)
+    if (ph.api_queue_s or ph.api_queue_per_token_s) and remote_params(p.kv) is None:
         async with engine.api_lock:
             await asyncio.sleep((ph.api_queue_s + ph.api_queue_per_token_s * len(p.prompt_ids)) / engine.K)
     c = submit(state, request, body, p, max_tokens, chat)
