@@ -27,7 +27,7 @@ def test_fit_gives_exact_count(text, n):
 
 @settings(max_examples=200, deadline=None)
 @given(text=texts)
-@example(text="\ud800")  # a lone surrogate: encode once raised UnicodeEncodeError (CI, session 1)
+@example(text="\ud800")  # a lone surrogate: encode once raised UnicodeEncodeError (found by CI)
 @example(text="a\udfff b")
 def test_pieces_concatenate_to_text(text):
     pieces = TOK.pieces(text)
