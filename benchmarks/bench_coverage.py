@@ -6,8 +6,8 @@ Synthetic draws with a known truth (`repro.paper.coverage`) are drawn per row; e
 interval is checked against the truth, through the function the sections call. Cheap rows draw
 ``--reps`` times, costly ones a stated fraction of it (the reps column). Groups (``--only``):
 
-- ``t``: the goodput over 3 and 10 traces (t over traces, and the two-level bootstrap the verdicts
-  used before issue 28): normal trace-to-trace spread (sd 0.01, 0.03) and a skewed one (lognormal,
+- ``t``: the goodput over 3 and 10 traces (t over traces, and the two-level bootstrap no verdict
+  uses, `legacy_two_level`): normal trace-to-trace spread (sd 0.01, 0.03) and a skewed one (lognormal,
   sd 0.05, long tail downward).
 - ``block``: one trace's own goodput (block bootstrap, 500 resamples; and an iid bootstrap over
   requests) at within-trace correlation times of 50, 200 and 500 requests.

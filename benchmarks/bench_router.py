@@ -10,15 +10,16 @@ machines and with other load on this one; compare columns of one run, not machin
 ``git archive`` into a temporary folder, timed by this same script in a subprocess with that folder
 on PYTHONPATH), cell by cell next to the current one, so that old and new share the machine's
 conditions; ``--repeat N`` repeats every cell and prints the range over the repeats (min-max).
-The baseline's exact scorer is slow at 512 instances (~45 ms a decision before issue 15: a
-minute and a half per cell at the default 1,000 decisions).
+A baseline's exact scorer without the vectorized pricing (e.g. ``17da849``'s) is slow at 512 instances
+(~45 ms a decision on the 2-core development machine, commit 93f3086: a minute and a half per cell at
+the default 1,000 decisions).
 
     python benchmarks/bench_router.py                              # every size, the policies below
     python benchmarks/bench_router.py --sizes 128,512 --policies marginal_cost,marginal_cost:sample_d=2 \\
         --baseline 17da849 --repeat 3 --clock cpu
 
 A policy is a registry name, optionally with integer options: ``marginal_cost:sample_d=2``.
-Issue 15's goal: p99 <= 200 us at 128 instances (32p96d) for the paper's scorer (``marginal_cost``).
+The goal: p99 <= 200 us at 128 instances (32p96d) for the paper's scorer (``marginal_cost``).
 """
 
 from __future__ import annotations

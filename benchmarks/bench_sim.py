@@ -3,12 +3,13 @@
 Usage: python benchmarks/bench_sim.py [--requests 100000] [--rate R] [--sweep-requests 10000]
                                       [--baseline REF] [--rounds 3] [--ops 2000] [--quick]
 
-Issue 43's figures: ``--requests 30000 --rate 22.6`` (the saturation search's rate when it was filed; the
-search now finds ~26.9 req/s); its target is >= 3,000x real time for every policy, compiled. ``--baseline
+The speed target: ``--requests 30000 --rate 22.6`` (mixed at 2p4d, a fixed rate near the identified
+testbed's saturation, so that runs compare across changes of the search), >= 3,000x real time for every
+policy, compiled. ``--baseline
 HEAD`` (the commit before an uncommitted speed change) checks the journals against it byte for byte.
 
 The same workload is timed in three worker subprocesses, each with ``PYTHONPATH`` pointing at its
-tree: OLD = ``--baseline`` (default ``17da849``, the last commit before issue 15's speed-ups,
+tree: OLD = ``--baseline`` (default ``17da849``, the pure-Python simulator and router before their speed-ups,
 extracted with ``git archive`` into a temporary folder; pure Python), NEW src = this checkout's
 Python sources (``$REPRO_PURE_PYTHON=1``) and NEW compiled = this checkout with the modules the
 install compiled with mypyc (`repro.native`; left out, with a note, where none were built). Each
@@ -36,10 +37,10 @@ alike within seconds, and reports the best (smallest) of ``--rounds`` times of e
 Prints per policy each round's wall seconds, the speed-up over real time and the speed-up over OLD
 (best wall and CPU times) of each tree, and the journals' sha256: byte-identical across the trees, or
 each tree's. Asserts nothing about speed (timings vary by machine); exits 1 if NEW src's and NEW
-compiled's journals differ (the same code: a speed change may change no journal byte). OLD's differ
-when the baseline predates a change of results (the default's does: issue 29 changed the paper's
-router's reading); ``--baseline`` at a commit with the same results (e.g. the one before a speed
-change) checks byte-identity against it too.
+compiled's journals differ (the same code: a speed change may change no journal byte). OLD's differ when
+the baseline predates a change of results (the default's does: its paper's router reads the ledger and
+TPOT_hat as `marginal_cost_prior` does); ``--baseline`` at a commit with the same results (e.g. the one
+before a speed change) checks byte-identity against it too.
 """
 
 from __future__ import annotations
@@ -318,7 +319,8 @@ def main() -> None:
           f"{'byte-identical (sha256) for every policy' if same_all else 'DIFFER'}")
     if not same_all and same_new:
         print(f"   (NEW src and NEW compiled agree; OLD = {args.baseline} differs: expected when it predates a change "
-              "of results, e.g. issue 29's reading; --baseline <a commit with the same results> checks byte-identity)")
+              "of results, e.g. the paper's router's reading; --baseline <a commit with the same results> "
+              "checks byte-identity)")
     if not same_new:
         sys.exit(1)
 

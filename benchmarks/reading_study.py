@@ -1,4 +1,4 @@
-"""The paper's router under each reading, at sim full scale (issue 29's measurements).
+"""The paper's router under each reading, at sim full scale (the measurements of docs/ROUTER_READING.md).
 
 Per reading (`repro.routing.policies.READINGS`, or ``--readings``), over the traces of sim full
 (`SIM_FULL_SEEDS`, 10,000 requests each), mixed at the operating point (16 req/s):

@@ -1,4 +1,4 @@
-"""Where the paper's router puts its requests, per decode instance, under each reading (issue 29).
+"""Where the paper's router puts its requests, per decode instance, under each reading (docs/ROUTER_READING.md).
 
 For each policy (or reading of the paper's router, a registered name) on one sim spec: goodput, P99 TTFT,
 and per decode instance its share of the requests, the requests it preempted, and its KV peak

@@ -35,7 +35,7 @@
 # 3. **vllm-router itself** (the Rust router from PyPI, P/D mode) in front of the same emulated
 #    cluster, on the same traces, when `backend='emulated'` and the binary is installed.
 #
-# Issue 6's goals: at 1p2d no worse than round-robin by more than 0.02; keep the paper router's
+# Our goals: at 1p2d no worse than round-robin by more than 0.02; keep the paper router's
 # lead on mixed at 2p4d; never more than 0.03 below the best baseline on any workload or shape.
 
 # %% tags=["parameters"]

@@ -30,11 +30,12 @@ BacklogSource = Literal["ledger", "oracle"]
 LedgerAnchor = Literal["decode_start", "prefill_answer"]
 """When the router's ledger starts counting down a request's decode work: when its decode starts (the
 request joins the decode batch; a proxy sees the decode engine's first token), or when its prefill
-answers (the reading before issue 29: a request still queued for decode drains from the backlog)."""
+answers (an alternative reading, kept for the sensitivity rows: a request still queued for decode drains
+from the backlog)."""
 TpotReading = Literal["batch", "backlog"]
 """The paper's router's predicted TPOT: the per-token time of the batch the request joins
-(``tau_dec(n_d)``), or the decode backlog plus its own work spread over its tokens (the reading before
-issue 29)."""
+(``tau_dec(n_d)``), or the decode backlog plus its own work spread over its tokens (an alternative
+reading, kept for the sensitivity rows)."""
 SloClass = Literal["tight", "loose"]
 """A request's SLO class."""
 Status = Literal["ok", "failed", "rejected"]

@@ -70,7 +70,7 @@ while True:
 def bystander(tmp_path_factory):
     """A long-lived process of the same user beside the whole test session (as `repro paper`'s notebook kernels
     are beside a user's test run: in a session of its own, like a kernel): no test may signal it. It writes every
-    signal it receives; at the session's end it must be alive and have received none (issue 43)."""
+    signal it receives; at the session's end it must be alive and have received none."""
     import subprocess
     import sys
 

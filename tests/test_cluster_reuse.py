@@ -1,4 +1,4 @@
-"""One cluster, not two (issue 45): live runs use the engines `repro cluster up` started, leave them running, and
+"""One cluster, not two: live runs use the engines `repro cluster up` started, leave them running, and
 a run that would start a second set beside them is refused with a message naming them and the two ways on."""
 
 from __future__ import annotations

@@ -127,9 +127,10 @@ def test_saturation_search_brackets_the_collapse_point():
 
 
 def test_a_search_whose_probes_run_out_lands_in_its_last_bracket_not_on_a_noisy_probe():
-    """A live 1p1d search (2026-12-05): light goodput 0.967 (target 0.805 +- 0.03), 0.850 at 2 req/s (noise),
-    the collapse between 3.36 (0.853) and 3.67 (0.743) when its 8 probes ran out. The probe nearest the target
-    in goodput is the one at 2 req/s, outside the bracket; the search's rate is the crossing inside it."""
+    """A live 1p1d search (1p1d-cpu, a 2-core AMD EPYC, commit 8da6c0c): light goodput 0.967 (target 0.805 +- 0.03),
+    0.850 at 2 req/s (noise), the collapse between 3.36 (0.853) and 3.67 (0.743) when its 8 probes ran out. The
+    probe nearest the target in goodput is the one at 2 req/s, outside the bracket; the search's rate is the
+    crossing inside it."""
     measured = {0.25: 29 / 30, 0.5: 1.0, 1.0: 1.0, 2.0: 0.85, 4.0: 0.6375, 2.8284271247461903: 17 / 19,
                 3.3635856610148585: 29 / 34, 3.668016172818685: 55 / 74}
 

@@ -28,7 +28,7 @@ def test_emulated_run_end_to_end(tmp_path):
     assert (j.generated_tokens == j.output_tokens).all()
     assert j.decode_instance.notna().all() and j.predicted_output_tokens.notna().all()
     assert (j.prefill_end_s >= j.prefill_start_s - 0.05).all() and (j.first_token_s >= j.prefill_end_s).all()
-    # the proxy's ledger anchored each decode at the decode engine's first streamed token (issue 29), which it
+    # the proxy's ledger anchored each decode at the decode engine's first streamed token, which it
     # saw after the prefill answered and (with the clocks' offset) about when the client did
     assert j.decode_started_s.notna().all()
     assert (j.decode_started_s >= j.prefill_end_s).all()

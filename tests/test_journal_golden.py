@@ -1,12 +1,13 @@
-"""Simulated journals are frozen byte for byte: a speed-up of the simulator or the router (issue 15)
-must not change a single decision or timestamp.
+"""Simulated journals are frozen byte for byte: a speed-up of the simulator or the router must not change
+a single decision or timestamp.
 
-`GOLDEN` holds the sha256 of each spec's journal file (`repro.experiment.journal.write_frame`) as
-computed at commit 85d9d7e, before any of issue 15's optimisations. The specs cover every registered
-policy, the four workload families, several pool shapes (up to 8p24d), both service models, the
-oracle backlog, a noisy predictor, the simulator-derived cost model, ``sample_d`` and the
-admission guard. If a change alters a journal on purpose (a new physics, a fixed bug), regenerate
-with ``REPRO_GOLDEN=update python3 -m pytest tests/test_journal_golden.py`` and say why in the commit.
+`GOLDEN` (``tests/data/journal_sha256.json``) holds the sha256 of each spec's journal file
+(`repro.experiment.journal.write_frame`), changed only by a commit that alters journals on purpose.
+The specs cover every registered policy, the four workload families, several pool shapes (up to
+8p24d), both service models, the oracle backlog, a noisy predictor, the simulator-derived cost
+model, ``sample_d`` and the admission guard. If a change alters a journal on purpose (a new physics,
+a fixed bug), regenerate with ``REPRO_GOLDEN=update python3 -m pytest tests/test_journal_golden.py``
+and say why in the commit.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The package layout's rules (docs/ARCHITECTURE.md): no import circles, no private names imported
-across modules, and a simulator run that loads no HTTP, CLI or process-launching code."""
+across modules, a simulator run that loads no HTTP, CLI or process-launching code, at most
+`MAX_LOOSE_MODULES` modules at the top level and none over `MAX_MODULE_LINES` lines."""
 
 from __future__ import annotations
 
@@ -105,6 +106,24 @@ def test_the_layout_is_scanned():
     assert any(t == "repro.sim.simulator" for t, _, _ in _imports("repro.experiment.runner", lazy=False))
 
 
+MAX_LOOSE_MODULES = 8
+"""The most ``.py`` files directly under ``repro/`` (its ``__init__`` counted): each a concept of its own that no
+package owns; anything else lives in the package of its role (docs/ARCHITECTURE.md)."""
+MAX_MODULE_LINES = 700
+"""The longest a module may be: a longer one is split along its seams."""
+
+
+def test_few_loose_modules_at_the_top_level():
+    loose = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(loose) <= MAX_LOOSE_MODULES, f"{len(loose)} loose modules at repro/'s top level: {loose}"
+
+
+def test_no_module_is_over_the_house_size():
+    long = sorted(f"{m} ({n} lines)" for m, p in MODULES.items()
+                  if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES)
+    assert long == []
+
+
 def test_no_import_circles_at_import_time():
     assert _cycles(lazy=False) == []
 
@@ -120,7 +139,7 @@ def test_no_import_circles_even_for_types():
 
 
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("errors", "paths", "vocab", "native", "journal_schema", "asgi", "statistics"),
+    ("errors", "paths", "vocab", "native", "journal_schema", "web", "statistics"),
     ("repro", "sources", "workload"),
     ("engine",),
     ("cluster", "routing"),

@@ -1,4 +1,4 @@
-"""Sweeps and saturation searches on worker processes give exactly what one process gives (issue 15):
+"""Sweeps and saturation searches on worker processes give exactly what one process gives:
 the same journal and manifest bytes, the same table, the same searched rates; a run that fails names
 its spec; a sweep killed with SIGKILL resumes to the same files."""
 

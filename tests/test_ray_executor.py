@@ -1,4 +1,4 @@
-"""The ``ray`` executor against a Ray head this test starts on 127.0.0.1 (issue 15): a sweep on Ray
+"""The ``ray`` executor against a Ray head this test starts on 127.0.0.1: a sweep on Ray
 writes the same journal and manifest bytes as one process, the code travels as the job's working
 directory, and a failed run names its spec."""
 

@@ -1,4 +1,4 @@
-"""The paper's router as a deployed proxy runs it (issue 29): the ledger counts a request's decode work
+"""The paper's router as a deployed proxy runs it (docs/ROUTER_READING.md): the ledger counts a request's decode work
 down only once its decode has started, so a saturated decode instance does not read cheap; and the
 simulator and the proxy book the same ledger events for the same request."""
 

@@ -1,4 +1,4 @@
-"""Issue 15: the router at production scale decides exactly as the enumeration does.
+"""The router at production scale decides exactly as the enumeration does.
 
 - the marginal-cost scorers' vectorised path (`place_vectorized`) picks the same (prefill, decode)
   pair, or the same rejection, as the exact enumeration (`place_enumerated`) on random views: every

@@ -7,8 +7,8 @@ from repro.experiment.spec import LiveConfig, RunSpec, flat_field_names, spec_fr
 from repro.sim.config import SimConfig
 
 # Ids computed with the flat RunSpec of commit 4f50904 (before the option groups): finished runs
-# made then must still be found by their id. They ran on the estimated profile, the default then (the
-# default is now the identified testbed, issue 30).
+# made with it must still be found by their id. They ran on the estimated profile, that commit's
+# default (the default is the identified testbed).
 OLD = "a40-qwen2.5-3b"
 STORED_IDS = [
     (dict(profile=OLD), "mixed-2p4d-marginal_cost-s1-c7d5cdf6f4bd"),

@@ -628,7 +628,7 @@ def test_the_machines_speed_at_the_live_saturation_search_is_read_off_its_probes
 
     from repro.experiment.spec import RunSpec
     from repro.validation.drift import at_speed, search_factor, search_speed
-    from repro.validation.run import collapsing_from
+    from repro.validation.saturation import collapsing_from
 
     phys = CostModel.load(CPU_CAL).to_physics(name="cal", model="tiny", block_size=128,
                                     max_num_seqs=128, max_model_len=4096, max_num_batched_tokens=2048)
@@ -656,7 +656,7 @@ def test_tracking_the_drift_needs_a_training_trace() -> None:
 
 
 def test_the_physics_text_names_every_fitted_part_whatever_the_source() -> None:
-    from repro.validation.run import physics_text
+    from repro.validation.outputs import physics_text
 
     speed = {"variant": "shared-host", "run_id": "t", "points": [
         {"label": "before pass 1", "started_unix": 0.0, "live_tpot_s": 0.01, "sim_tpot_s": 0.01, "factor": 1.0},

@@ -161,4 +161,5 @@ def reflow_all(app: typer.Typer) -> None:
 
 
 RUNNING = "; or `repro cluster up`'s state file (runs/cluster.json): its running engines, used as they are"
-"""The sentence every live command's ``--cluster`` help ends with (issue 45)."""
+"""The sentence every live command's ``--cluster`` help ends with: the engines `repro cluster up` started are
+used as they run, never a second cluster."""

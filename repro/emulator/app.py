@@ -1,7 +1,7 @@
 """The emulated engine's HTTP API: vLLM 0.12's OpenAI-compatible server, P/D with NixlConnector.
 
 `create_app` assembles one FastAPI app from the route modules of `repro.emulator.routes`
-(the hot ones, `HOT_ROUTES`, answered by `repro.asgi.HotRoutes` without FastAPI's router):
+(the hot ones, `HOT_ROUTES`, answered by `repro.web.hot_routes.HotRoutes` without FastAPI's router):
 
 - `repro.emulator.routes.completions`: ``POST /v1/completions``, ``POST /v1/chat/completions``
   (streaming SSE and not), with `repro.emulator.routes.params` validating the bodies.
@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from repro.asgi import HotRoutes
 from repro.emulator.engine import AsyncEngine, EmulatorConfig
 from repro.emulator.routes import admin, completions, kv_transfer, service
 from repro.emulator.routes.state import EmulatorState
+from repro.web.hot_routes import HotRoutes
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send

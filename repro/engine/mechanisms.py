@@ -3,10 +3,10 @@
 A `Mechanism` is a named, switchable part of the truth (`repro.engine.physics.Physics`) or of the workload
 generator (`repro.workload.params`): what it fixes when switched on, which of its parameters a fit frees
 (each with a prior range and the reason for it), and the source it rests on (vLLM 0.12's code, the A40's
-datasheet, the paper). Off, every mechanism leaves the profile as shipped, so today's journals stay byte for
-byte (`tests/test_mechanisms.py`). `repro identify --mechanisms NAME,...` builds a model from them;
-docs/IDENTIFY.md ("Mechanisms") has the catalogue with its sources and what the paper's baseline numbers say
-of each.
+datasheet, the paper). Off, every mechanism leaves the profile as shipped, so a journal simulated without
+mechanisms stays byte for byte the same (`tests/test_mechanisms.py`). `repro identify --mechanisms NAME,...`
+builds a model from them; docs/IDENTIFY.md ("Mechanisms") has the catalogue with its sources and what the
+paper's baseline numbers say of each.
 
 Units: seconds, tokens, bytes; shares are fractions of the stated prefill base (0.0667 s, paper §VI).
 """
@@ -256,12 +256,14 @@ MACHINE_DRIFT = Mechanism(
     "saturation search, read off its own probes below the collapse (the training trace runs only after it). "
     "Variant drift-engines scales the engines alone (by each run's median TPOT over its twin's). No "
     "parameter is fitted on a judged run",
-    "this machine (docs/VALIDATION.md): on an AMD EPYC (2026-12-05) the training trace measured a median TPOT of "
-    "11.5, 15.7 and 15.5 ms at +0, +22 and +42 min, and the simulator fitted on the runs of the first minutes was "
-    "13-25 % fast on the judged runs that came after; a calibration measures the engines at one moment. On the "
-    "EPYC of 2026-12-05 the serving path's fitted costs moved about x 3 between two validations (the admission's "
-    "light-load part 2.6 against 46.5 ms, the prefill hop's 16.1 against 49.0 ms) where the engines moved x 1.0-1.4, "
-    "and the engines alone at the search's speed put the saturation 26 % below the live one's")
+    "this machine (docs/VALIDATION.md): in the 1p1d-cpu validation of "
+    "docs/validation-records/1p1d-cpu-epyc-avx2-6b0a5f5.md (a 2-core AMD EPYC, commit 6b0a5f5) the training trace "
+    "measured a median TPOT of 11.5, 15.7 and 15.5 ms at +0, +22 and +42 min, and the simulator fitted on the runs "
+    "of the first minutes was 13-25 % fast on the judged runs that came after; a calibration measures the engines "
+    "at one moment. Between two 1p1d-cpu validations on that machine (commit 08ebba9) the serving path's fitted "
+    "costs moved about x 3 (the admission's light-load part 2.6 against 46.5 ms, the prefill hop's 16.1 against "
+    "49.0 ms) where the engines moved x 1.0-1.4, and the engines alone at the search's speed put the saturation "
+    "26 % below the live one's")
 """Not in `CATALOGUE` either (see `SHARED_HOST`): it has no `Physics` field, it chooses the physics of each run."""
 
 UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared",

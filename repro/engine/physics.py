@@ -286,9 +286,9 @@ class Physics:
     def admission_delay_s(self, streams: int) -> float:
         """Mechanism ``stream_admission``: seconds before a request reaching this decode engine's API server is
         admitted, when the engine streams ``streams`` sequences: ``admission_per_stream_s * streams **
-        admission_exponent`` (the first form), plus the time through one busy event loop, ``admission_loop_s /
-        (1 - rho)`` (an M/M/1 server's mean time in system), ``rho = admission_busy_per_stream * streams`` at most
-        `ADMISSION_MAX_UTILISATION`."""
+        admission_exponent`` (a power law in the streams), plus the time through one busy event loop,
+        ``admission_loop_s / (1 - rho)`` (an M/M/1 server's mean time in system), ``rho =
+        admission_busy_per_stream * streams`` at most `ADMISSION_MAX_UTILISATION`."""
         delay = 0.0
         if streams > 0 and self.admission_per_stream_s > 0.0:
             delay += self.admission_per_stream_s * float(streams) ** self.admission_exponent

@@ -59,30 +59,30 @@ class Thresholds:
     wall 0.5, 1, 2, 5, 10, 20 ms, ... x K; a backstop). Quiet runs 4-10 ms, distorted runs 10-20 ms."""
     engine_lost_fraction: float = 0.008
     """Wall time an emulated engine ran behind its physics (the worst engine). Hog experiment: valid
-    quiet runs 0.02-0.14%, distorted runs 0.19-1.3%. README main job, 2026-12-01: its 30 quiet valid
-    runs at most 0.43%; with a one-core hog six runs passed at K = 2 with 0.84-1.41% (and every other
-    measure under its limit) while the same specs at K = 1 agreed with the quiet ones, e.g. Table II's
-    learned router 0.670 at K = 2 against 0.735 quiet and 0.75-0.765 for its siblings at K = 1. The
-    limit was 1.5%; 0.8% flags those six and none of the quiet runs."""
+    quiet runs 0.02-0.14%, distorted runs 0.19-1.3%. README main job (the 2-core development machine,
+    commit 396dd1f): its 30 quiet valid runs at most 0.43%; with a one-core hog six runs reached 0.84-1.41%
+    at K = 2 (every other measure under its limit) while the same specs at K = 1 agreed with the quiet
+    ones, e.g. Table II's learned router 0.670 at K = 2 against 0.735 quiet and 0.75-0.765 for its
+    siblings at K = 1. A limit of 1.5% passes those six; 0.8% flags them and none of the quiet runs."""
     poll_gap_excess_p99_s: float = 0.050
     """Gap between good ``/metrics`` polls of an engine beyond the poll period (a backstop). Valid
     quiet runs 11-17 ms, distorted runs 18.5-47.5 ms."""
     harness_added_latency_s: float = 0.001
     """What the time scale added to the harness's own latency per request (`harness_latency`: TTFT
-    at the client minus the time spent in the engines by their own physics clocks; its median L,
-    physics s; added: L x (K - 1) / K, the part a run at K = 1 does not have). Time-scale experiment
-    (docs/VALIDITY.md, 2026-12-01, Table II spec at 400 requests): L is 5-6 ms at K = 1 (the wall
-    time of the HTTP hops, proxy and client) and grows with K; goodput fell 0.4-0.6 points per ms
-    added (K = 1.5: 2.6 ms added, -1.25 to -1.75 points; K = 2: 5-6 ms, -1.4 to -2; K = 4: 25-27 ms,
-    -9 to -10.5), while two runs at K = 1 differed by 0.25-0.5 points. 1 ms keeps the bias within
-    that repeat spread; on a 2-core machine it leaves K of about 1.2 at most."""
+    at the client minus the time spent in the engines by their own physics clocks; its median L, physics s;
+    added: L x (K - 1) / K, the part a run at K = 1 does not have). Time-scale experiment (docs/VALIDITY.md,
+    Table II spec at 400 requests; the 2-core development machine, commit d90c088): L is 5-6 ms at K = 1
+    (the wall time of the HTTP hops, proxy and client) and grows with K; goodput fell 0.4-0.6 points per ms
+    added (K = 1.5: 2.6 ms added, -1.25 to -1.75 points; K = 2: 5-6 ms, -1.4 to -2; K = 4: 25-27 ms, -9 to
+    -10.5), while two runs at K = 1 differed by 0.25-0.5 points. 1 ms keeps the bias within that repeat
+    spread; on a 2-core machine it leaves K of about 1.2 at most."""
     cpu_steal_fraction: float = 0.15
     """CPU time the hypervisor took from this machine (a backstop: steal slows the whole machine, and
-    what that does to a run shows in the lags and lateness above). The first limit, 5%, was a guess;
-    on 2026-12-01 the host got busy during the README main job and two runs were stopped on steal
-    alone (6.4-10.1%, every other measure far under its limit: client lag 2.7-3.5 ms at K = 1), and
-    their last attempts scored what the same specs scored at K = 1 without steal (0.615 vs 0.61,
-    0.76 vs 0.755). No run has yet been seen distorted by steal; 15% is above the most seen clean."""
+    what that does to a run shows in the lags and lateness above). During a README main job on a busy
+    host (the 2-core development machine, commit b9e8ecd) a limit of 5% stopped two runs on steal alone
+    (6.4-10.1%, every other measure far under its limit: client lag 2.7-3.5 ms at K = 1), and their last
+    attempts scored what the same specs scored at K = 1 without steal (0.615 vs 0.61, 0.76 vs 0.755). No
+    run has been seen distorted by steal alone; 15% is above the most seen clean."""
 
 
 DEFAULT_THRESHOLDS = Thresholds()

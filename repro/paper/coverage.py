@@ -15,7 +15,7 @@ Every interval method the main job's rows use has a procedure here that calls th
 sections call, and a coverage test in the default tier (tests/paper/test_coverage.py):
 
 - `coverage`: the goodput over traces (`goodput_estimate`: t over traces) or one trace's own
-  (`block_bootstrap_mean`), against the two-level bootstrap the verdicts used before issue 28
+  (`block_bootstrap_mean`), against a two-level bootstrap that no verdict uses, kept for comparison
   (`legacy_two_level`).
 - `paired_coverage`: a paired difference (`paired_difference`) of two policies run on the same
   traces (`policy_runs`: every policy sees the trace's level and load).
@@ -194,8 +194,8 @@ def policy_runs(model: TraceModel, offsets: Mapping[str, float], rng: np.random.
 
 
 def legacy_two_level(per_trace: Sequence[np.ndarray], b: int = 4000, seed: int = 20240917) -> Estimate:
-    """The interval the verdicts used before issue 28, kept to measure it: a two-level percentile
-    bootstrap (traces with replacement, then each drawn trace's requests iid)."""
+    """A two-level percentile bootstrap (traces with replacement, then each drawn trace's requests iid), an
+    interval no verdict uses, kept to measure its coverage against the ones they use."""
     rng = np.random.default_rng(seed)
     s = len(per_trace)
     means = np.empty((s, b))

@@ -90,9 +90,10 @@ NOTEBOOK_WALL_S: dict[str, float] = {
     "01_calibration": 9,
 }
 """Each section notebook's wall seconds alone (``repro paper --only NN``: sim, full, a cold cache, the shared
-pool of 2 cores, issue 43), the notebooks before it not having simulated its runs: `run_paper` starts the
-longest first (longest-processing-time order) and their simulations go first in the pool, so no long one
-starts last and runs alone. Only the order depends on these; a notebook not listed starts after them."""
+pool of 2 cores; the 2-core development machine, commit 29218d8), the notebooks before it not having simulated
+its runs: `run_paper` starts the longest first (longest-processing-time order) and their simulations go first
+in the pool, so no long one starts last and runs alone. Only the order depends on these; a notebook not listed
+starts after them."""
 
 KERNELS_BEYOND_CORES = 1
 """On ``sim`` with the shared pool: notebooks at once beyond one per core. Their kernels mostly wait on the

@@ -1,4 +1,4 @@
-"""Held-out tuning of ``marginal_cost_plus`` (issue 14, item 5): its settings chosen on traces that no
+"""Held-out tuning of ``marginal_cost_plus``: its settings chosen on traces that no
 notebook evaluates, then re-measured on the evaluation traces.
 
 `repro.routing.policies.batching.MarginalCostPlus` is a marginal-cost scorer with our additions beyond

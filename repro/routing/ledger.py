@@ -21,7 +21,7 @@ Backlog models (seconds of priced work still outstanding at time ``now``):
     engine's first streamed token, `decode_started`) it is expected to end at ``E = s + o * tau_dec``
     (its KV transfer is behind it). A request waiting in a full engine's queue keeps its whole work
     on that engine, as a deployed proxy that sees when decode starts can book it;
-  - ``prefill_answer`` (the reading before issue 29): the countdown starts at dispatch, ending at
+  - ``prefill_answer`` (an earlier reading, kept for comparison): the countdown starts at dispatch, ending at
     ``E = T_pre + W`` (``T_pre`` the prefill book's tail), and is re-anchored to ``now + W`` when the
     prefill answers, so a request still queued for decode drains out of the backlog without having
     started, fastest where the predictor under-estimates: a saturated instance reads cheap.
@@ -32,7 +32,7 @@ Backlog models (seconds of priced work still outstanding at time ``now``):
 Times are seconds on the caller's clock (virtual in the simulator, physics time in the proxy) and
 must not go backwards.
 
-Large pools (issue 15): a `Ledger` built with ``arrays=True`` also keeps every book's state in numpy
+Large pools: a `Ledger` built with ``arrays=True`` also keeps every book's state in numpy
 arrays (`PoolBook`), updated on each charge / re-anchor / settle, and a heap of every decode end time
 across its books, so that reading every instance's backlog at ``now`` (`Ledger.backlogs`) costs
 O(expired entries) plus a few vectorised operations instead of one Python call per instance. The

@@ -1,7 +1,46 @@
 """The simulated engines' mutable state: a prefill engine's queue and step, a decode engine's running batch in
-closed-form segments (`repro.sim.simulator.Simulator` drives them; its docstring has the engine model).
+closed-form segments (`repro.sim.simulator.Simulator` drives them, event by event). The simulator's own state,
+never shown to a policy. Units: seconds, tokens.
 
-The simulator's own state, never shown to a policy. Units: seconds, tokens.
+Engine model (`repro.engine.physics.Physics` is the truth):
+
+- Prefill engine: FCFS queue; each step batches queued prompts up to ``max_num_batched_tokens``
+  (chunking a long prompt across steps) and lasts ``prefill_time_s(batch tokens)``. A prompt's KV
+  is allocated when its first chunk is scheduled and held until the decode engine has pulled it.
+- Decode engine (vLLM semantics): a request whose prefill is done waits FCFS for KV blocks
+  (prompt tokens) and a sequence slot; a busy engine looks at its queue only at step boundaries
+  (an idle one at once); once admitted its KV is pulled (``transfer_time_s``) and it joins the
+  running batch at the next step boundary after the pull, so a request meets up to two boundaries.
+  Every running sequence gains one token per step; a step over ``n`` sequences holding ``C``
+  context tokens takes ``decode_step_s(n, C) = a + b*n + c*C`` (seconds; ``a``, ``b``, ``c`` are
+  `repro.sim.engines.DecodeEngine`'s ``step_base_s``, ``step_per_seq_s``, ``step_per_context_token_s``). Since C
+  grows by n per step, the time of k steps from a segment origin with context ``C0`` has the closed form
+  ``k*(a + b*n + c*C0) + c*n*k*(k-1)/2``, so the simulator jumps straight to the next completion,
+  join or KV-full boundary (`DecodeEngine.time_after`). When the next step cannot get KV for every
+  sequence, the most recently admitted sequence is preempted (recompute, as vLLM v1: its blocks are
+  freed): it returns to the head of the queue, and once re-admitted its context (prompt + tokens
+  generated so far) is recomputed inside the engine's steps, as vLLM schedules a resumed request's
+  tokens as prefill in the same step as the running sequences' decode: the step it joins in lasts
+  ``prefill_per_token_s`` x its context longer, for every sequence in the batch (vLLM chunks a
+  context longer than the step's token budget over several steps; here the batch pays the same
+  seconds at once).
+- Mechanism ``shared_host`` (`Physics.host_cores` > 0): the engines and the serving path share one
+  machine's cores; every prefill step, KV pull, serving-path hop and decode segment started at ``t``
+  lasts `Physics.host_stretch` (at ``t``) times its own time, from the engines computing at ``t``, the
+  arrivals of the last `HOST_WINDOW_S` and the tokens the decode engines stream (a decode segment keeps
+  the stretch it started with until its batch next changes).
+- Mechanism ``stream_admission`` (`Physics.admission_per_stream_s` or ``admission_loop_s`` > 0): a request
+  admitted by a decode engine streaming ``n`` sequences starts its KV pull `Physics.admission_delay_s` (n) later:
+  its API server's event loop admits it between the streams' outputs.
+- Mechanism ``prefill_hop`` (`Physics.hop_loop_s` or ``hop_per_stream_s`` > 0): a request's prefill leg ends
+  `Physics.prefill_hop_s` (n) after its prefill step, ``n`` the sequences every decode engine streams then: the
+  proxy's and the prefill API server's event loops, on the cores the streams load.
+- ``service="serial"`` is the paper's original simulator (§VI): one request per prefill step and
+  one running sequence per decode engine.
+- ``backlog="oracle"`` hands the policy the engines' true remaining work instead of the ledger's
+  estimate (§VI: information no deployment has).
+- KV usage is "polled" lazily: at the first decision after each ``kv_poll_interval_s`` tick, the
+  router records every engine's usage; later decisions see that value and its age.
 """
 
 from __future__ import annotations
@@ -9,7 +48,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from repro.engine.physics import Physics
+from repro.engine.physics import HOST_WINDOW_S, Physics
+from repro.errors import ConfigError
 
 
 class PrefillEngine:
@@ -32,6 +72,18 @@ class PrefillEngine:
         self.queued_tokens = 0  # prompt tokens still to prefill (queued or in the current step)
         self.kv_budget_tokens = phys.kv_budget_tokens  # copied from the physics (read on every poll)
         self.max_num_batched_tokens = phys.max_num_batched_tokens  # tokens per prefill step
+
+    def oracle_backlog(self, now: float) -> float:
+        """The true remaining work (seconds) at ``now``: the running step's rest and the queued tokens' steps
+        (what ``backlog="oracle"`` hands a policy)."""
+        ph = self.phys
+        rest = max(self.step_end_s - now, 0.0) if self.busy else 0.0
+        in_step = sum(t for _, t in self.batch) if self.busy else 0
+        queued = self.queued_tokens - in_step
+        if queued <= 0:
+            return rest
+        steps = math.ceil(queued / ph.max_num_batched_tokens)
+        return rest + steps * ph.prefill_step_base_s + ph.prefill_per_token_s * queued
 
 
 class DecodeEngine:
@@ -160,3 +212,54 @@ class DecodeEngine:
             return self.reserved_kv_tokens
         k = self.steps_done_by(now)
         return self.sum_base_context + self.n_running * (self.origin_step + k + 1) + self.reserved_kv_tokens
+
+    def oracle_backlog(self, now: float) -> float:
+        """The true remaining work (seconds) at ``now``: the running sequences' and the queued requests' output
+        tokens at the current step time (what ``backlog="oracle"`` hands a policy)."""
+        v_now = self.origin_step + self.steps_done_by(now)
+        remaining = self.sum_finish_step - self.n_running * v_now + self.queued_output_tokens
+        return remaining * self.step_s_now() if self.n_running else remaining * self.step_base_s
+
+
+class SharedHost:
+    """Mechanism shared_host: one machine's cores shared by every engine and the serving path (`Physics.host_stretch`
+    says how much longer CPU work takes). Holds the arrivals of the last `HOST_WINDOW_S` seconds."""
+
+    __slots__ = ("phys", "arrivals")
+
+    def __init__(self, phys: Physics) -> None:
+        self.phys = phys
+        self.arrivals: deque[float] = deque()  # arrival times (s) within the last HOST_WINDOW_S
+
+    def stretch(self, now: float, pre: list[PrefillEngine], dec: list[DecodeEngine]) -> float:
+        """The stretch of CPU work started at ``now``, from the engines computing then, the arrival rate over the last
+        `HOST_WINDOW_S` and the tokens the decode engines stream at their own speed (every running sequence gains
+        one per step)."""
+        arrivals = self.arrivals
+        while arrivals and arrivals[0] <= now - HOST_WINDOW_S:
+            arrivals.popleft()
+        busy = 0
+        for e in pre:
+            if e.busy:
+                busy += 1
+        tokens = 0.0
+        steps = 0.0
+        for d in dec:
+            if d.n_running:
+                busy += 1
+                tokens += d.n_running / d.raw_step_s
+                steps += 1.0 / d.raw_step_s
+        return self.phys.host_stretch(busy, len(arrivals) / HOST_WINDOW_S, tokens, steps)
+
+
+def shared_host(prefill: list[Physics], decode: list[Physics]) -> SharedHost | None:
+    """The cluster's shared host when its engines state one (`Physics.shares_host`), else None; a ConfigError when
+    the engines state different hosts (one cluster, one host)."""
+    hosts = {(ph.host_cores, ph.host_base_cores, ph.host_cpu_per_request_s, ph.host_cpu_per_token_s,
+              ph.host_cpu_per_step_s) for ph in [*prefill, *decode]}
+    if len(hosts) > 1:
+        raise ConfigError(f"sim: the engines state different shared hosts (physics host_cores, host_base_cores, "
+                          f"host_cpu_per_request_s, host_cpu_per_token_s, host_cpu_per_step_s): {sorted(hosts)}; "
+                          f"one cluster, one host")
+    first = prefill[0] if prefill else (decode[0] if decode else None)
+    return SharedHost(first) if first is not None and first.shares_host else None

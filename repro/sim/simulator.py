@@ -5,45 +5,9 @@ router -> policy decision (the same `Router`/`Policy` code the proxy runs) -> pr
 prefill engine -> admission on the chosen decode engine (KV budget) -> KV transfer -> continuous
 batching decode -> completion. The simulator writes the journal schema of `repro.journal_schema`.
 
-Engine model (`repro.engine.physics.Physics` is the truth):
-
-- Prefill engine: FCFS queue; each step batches queued prompts up to ``max_num_batched_tokens``
-  (chunking a long prompt across steps) and lasts ``prefill_time_s(batch tokens)``. A prompt's KV
-  is allocated when its first chunk is scheduled and held until the decode engine has pulled it.
-- Decode engine (vLLM semantics): a request whose prefill is done waits FCFS for KV blocks
-  (prompt tokens) and a sequence slot; a busy engine looks at its queue only at step boundaries
-  (an idle one at once); once admitted its KV is pulled (``transfer_time_s``) and it joins the
-  running batch at the next step boundary after the pull, so a request meets up to two boundaries.
-  Every running sequence gains one token per step; a step over ``n`` sequences holding ``C``
-  context tokens takes ``decode_step_s(n, C) = a + b*n + c*C`` (seconds; ``a``, ``b``, ``c`` are
-  `repro.sim.engines.DecodeEngine`'s ``step_base_s``, ``step_per_seq_s``, ``step_per_context_token_s``). Since C
-  grows by n per step, the time of k steps from a segment origin with context ``C0`` has the closed form
-  ``k*(a + b*n + c*C0) + c*n*k*(k-1)/2``, so the simulator jumps straight to the next completion,
-  join or KV-full boundary (`DecodeEngine.time_after`). When the next step cannot get KV for every
-  sequence, the most recently admitted sequence is preempted (recompute, as vLLM v1: its blocks are
-  freed): it returns to the head of the queue, and once re-admitted its context (prompt + tokens
-  generated so far) is recomputed inside the engine's steps, as vLLM schedules a resumed request's
-  tokens as prefill in the same step as the running sequences' decode: the step it joins in lasts
-  ``prefill_per_token_s`` x its context longer, for every sequence in the batch (vLLM chunks a
-  context longer than the step's token budget over several steps; here the batch pays the same
-  seconds at once).
-- Mechanism ``shared_host`` (`Physics.host_cores` > 0): the engines and the serving path share one
-  machine's cores; every prefill step, KV pull, serving-path hop and decode segment started at ``t``
-  lasts `Physics.host_stretch` (at ``t``) times its own time, from the engines computing at ``t``, the
-  arrivals of the last `HOST_WINDOW_S` and the tokens the decode engines stream (a decode segment keeps
-  the stretch it started with until its batch next changes).
-- Mechanism ``stream_admission`` (`Physics.admission_per_stream_s` or ``admission_loop_s`` > 0): a request
-  admitted by a decode engine streaming ``n`` sequences starts its KV pull `Physics.admission_delay_s` (n) later:
-  its API server's event loop admits it between the streams' outputs.
-- Mechanism ``prefill_hop`` (`Physics.hop_loop_s` or ``hop_per_stream_s`` > 0): a request's prefill leg ends
-  `Physics.prefill_hop_s` (n) after its prefill step, ``n`` the sequences every decode engine streams then: the
-  proxy's and the prefill API server's event loops, on the cores the streams load.
-- ``service="serial"`` is the paper's original simulator (§VI): one request per prefill step and
-  one running sequence per decode engine.
-- ``backlog="oracle"`` hands the policy the engines' true remaining work instead of the ledger's
-  estimate (§VI: information no deployment has).
-- KV usage is "polled" lazily: at the first decision after each ``kv_poll_interval_s`` tick, the
-  router records every engine's usage; later decisions see that value and its age.
+The engine model (what a prefill and a decode engine do per step, preemption, and the optional mechanisms of
+`repro.engine.mechanisms`) is documented with the engines' state in `repro.sim.engines`; `repro.engine.physics.Physics`
+is the truth the engines run on, and the per-request journal is written by `repro.sim.journal`.
 
 Times are seconds from the first arrival's clock origin (the trace's ``arrival_s``).
 """
@@ -51,7 +15,6 @@ Times are seconds from the first arrival's clock origin (the trace's ``arrival_s
 from __future__ import annotations
 
 import math
-from collections import deque
 from heapq import heappop, heappush
 from typing import Final
 
@@ -60,14 +23,14 @@ import pandas as pd
 
 from repro.engine.links import Links
 from repro.engine.mechanisms import path_factors
-from repro.engine.physics import HOST_WINDOW_S, Physics
+from repro.engine.physics import Physics
 from repro.errors import ConfigError
-from repro.journal_schema import FIELD_NAMES
 from repro.routing.policies.base import Placement, RequestInfo
 from repro.routing.router import Router
 from repro.sim.config import SimConfig
-from repro.sim.engines import DecodeEngine, PrefillEngine
-from repro.vocab import Role, SloClass
+from repro.sim.engines import DecodeEngine, PrefillEngine, shared_host
+from repro.sim.journal import journal_frame, trace_columns
+from repro.vocab import Role
 
 # Event kinds, in tie-break priority order at equal times (smaller first). An event is the tuple
 # (time_s, kind, sequence number, x, y, z) on one heap (a plain tuple, not an object: a speed
@@ -126,19 +89,8 @@ class Simulator:
         self.dec = [DecodeEngine(n, ph, serial) for n, ph in zip(dnames, decode, strict=True)]
         self.n_requests = len(trace)
         # typed (plain Python ints, floats and strs): the compiled module (repro.native) works on them unboxed
-        self.ids: list[str] = trace["request_id"].astype(str).tolist()
-        self.family: list[str] = trace["family"].astype(str).tolist()
-        self.slo: list[SloClass] = trace["slo_class"].astype(str).tolist()
-        self.arrival: list[float] = trace["arrival_s"].to_numpy(dtype=float).tolist()
-        self.prompt: list[int] = trace["prompt_tokens"].to_numpy(dtype=np.int64).tolist()
-        self.out: list[int] = trace["output_tokens"].to_numpy(dtype=np.int64).tolist()
-        self.pred: list[float] = np.asarray(predicted_output_tokens, dtype=float).tolist()
-        if len(self.pred) != self.n_requests:
-            raise ConfigError("sim: predicted_output_tokens must have one value per request")
-        if not all(math.isfinite(a) for a in self.arrival):
-            raise ConfigError("sim: trace field 'arrival_s' must be finite seconds")
-        if any(b < a for a, b in zip(self.arrival, self.arrival[1:], strict=False)):
-            raise ConfigError("sim: trace field 'arrival_s' must be sorted ascending")
+        (self.ids, self.family, self.slo, self.arrival, self.prompt, self.out,
+         self.pred) = trace_columns(trace, predicted_output_tokens)
         # Per-request state as parallel plain lists indexed by the request's row (a speed shortcut:
         # list indexing by int is the cheapest per-request access in the event loop).
         n = self.n_requests
@@ -184,15 +136,7 @@ class Simulator:
         self.vllm_sched = [d.phys.decode_scheduler_vllm >= 1 for d in self.dec]
         self.resume_cache = [d.phys.resume_prefix_cache >= 1 for d in self.dec]
         # mechanism shared_host: one machine's cores shared by every engine and the serving path
-        hosts = {(ph.host_cores, ph.host_base_cores, ph.host_cpu_per_request_s, ph.host_cpu_per_token_s,
-                  ph.host_cpu_per_step_s) for ph in [*prefill, *decode]}
-        if len(hosts) > 1:
-            raise ConfigError(f"sim: the engines state different shared hosts (physics host_cores, host_base_cores, "
-                              f"host_cpu_per_request_s, host_cpu_per_token_s, host_cpu_per_step_s): {sorted(hosts)}; "
-                              f"one cluster, one host")
-        first = prefill[0] if prefill else (decode[0] if decode else None)
-        self.host: Physics | None = first if first is not None and first.shares_host else None
-        self.host_arrivals: deque[float] = deque()  # arrivals within the last HOST_WINDOW_S (shared_host)
+        self.host = shared_host(prefill, decode)
         # mechanism stream_admission: whether each decode engine's API server admits behind its streams
         self.admission = [d.phys.admits_behind_load for d in self.dec]
         # mechanism prefill_hop: whether each prefill engine's leg outside its core grows with the cluster's streams
@@ -262,33 +206,13 @@ class Simulator:
             router.observe_kv("decode", i, d.kv_used(now) / d.kv_budget_tokens, now)
 
     def _host_stretch(self) -> float:
-        """Mechanism shared_host: the stretch of CPU work started now (`Physics.host_stretch`), from the engines
-        computing now, the arrival rate over the last `HOST_WINDOW_S` and the tokens the decode engines stream
-        at their own speed (every running sequence gains one per step). 1 without a shared host."""
-        host = self.host
-        if host is None:
-            return 1.0
-        now = self.now
-        arrivals = self.host_arrivals
-        while arrivals and arrivals[0] <= now - HOST_WINDOW_S:
-            arrivals.popleft()
-        busy = 0
-        for e in self.pre:
-            if e.busy:
-                busy += 1
-        tokens = 0.0
-        steps = 0.0
-        for d in self.dec:
-            if d.n_running:
-                busy += 1
-                tokens += d.n_running / d.raw_step_s
-                steps += 1.0 / d.raw_step_s
-        return host.host_stretch(busy, len(arrivals) / HOST_WINDOW_S, tokens, steps)
+        """Mechanism shared_host: the stretch of CPU work started now (`SharedHost.stretch`); 1 without it."""
+        return 1.0 if self.host is None else self.host.stretch(self.now, self.pre, self.dec)
 
     def _arrive(self, r: int) -> None:
         now = self.now
         if self.host is not None:
-            self.host_arrivals.append(now)
+            self.host.arrivals.append(now)
         self._poll(now)
         prompt = self.prompt[r]
         out = self.out[r]
@@ -760,76 +684,12 @@ class Simulator:
     def _oracle_backlog(self, role: Role, i: int, now: float) -> float:
         """The true remaining work (seconds) on instance ``i`` of ``role`` at ``now``: what
         ``backlog="oracle"`` hands the policy instead of the ledger's estimate."""
-        if role == "prefill":
-            e = self.pre[i]
-            ph = e.phys
-            rest = max(e.step_end_s - now, 0.0) if e.busy else 0.0
-            in_step = sum(t for _, t in e.batch) if e.busy else 0
-            queued = e.queued_tokens - in_step
-            if queued <= 0:
-                return rest
-            steps = math.ceil(queued / ph.max_num_batched_tokens)
-            return rest + steps * ph.prefill_step_base_s + ph.prefill_per_token_s * queued
-        d = self.dec[i]
-        v_now = d.origin_step + d.steps_done_by(now)
-        remaining = d.sum_finish_step - d.n_running * v_now + d.queued_output_tokens
-        return remaining * d.step_s_now() if d.n_running else remaining * d.step_base_s
+        return self.pre[i].oracle_backlog(now) if role == "prefill" else self.dec[i].oracle_backlog(now)
 
     # ---- output ------------------------------------------------------------------------------
     def _journal(self) -> pd.DataFrame:
-        arrival = np.asarray(self.arrival)
-        first = np.asarray(self.t_first)
-        finish = np.asarray(self.t_finish)
-        out = np.asarray(self.out, dtype=np.int64)
-        status = np.asarray([s or "failed" for s in self.status], dtype=object)
-        ok = status == "ok"
-        reason = [
-            (rs if rs is not None else ("simulation ended before completion" if st != "ok" else None))
-            for rs, st in zip(self.reason, status, strict=True)
-        ]
-        ttft = np.where(ok, first - arrival, np.nan)
-        e2e = np.where(ok, finish - arrival, np.nan)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(ok & (out >= 2), (e2e - ttft) / (out - 1), np.nan)
-        pnames = [e.name for e in self.pre]
-        dnames = [d.name for d in self.dec]
-        placed = np.asarray(self.p_of) >= 0
-        cols = {
-            "request_id": self.ids,
-            "family": self.family,
-            "slo_class": self.slo,
-            "prompt_tokens": np.asarray(self.prompt, dtype=np.int64),
-            "output_tokens": out,
-            "predicted_output_tokens": np.asarray(self.pred, dtype=float),
-            "prefill_instance": [pnames[p] if p >= 0 else None for p in self.p_of],
-            "decode_instance": [dnames[d] if d >= 0 else None for d in self.d_of],
-            "status": status,
-            "reason": reason,
-            "arrival_s": arrival,
-            "prefill_start_s": np.where(placed, arrival, np.nan),
-            "prefill_end_s": np.asarray(self.t_pre_end),
-            "decode_start_s": np.asarray(self.t_pre_end),
-            "decode_started_s": np.asarray(self.t_joined),
-            "first_token_s": np.where(ok, first, np.nan),
-            "finish_s": np.where(ok, finish, np.nan),
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "e2e_s": e2e,
-            "generated_tokens": np.where(ok, out, 0),
-            "preemptions": np.asarray(self.preemptions, dtype=np.int64),
-        }
-        df = pd.DataFrame(cols, columns=list(FIELD_NAMES))
-        return df
-
-
-def simulate(
-    trace: pd.DataFrame,
-    predicted_output_tokens: np.ndarray,
-    router: Router,
-    prefill: list[Physics],
-    decode: list[Physics],
-    config: SimConfig = SimConfig(),
-    kv_poll_interval_s: float = 0.05,
-) -> pd.DataFrame:
-    """Convenience wrapper: run a `Simulator` and return its journal."""
-    return Simulator(trace, predicted_output_tokens, router, prefill, decode, config, kv_poll_interval_s).run()
+        return journal_frame(
+            ids=self.ids, family=self.family, slo=self.slo, prompt=self.prompt, out=self.out, pred=self.pred,
+            prefill_names=[e.name for e in self.pre], decode_names=[d.name for d in self.dec], p_of=self.p_of,
+            d_of=self.d_of, status=self.status, reason=self.reason, arrival=self.arrival, t_pre_end=self.t_pre_end,
+            t_joined=self.t_joined, t_first=self.t_first, t_finish=self.t_finish, preemptions=self.preemptions)

@@ -247,7 +247,7 @@ def ordering(runs: pd.DataFrame, policies: Sequence[str]) -> pd.DataFrame:
 def error_by(pairs: pd.DataFrame, column: str, bins: Sequence[float], metric: str = "ttft_s") -> pd.DataFrame:
     """The residual pattern of ``metric`` against ``column`` (e.g. ``prompt_tokens``): per bin of it, the
     requests, the median signed relative error and the median absolute one. Where the simulator and the
-    engines part ways shows as a bias that moves with the bin (`repro.validation.run` writes these)."""
+    engines part ways shows as a bias that moves with the bin (`repro.validation.outputs` writes these)."""
     cut = pd.cut(pairs[column], bins=list(bins), right=False)
     err = pairs[f"err_{metric}"]
     g = pd.DataFrame({"bin": cut, "err": err}).dropna().groupby("bin", observed=True)["err"]

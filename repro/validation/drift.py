@@ -2,10 +2,11 @@
 `repro.engine.mechanisms.MACHINE_DRIFT`).
 
 A validation on a shared machine runs for an hour; the machine's speed moves under it (a CPU's clock, a
-neighbour on the host): on an AMD EPYC (2026-12-05) the training trace, replayed before the judged runs,
-between the passes and after them, measured a median TPOT of 11.5, 15.7 and 15.5 ms (x 1.36 within 22 min),
-and the simulator fitted on the runs at its start (the training run and the probes, all in its first minutes)
-was 13-25 % fast on the judged runs that came after (docs/VALIDATION.md).
+neighbour on the host): in the 1p1d-cpu validation of docs/validation-records/1p1d-cpu-epyc-avx2-6b0a5f5.md
+(a 2-core AMD EPYC, commit 6b0a5f5) the training trace, replayed before the judged runs, between the passes
+and after them, measured a median TPOT of 11.5, 15.7 and 15.5 ms (x 1.36 within 22 min), and the simulator
+fitted on the runs at its start (the training run and the probes, all in its first minutes) was 13-25 % fast
+on the judged runs that came after (docs/VALIDATION.md).
 
 The training trace is the machine's speedometer: a trace no judged run replays, run at known moments. Its
 each run's median TPOT over its twin's under the validation's fitted physics is the machine's speed then
@@ -14,8 +15,9 @@ constant beyond the first and last runs): the whole machine scaled by it (`at_sp
 prefill and decode alike, and the serving path's costs measured in CPU time by ``shared_host`` (its CPU per
 request, token, step and idle second, the decode API server's admission and the prefill hop), the event loops of
 the API servers and the proxy running on the same cores as the engines. Variant ``drift-engines`` scales the
-engines alone (the mechanism's first form: on the EPYC of 2026-12-05 its saturation was 26 % below the live one's,
-while the serving path's fitted costs had moved about x 3 between two validations and the engines x 1.0-1.4).
+engines alone, which misses the serving path: between two 1p1d-cpu validations on a 2-core AMD EPYC (commit
+08ebba9) the serving path's fitted costs moved about x 3 and the engines x 1.0-1.4, and the engines alone put
+the saturation 26 % below the live one's.
 Nothing of a judged run goes into it. Units: seconds, Unix seconds for moments.
 """
 
@@ -196,7 +198,8 @@ def search_speed(variant: str, probes: Sequence[tuple[RunSpec, RunResult]], phys
     plus band; the probes there queue, and their TPOT says the load, not the machine), as in `fit_speed`: its
     median TPOT over its twin's under ``physics``. The training trace runs only after the search (its rate is a
     fraction of the rate found), so on a machine that moves, its first run is not the machine the search saw
-    (2026-12-05, EPYC: the search at 11:10, the training trace at 12:02, 12:20 and 12:38 at x 0.94, 1.01, 1.33).
+    (1p1d-cpu on a 2-core AMD EPYC, commit 8da6c0c: the training trace's three runs, 52, 70 and 88 min after
+    the search, read x 0.94, 1.01 and 1.33).
     A ValueError when no probe below ``below`` has a TPOT."""
     from repro.validation.twin import twin_journal
 
@@ -215,7 +218,7 @@ def search_factor(fit: SpeedFit, key: str = "factor") -> float:
 
 
 def _factor(point: SpeedPoint, key: str) -> float:
-    """A point's ``key`` factor (a record written by the mechanism's first form has ``factor`` alone: the engines')."""
+    """A point's ``key`` factor; a record that has ``factor`` alone (the engines' factor) gives that for every key."""
     return float(point.get(key, point["factor"]))  # type: ignore[call-overload]
 
 

@@ -1,4 +1,4 @@
-"""repro identify as a user meets it (issue 41, item 5): it never overwrites a testbed unasked, reads relative
+"""repro identify as a user meets it: it never overwrites a testbed unasked, reads relative
 paths from the working directory, lets a stated rate fill a training row, keeps the predicted policy out of the
 training table, ships an example table, calls a parameter identified only when the numbers (not a prior bound)
 pin it, says whether the fit is within the numbers' noise from its figures, and its --help says what it fits."""

@@ -1,4 +1,4 @@
-"""A recovery test of the real design (issue 41, item 6): the paper's training table (its rows, rates and
+"""A recovery test of the real design: the paper's training table (its rows, rates and
 noise; fewer requests per run to keep it minutes), its numbers made by the simulator from known values of the
 parameters with a mechanism switched on (request_path: the prefill step a fifth of the stated base), then
 perturbed by the rows' own noise. The fit from those numbers recovers the known values within its ensemble, and

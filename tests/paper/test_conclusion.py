@@ -178,7 +178,7 @@ def test_readme_and_reproduce_carry_the_main_jobs_verdicts():
 
 def test_the_main_jobs_rows_are_judged_by_this_code_and_none_is_a_miss_inside_its_margin():
     """Every judged row of docs/main_job_summary.csv gets the verdict the rules give its inputs now; and no row is
-    'not reproduced' whose interval reaches inside its margin (the whole interval beyond it, issue 57)."""
+    'not reproduced' whose interval reaches inside its margin (it needs the whole interval beyond it)."""
     from repro.paper import rules
 
     summary = pd.read_csv(SNAPSHOT, keep_default_na=True)

@@ -56,7 +56,7 @@ def test_an_interval_holding_half_the_paper_is_within_noise():
 
 
 def test_not_reproduced_asks_the_whole_interval_beyond_the_margin():
-    """Issue 57's rows: a difference from the paper shown (the interval excludes zero) but reaching inside the
+    """A difference from the paper shown (the interval excludes zero) but reaching inside the
     margin is within noise, not 'not reproduced'."""
     # table2_mc_mean 0.826 [0.821, 0.831] against 0.864: ours - paper [-0.052, -0.024] against +-0.029
     j = judge("value", est(0.826, 0.821, 0.831), 0.864)

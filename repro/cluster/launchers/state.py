@@ -5,7 +5,7 @@ given) and its running instances (`save_state`, written atomically) so that ``do
 recorded engines, never a recycled pid) and ``status`` (`cluster_status`: each instance's ``/health`` and
 process) work from another shell. ``created`` is a Unix time in seconds.
 
-One cluster, not two (issue 45):
+One cluster, not two:
 
 - every command that takes a cluster takes the state file too (`repro.cluster.topology.state_topology`, read
   by `repro.cluster.topology.parse_topology`): a ``remote`` topology naming the running engines, with the

@@ -3,7 +3,7 @@
 `create_app(cfg)` assembles the app: a `repro.live.proxy.core.Proxy` (router, pollers, journal)
 as ``app.state.proxy``, started and stopped with the app's lifespan, and the HTTP routes of
 `repro.live.proxy.routes` (``ROUTES``). `serve(cfg)` runs it with uvicorn on ``cfg.host:cfg.port``
-behind `repro.asgi.HotRoutes` as the outermost ASGI app (`hot_app`): the completions, ``HOT_PATHS``,
+behind `repro.web.hot_routes.HotRoutes` as the outermost ASGI app (`hot_app`): the completions, ``HOT_PATHS``,
 skip FastAPI's router and middleware;
 `main` is ``python -m repro.live.proxy --config FILE [--parent-pid N]``.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from repro.asgi import HotRoutes
 from repro.live.proxy.config import API_KEY_ENV, ProxyConfig
 from repro.live.proxy.core import Proxy
 from repro.live.proxy.routes import HOT_PATHS, ROUTES
+from repro.web.hot_routes import HotRoutes
 
 
 @asynccontextmanager

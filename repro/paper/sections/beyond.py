@@ -1,11 +1,11 @@
-"""Beyond the paper, notebook 13 (issue 6): closing the scarcity failure, and production routers.
+"""Beyond the paper, notebook 13: closing the scarcity failure, and production routers.
 
 - `frontier_specs`: pool shapes x the paper's policies and the switches of ``marginal_cost``
   (power-of-2 sampling, the admission guard) one at a time and together (`OURS`).
 - `workload_specs`: the four workloads at their saturation rates, the paper's policies beside the
   production-router baselines (`repro.routing.policies.PRODUCTION_POLICIES`).
 - `vllm_router_runs`: vllm-router itself in front of the same live cluster.
-- `beyond_goals` / `beyond_headline`: issue 6's three goals.
+- `beyond_goals` / `beyond_headline`: our three goals beyond the paper.
 
 Goodput a fraction, rates in req/s.
 """
@@ -103,7 +103,7 @@ def mean_by(runs: pd.DataFrame, index: str) -> pd.DataFrame:
 
 def beyond_goals(frontier: pd.DataFrame, workloads: pd.DataFrame, ours: str = OURS,
                  baselines: Sequence[str] = (*PAPER_POLICIES[:3], *PRODUCTION)) -> pd.DataFrame:
-    """Issue 6's three goals, each with our value, the threshold and whether it is met.
+    """Our three goals beyond the paper, each with our value, the threshold and whether it is met.
 
     ``frontier``/``workloads``: `mean_by` frames (index ``topology`` / ``workload``). "Best
     baseline" is the best of ``baselines`` (the counting baselines and the production routers;

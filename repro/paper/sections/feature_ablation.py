@@ -123,7 +123,7 @@ def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def term_contributions(ctx: Section, runs: pd.DataFrame) -> pd.DataFrame:
-    """Leave-one-term-out per formula (issue 14): per (policy = formula, operating point, cost model,
+    """Leave-one-term-out per formula: per (policy = formula, operating point, cost model,
     term) the paired change in goodput without the term (points; negative: the term helps) with its
     95 % interval (`Section.difference`: over traces and requests) and `ablation_table`'s columns."""
     out = []

@@ -1,11 +1,12 @@
-"""Sensitivity to our estimated constants (issue 14, item 6), in notebook 10: do the paper's orderings
+"""Sensitivity to our estimated constants, in notebook 10: do the paper's orderings
 survive when the constants the paper does not state take other plausible values?
 
 The A40 testbed (``data/hardware/a40-identified.json``, identified from the paper's baselines by `repro
-identify`; our earlier estimates 6.0e-5 s/token and 20 GB/s are ``a40-qwen2.5-3b``) has two constants the
-paper does not state that matter for TTFT: the prefill cost per prompt token (6.25e-5 s/token at the
-best fit of issue 41's model, at a bound of its prior's ensemble) and the KV transfer bandwidth (loose:
-the paper's baselines cannot see it; 9.7 GB/s at the best fit). With the estimates
+identify`; the hand estimates 6.0e-5 s/token and 20 GB/s are ``a40-qwen2.5-3b``) has two constants the
+paper does not state that matter for TTFT: the prefill cost per prompt token (6.56e-5 s/token at the
+file's best fit, at a bound of its prior's ensemble) and the KV transfer bandwidth (loose: the paper's
+baselines cannot see it; 5.8 GB/s at the file's best fit; the file's ``params`` hold each value with its
+ensemble). With the estimates
 about a quarter of ``documents`` requests (half of its tight ones) cannot meet their TTFT target even
 on an idle cluster (`idle_miss_share`), so they shape every TTFT-bound result. Each is swept alone
 (the other at its default), in the hardware truth and in the calibrated router's constants together
@@ -18,12 +19,12 @@ The ranges (`SWEEP`), why plausible:
 - ``prefill_per_token_s``, 3.8e-5 .. 1.2e-4 s/token (and the testbed's own value): prefill of Qwen2.5-3B
   costs 2 x 2.77e9 non-embedding parameters = 5.5 GFLOP per token; at the A40's 149.7 TFLOP/s dense BF16
   peak that is 3.7e-5 s/token, so 3.8e-5 is ~97 % of peak (a floor no engine reaches), the identified
-  6.25e-5 59 %, our earlier estimate 6e-5 61 %,
+  6.56e-5 56 %, the hand estimate 6e-5 61 %,
   9e-5 41 % and 1.2e-4 31 % (a poorly batched prefill, or attention's quadratic term on long prompts,
   which the profile's linear model leaves out).
 - ``transfer_bandwidth_bytes_per_s``, 2 .. 32 GB/s (and the testbed's own value): 36,864 KV bytes per
   token move from the prefill to the decode GPU. 32 GB/s is PCIe Gen4 x16 raw (the physical bound,
-  `repro.identify.bounds`); 20 GB/s UCX cuda_ipc over it (our earlier estimate); 10 GB/s PCIe staged
+  `repro.identify.bounds`); 20 GB/s UCX cuda_ipc over it (the hand estimate); 10 GB/s PCIe staged
   through host memory or 100 Gb/s RDMA between nodes; 5 GB/s a congested or Gen3 path; 2 GB/s TCP over
   ~20 GbE (NIXL without RDMA).
 

@@ -146,23 +146,22 @@ class MarginalCostPlus(MarginalCostBatching):
     `MarginalCostBatching`} x ``sample_d`` {0, 2} x guard {off, 1.0, 1.25, 1.5, 2.0}. Objective: the
     worst gap, over the cells, of the setting's mean goodput minus the best baseline's (the paper's four
     policies, its router included, and the production routers), maximised; ties by the mean gap over
-    the cells, then by fewer additions. Result (worst gap / mean gap, goodput fractions), retuned for
-    issue 29 (the ledger counting decode work from its start, the paper's TPOT reading, preemption
-    recomputed inside the engine's steps; `python benchmarks/tune_plus.py --evaluate`):
+    the cells, then by fewer additions. Result (worst gap / mean gap, goodput fractions; simulator,
+    deterministic; ``python benchmarks/tune_plus.py --evaluate``, commit a80f54d; the tuning columns are
+    in ``data/tuning/marginal_cost_plus.csv``):
 
     ==========================================  ==================  ===================
     setting                                     tuning (101-103)    evaluation (1-10)
     ==========================================  ==================  ===================
     batching, d=0, guard 1.0 (chosen)           +0.003 / 0.216      +0.002 / 0.213
-    batching, d=2, guard 1.0 (previous default) +0.000 / 0.211      +0.002 / 0.209
+    batching, d=2, guard 1.0                    +0.000 / 0.211      +0.002 / 0.209
     batching, d=0, guard 1.25                   +0.001 / 0.204      -0.000 / 0.201
     paper's scorer, d=0, guard 1.0 (its best)   -0.001 / 0.163      +0.002 / 0.162
     ==========================================  ==================  ===================
 
     The batching base wins at every guard setting but one; the guard's margin matters most (lower is
     better down to 1.0, the smallest allowed), sampling little: the best two settings differ by less
-    than the noise of 3 x 3,000 requests, and before issue 29 the objective picked ``sample_d=2`` by
-    as little (+0.001 against +0.000). On the evaluation traces the chosen setting is at worst 0.002
+    than the noise of 3 x 3,000 requests. On the evaluation traces the chosen setting is at worst 0.002
     above the best baseline (chat/2p4d), 0.51 above round-robin at 1p2d and 0.054 above the best
     other policy on mixed 2p4d; on those traces the paper's scorer with the guard would have tied it.
     """

@@ -111,7 +111,7 @@ class MarginalCost(MarginalCostBase):
       continuously batching engine's newcomer by its own length (on a batching engine it shares the
       decode, it does not precede it). On the paper's constants this hinge needs ``n_d`` above
       ~486, past ``max_num_seqs`` 256: it is inert, as §V-G finds the TPOT side of SLO tightness.
-      ``tpot_reading="backlog"`` is the reading before issue 29: TPOT_hat =
+      ``tpot_reading="backlog"`` is the alternative reading: TPOT_hat =
       ``(backlog(d) + o * tau_dec(n_d)) / o``, which with backlog(d) ~143 s per decode instance at
       the operating point implies ~0.25 s/token against ~0.016 s measured, so the hinge is always on
       and counts the backlog a second time.
@@ -119,14 +119,14 @@ class MarginalCost(MarginalCostBase):
       down from when its decode starts, and until then stays whole in backlog(d)
       (``decode_start``): "an in-flight ledger yielding seconds-of-backlog" (§IV-A) kept by a proxy
       that "executes the two-step disaggregated inference" sees the decode engine's first token, and
-      nothing in the paper has work drain before it starts. ``prefill_answer`` is the reading before
-      issue 29: the countdown restarts when the prefill answers, so a request waiting for a full
+      nothing in the paper has work drain before it starts. ``prefill_answer`` is the alternative
+      reading: the countdown restarts when the prefill answers, so a request waiting for a full
       engine's KV drains from its backlog unstarted, and that engine reads cheap and attracts more
       (herding: at 125 % predictor noise one decode instance of four took half the requests).
 
     Why these defaults: each is the reading that needs nothing the paper does not say and that a
     deployed proxy can run (the backlog counted once; work counted until it starts, from the
-    engine's own stream). The prior readings are registered as named readings for the sensitivity
+    engine's own stream). The alternative readings are registered as named readings for the sensitivity
     rows (`MarginalCostPrefillAnchor`, `MarginalCostBacklogTpot`, `MarginalCostPrior`).
     - A switched-off term is read nowhere: it leaves the score and the hinge's predictions
       (TTFT_hat, TPOT_hat) alike, as removing a feature (§V-G) requires. ``use_length=False``

@@ -30,7 +30,7 @@ POLICIES: dict[str, type[Policy]] = {
     "least_loaded": LeastLoaded,
     "length_threshold": LengthThreshold,
     "marginal_cost": MarginalCost,  # the paper's scorer (§III)
-    # named readings of the paper's scorer (sensitivity rows): the readings before issue 29
+    # named readings of the paper's scorer (sensitivity rows): the alternative readings
     "marginal_cost_prefill_anchor": MarginalCostPrefillAnchor,  # decode counts down from the prefill answer
     "marginal_cost_backlog_tpot": MarginalCostBacklogTpot,  # TPOT_hat = (backlog + own work) / o
     "marginal_cost_prior": MarginalCostPrior,  # both
