@@ -17,7 +17,8 @@ def conclusion_cmd(
                                             help="the run's results (default results/<backend>-<scale>)"),
     docs: bool = typer.Option(False, "--docs", help="keep this summary (the main job's: sim, full) as "
                                                     "docs/main_job_summary.csv and write the verdicts block of "
-                                                    "README.md and REPRODUCE.md from it"),
+                                                    "README.md and REPRODUCE.md from it (and the blocks written from "
+                                                    "data/identify and data/benchmarks)"),
     check: bool = typer.Option(False, "--check", help="exit 1 when README.md's or REPRODUCE.md's verdicts block "
                                                       "differs from this summary's"),
 ) -> None:
@@ -67,6 +68,17 @@ def conclusion_cmd(
                 typer.echo(f"conclusion: {BOUND_DOC} ({what}) updated from data/identify")
             elif BOUND_DOC not in stale:
                 stale = [*stale, BOUND_DOC]
+    from repro.paper import timings
+
+    for name, body in timings.blocks(REPO_ROOT).items():  # the documents' wall-clock times, from the benchmark's record
+        doc = REPO_ROOT / name
+        if doc_block(doc.read_text(encoding="utf-8"), timings.BLOCK) != body:
+            if docs:
+                text = replace_doc_block(doc.read_text(encoding="utf-8"), timings.BLOCK, body)
+                doc.write_text(text, encoding="utf-8")
+                typer.echo(f"conclusion: {name} (its timings) updated from {timings.TIMINGS}")
+            elif name not in stale:
+                stale = [*stale, name]
     if check and stale:
         typer.echo(f"conclusion: the verdicts block of {', '.join(stale)} differs from {path}; "
                    "run `repro conclusion --docs`", err=True)

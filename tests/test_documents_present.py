@@ -1,0 +1,54 @@
+"""The documents, comments and docstrings say what is true of the code now, not when or in which stretch of work
+it was found: history lives in CHANGELOG.md and the git log (docs/ARCHITECTURE.md; ../shared/DOCS-STYLE.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HISTORY = re.compile(r"\b(?:[Ii]ssue|[Ss]ession|[Ss]tretch)s? #?\d+|\bbefore issue\b|\bat issue\b")
+"""A reference to a numbered piece of work (issue 41, session 28, stretch 3)."""
+DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+"""A calendar date: in a document's prose, the date of a piece of work (a record's date is data, kept in a
+generated block or in the record itself)."""
+GENERATED = re.compile(r"<!-- (\w+):begin -->.*?<!-- \1:end -->", re.S)
+DOCUMENTS = [ROOT / "README.md", ROOT / "REPRODUCE.md", *sorted((ROOT / "docs").glob("*.md"))]
+SOURCES = sorted(p for d in ("repro", "benchmarks", "tests", "notebooks", ".ci") for p in (ROOT / d).rglob("*")
+                 if p.is_file() and p.suffix in (".py", ".md", ".sh", ".yaml", ".yml", ".toml", "")
+                 and "__pycache__" not in p.parts and p.name != Path(__file__).name)
+
+
+def history_in(text: str) -> list[str]:
+    """Each numbered piece of work ``text`` names, with a little context."""
+    return [text[max(0, m.start() - 30):m.end() + 10].replace("\n", " ") for m in HISTORY.finditer(text)]
+
+
+def dates_in_prose(text: str) -> list[str]:
+    """Each calendar date outside ``text``'s generated blocks."""
+    prose = GENERATED.sub("", text)
+    return [prose[max(0, m.start() - 40):m.end()].replace("\n", " ") for m in DATE.finditer(prose)]
+
+
+def test_the_rules_catch_what_they_are_for():
+    assert history_in("the fit of issue 30 (kept)") and history_in("found in session 31") \
+        and history_in("as before issue 15") and history_in("stretch 2's runs")
+    assert not history_in("an aiohttp ClientSession per engine; each in a session of its own")
+    assert dates_in_prose("measured on 2026-12-01, quiet") == ["measured on 2026-12-01"]
+    assert dates_in_prose("<!-- t:begin -->\nrecorded 2026-12-01\n<!-- t:end -->") == []
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_documents_tell_no_history(doc):
+    text = doc.read_text(encoding="utf-8")
+    assert history_in(text) == []
+    assert dates_in_prose(text) == []
+
+
+def test_comments_and_docstrings_tell_no_history():
+    assert SOURCES  # scanned
+    found = [f"{p.relative_to(ROOT)}: {h}" for p in SOURCES for h in history_in(p.read_text(encoding="utf-8",
+                                                                                            errors="replace"))]
+    assert found == []
