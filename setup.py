@@ -43,7 +43,10 @@ class BuildNative(build_ext):
 
     def run(self) -> None:
         self.built_names: set[str] = set()
-        if self.inplace:  # (a wheel built from this tree leaves an editable install's manifest alone)
+        # an in-place build that compiles replaces the manifest (a wheel built from this tree leaves an editable
+        # install's alone; so does a build that compiles nothing, e.g. the real-vLLM tier's pure-Python install of
+        # this tree into its own environment, which must not make the main environment's extensions stale)
+        if self.inplace and self.extensions:
             MANIFEST.unlink(missing_ok=True)
         super().run()
         # a module works only with its own extension and the group's shared library ("...__mypyc")

@@ -1,7 +1,8 @@
 """The paper's router under each reading, at sim full scale (the measurements of docs/ROUTER_READING.md).
 
 Per reading (`repro.routing.policies.READINGS`, or ``--readings``), over the traces of sim full
-(`SIM_FULL_SEEDS`, 10,000 requests each), mixed at the operating point (16 req/s):
+(`SIM_FULL_SEEDS`, 10,000 requests each), mixed at the operating point: its simulator saturation rate,
+`repro.paper.plans.SIM_SATURATION_RATES["mixed"]` (the script prints it):
 
 - Table II: mean goodput on 2p4d with its t interval over traces, and the first three traces alone;
 - Fig. 6: P99 TTFT at the operating point (mean over traces, t interval);

@@ -131,16 +131,19 @@ ctx.save(fig, "10_term_contributions")
 # %% [markdown]
 # ## Beyond the paper: sensitivity to our estimated constants
 #
-# Two constants of our A40 model are estimates the paper does not state: the prefill cost per prompt
-# token (6.0e-5 s/token) and the KV transfer bandwidth (20 GB/s). With them about a quarter of
-# `documents` requests miss their TTFT target even on an idle cluster. Each is swept alone over a
-# plausible range (`repro.paper.sections.sensitivity` says why that range), in the simulated hardware
-# and in the calibrated router's constants together, with the operating rate searched again at each
-# point. At each point four of the paper's orderings are measured as paired differences (positive =
-# the paper's side): the learned router's lead over the best baseline (Table II), round-robin over the
-# learned router at 1p2d (the scarcity inversion, §V-E), the calibration gain (Table II) and the
-# predicted length's contribution (Fig. 8). Always simulated (the constants are the simulator's), with
-# fewer requests per run than the sections above (`sensitivity_requests`).
+# Two constants of the A40 testbed's profile (`a40-identified`, `data/hardware/a40-identified.json`,
+# identified from the paper's baselines by `repro identify`) matter for TTFT and are not stated by the
+# paper: the prefill cost per prompt token and the KV transfer bandwidth (the file's `params` hold
+# each value with its source; the figure's legend prints them as `1 = ...`). At them some `documents`
+# requests miss their TTFT target even on an idle cluster (the table's `documents_idle_miss`: the
+# share at each point). Each is swept alone over a plausible range (`repro.paper.sections.sensitivity`
+# says why that range), in the simulated hardware and in the calibrated router's constants together,
+# with the operating rate searched again at each point. At each point four of the paper's orderings
+# are measured as paired differences (positive = the paper's side): the learned router's lead over the
+# best baseline (Table II), round-robin over the learned router at 1p2d (the scarcity inversion,
+# §V-E), the calibration gain (Table II) and the predicted length's contribution (Fig. 8). Always
+# simulated (the constants are the simulator's), with fewer requests per run than the sections above
+# (`sensitivity_requests`).
 
 # %%
 sens_plan = sv.plan(scale, sensitivity_requests)

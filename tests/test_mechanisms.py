@@ -304,3 +304,24 @@ def test_the_emulated_decode_engine_shares_its_link_between_pulls():
     both, alone = asyncio.run(main())
     assert both == pytest.approx([phys.transfer_latency_s + 2 * wire] * 2, abs=0.05)
     assert alone == pytest.approx(phys.transfer_latency_s + wire, abs=0.05)
+
+
+def _equal_fit_trace():
+    """Two requests decode side by side on a decode engine whose KV holds 2 x 110 + 1 tokens: at the step where each
+    holds 110 (100 tokens generated) the next needs 222, one more than fits: the newer is preempted, and the space it
+    leaves is exactly its own context, so it could be admitted again at once."""
+    df = synthetic_trace(2, 1.0, [10, 10], [200, 200])
+    df["arrival_s"] = [0.0, 0.0]
+    return df
+
+
+def test_vllm_scheduler_admits_nobody_on_a_step_that_preempted():
+    """vLLM's ``Scheduler.schedule`` schedules no waiting request on a step that preempted: the victim waits for a
+    later step, where the survivor has grown and it no longer fits; it resumes once the survivor finishes. Admitting
+    it on the same step would let it rejoin and be preempted again at the next boundary."""
+    phys = OFF.with_overrides(kv_budget_tokens=221).with_estimates({"decode_scheduler_vllm": 1})
+    _, j = simulate(_equal_fit_trace(), p=2, d=1, phys=phys)  # one prefill engine each: they end together
+    assert list(j.preemptions) == [0, 1]
+    assert (j.status == "ok").all()
+    assert j.decode_started_s.iloc[1] == j.decode_started_s.iloc[0]  # they joined together
+    assert j.finish_s.iloc[1] > j.finish_s.iloc[0]  # the victim resumed after the survivor finished

@@ -126,7 +126,7 @@ def paper_cli(
     Default: the deterministic simulator at full scale (10 traces x the paper's 10,000 requests;
     the same numbers on every machine; notebooks in parallel, one per core). --backend emulated runs
     the real proxy and load generator over HTTP against local emulated vLLM engines (quick scale
-    by default, ~45 min on 2 cores; see repro.paper.plans for what quick cuts). Every number gets
+    by default, tens of minutes on 2 cores; see repro.paper.plans for what quick cuts). Every number gets
     a 95% interval and a verdict judged against the paper's stated size; the run ends with the
     headline claims and the grouped tally here, summary.csv and report.html (its conclusion first).
     """

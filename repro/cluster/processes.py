@@ -27,7 +27,7 @@ so (Linux, ``kernel.sched_autogroup_enabled``) a scheduling group of its own: at
 about 3x an ordinary process, so a busy background job (another user's build, a CPU hog) takes
 what the run leaves idle instead of a fair share of each wake-up. Lowering niceness needs root or
 CAP_SYS_NICE; without it the processes run at the caller's niceness, and the run's validity
-measures say whether that was enough (docs/VALIDITY.md has the numbers)."""
+measures say whether that was enough (docs/VALIDITY.md, "Priority", and the measures it lists)."""
 
 
 LIVE_SCHED_ENV = "REPRO_LIVE_SCHED"
@@ -58,9 +58,11 @@ def enter_live_loop() -> str:
     real-time round-robin scheduling (SCHED_RR, priority `REALTIME_PRIORITY`). Returns the policy
     it runs under (``"rr"`` or ``"other"``).
 
-    Why: on a shared machine a waking harness process had to win the CPU from whatever ran; at
-    niceness -5 under a one-core busy loop the benchmark driver still sent 15-19 ms (physics, p99)
-    late at K = 2, under SCHED_RR it keeps the schedule as on a quiet machine (docs/VALIDITY.md).
+    Why: on a shared machine a waking harness process has to win the CPU from whatever runs;
+    niceness only weighs it against the running process (a busy loop still holds the CPU for part
+    of each wake-up), while SCHED_RR preempts every normal process at once (docs/VALIDITY.md,
+    "Real-time scheduling"; ``python benchmarks/bench_emulator.py --part capacity --hog 1 --sched rr``,
+    against ``--sched normal``, measures the difference).
     The guard: ``RLIMIT_RTTIME`` (`RTTIME_GUARD_S`) sends SIGXCPU to a process that computes that
     long without sleeping (overload, a bug), and its handler drops the process back to normal
     scheduling, so a live run can never take the machine away from everything else. Without the

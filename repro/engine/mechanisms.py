@@ -207,16 +207,16 @@ STREAM_ADMISSION = Mechanism(
     "a request reaching a decode engine's API server waits `admission_per_stream_s * n ** admission_exponent + "
     "admission_loop_s / (1 - admission_busy_per_stream * n)` before the engine core has it, `n` the sequences the "
     "engine streams (`Physics.admission_delay_s`: the time in one busy event loop); measured by "
-    "`repro.validation.host.fit_admission` (the power law with the loop's own time; the event loop's pole is the "
-    "form of validations shipped before it) from the engines' own account of their requests (the time between the "
-    "API server's arrival and the engine core's queue) against the streams of each run of the training seed, "
-    "probes up to the saturation's rate among them",
+    "`repro.validation.host.fit_admission` (the power law with the loop's own time; the event loop's pole is for "
+    "profile files that set `admission_busy_per_stream`) from the engines' own account of their requests (the time "
+    "between the API server's arrival and the engine core's queue) against the streams of each run of the training "
+    "seed, probes up to the saturation's rate among them",
     "vLLM 0.32's CPU engines, measured here (docs/VALIDATION.md): the decode engine's frontend time per request "
     "(vllm:e2e_request_latency_seconds - request_queue_time - request_inference_time, repro.live.run_account) "
-    "went from 11-13 ms with a few streams to 35, 64, 110 and 178 ms with 21, 33, 45 and 65 streams, while the "
-    "prefill engine's (no streams) stayed at 5-20 ms and the API server process used a third of a core: one "
-    "asyncio loop (vllm/entrypoints/openai/api_server.py) serves the new request's HTTP, tokenization and "
-    "AsyncLLM.add_request between the output handler's per-step work for every stream "
+    "grows with the streams it runs (28-56 ms at 3-8 streams, 100 ms at 13.4 streams in the 1p1d record's "
+    "admission table, data/validation/1p1d-cpu/validation.md, \"The shared host\"): one asyncio loop "
+    "(vllm/entrypoints/openai/api_server.py) serves the new request's HTTP, tokenization and AsyncLLM.add_request "
+    "between the output handler's per-step work for every stream "
     "(vllm/v1/engine/async_llm.py, output_handler; vllm/v1/engine/output_processor.py)",
     free=(Prior("admission_per_stream_s", "physics", 0.0, 0.1, "s", "none to 100 ms per stream", off=0.0),
           Prior("admission_exponent", "physics", 0.5, 3.0, "exponent", "from sublinear to cubic"),
@@ -234,11 +234,11 @@ PREFILL_HOP = Mechanism(
     "`repro.validation.host.fit_hop` from each run of the training seed (probes up to the saturation's rate among "
     "them): the proxy's prefill leg (its journal) less the prefill engine's own queue and inference time (its "
     "account of its requests) against the cluster's streams",
-    "vLLM 0.32's CPU engines, measured here (docs/VALIDATION.md): the prefill engine's frontend time per request "
-    "(vllm:e2e_request_latency_seconds - request_queue_time - request_inference_time, repro.live.run_account) was "
-    "4.5-5.0 ms on the training trace (3.4 req/s), 6.3 ms on chat at 10.8 req/s (few streams), 10.2 ms on "
-    "reasoning and 16.5 ms at the saturation's rate (1p1d-cpu; 1p2d-cpu 9-11, 15, 15 and 75 ms): it follows the "
-    "machine's streams, not its own arrivals, while its engine's inference time stayed at 11-12 ms; the proxy "
+    "vLLM 0.32's CPU engines, measured here (docs/VALIDATION.md): a request's prefill leg outside the prefill "
+    "engine (the proxy's leg less the engine's queue and inference time) grows with the cluster's streams (18-48 "
+    "ms at 3-8 streams, 100 ms at 13.5 streams in the 1p1d record's prefill hop table, "
+    "data/validation/1p1d-cpu/validation.md, \"The shared host\"); it also follows the prefill engine's own "
+    "arrivals, which the mechanism does not model (docs/VALIDATION.md, \"1p1d, the prefill leg\"); the proxy "
     "(repro.live.proxy, one asyncio loop relaying every stream's chunks) adds its own growing share",
     free=(Prior("hop_loop_s", "physics", 0.0, 0.2, "s", "none to 200 ms through idle loops", off=0.0),
           Prior("hop_per_stream_s", "physics", 0.0, 0.1, "s", "none to 100 ms per stream", off=0.0),
@@ -259,11 +259,10 @@ MACHINE_DRIFT = Mechanism(
     "this machine (docs/VALIDATION.md): in the 1p1d-cpu validation of "
     "docs/validation-records/1p1d-cpu-epyc-avx2-6b0a5f5.md (a 2-core AMD EPYC, commit 6b0a5f5) the training trace "
     "measured a median TPOT of 11.5, 15.7 and 15.5 ms at +0, +22 and +42 min, and the simulator fitted on the runs "
-    "of the first minutes was 13-25 % fast on the judged runs that came after; a calibration measures the engines "
-    "at one moment. Between two 1p1d-cpu validations on that machine (commit 08ebba9) the serving path's fitted "
-    "costs moved about x 3 (the admission's light-load part 2.6 against 46.5 ms, the prefill hop's 16.1 against "
-    "49.0 ms) where the engines moved x 1.0-1.4, and the engines alone at the search's speed put the saturation "
-    "26 % below the live one's")
+    "of the first minutes had a TPOT bias of -10 % to -26 % (the simulator faster) on the judged runs that came "
+    "after (that record's shared-host table); a calibration measures the engines at one moment, and the serving "
+    "path's costs need not move with the engines' (the shipped records, data/validation/*/validation.md, give "
+    "drift-engines beside drift-tracked)")
 """Not in `CATALOGUE` either (see `SHARED_HOST`): it has no `Physics` field, it chooses the physics of each run."""
 
 UNSEEN_BY_CALIBRATION: tuple[str, ...] = ("prefill_step_share", "serving_path_sigma", "transfer_link_shared",

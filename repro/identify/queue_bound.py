@@ -18,8 +18,7 @@ and the profile's numbers alone (it imports nothing of ``repro.sim``, ``repro.ro
   pull's setup, the decode engine's step boundary and its first step) and the KV cache's bytes over the link.
 - Goodput: the share of requests whose TTFT meets their class's target, 0.175 s (tight) or 3 x 0.175 s
   (loose), each class with probability 1/2. A TPOT miss is taken to be zero for documents (outputs <= 512
-  tokens on decode engines the prefill side does not load; on the identified testbed the simulator's documents
-  misses are TTFT misses: round-robin 0.352 tight, 0.004 loose, no TPOT miss; docs/IDENTIFY.md has the command).
+  tokens on decode engines the prefill side does not load).
 - Policies: ``round_robin`` (alternating from server 0), ``jsq_count`` (fewest requests in flight: queued, in
   service, or on their serving path, as the router counts them until the prefill answers; ties round-robin
   from a counter, as `least_loaded`) and ``jsq_work`` (least remaining service, ties alike). On the prefill
@@ -37,7 +36,9 @@ there, a search finds a lower bound on the widest gap the queue allows, never th
 most favourable of many noisy draws, so `confirm` re-tunes the rate of the widest few to put round-robin at 0.585
 on fresh traces and measures the gap there (the number to quote).
 
-``python3 -m repro.identify.queue_bound [--budget N]`` prints the bound.
+``python3 -m repro.identify.queue_bound [--budget N] [--seed N] [--service serial|batched]`` prints the bound;
+``python3 -m repro.identify.queue_bound --out data/identify/queue_bound`` also writes the shipped ``bound.json``
+(with ``--edges``, ``edges.csv`` instead: the gap as each prior's edge moves inward).
 """
 
 from __future__ import annotations
@@ -153,7 +154,11 @@ DEFAULTS: dict[str, float] = {
     "rate_documents": 18.24, "documents_median_tokens": 580.0, "documents_sigma": 0.5,
     "prefill_per_token_s": 6.25e-5, "prefill_step_share": 1.0, "d0_s": 0.02,
     "transfer_bandwidth_bytes_per_s": 9.7e9, "budget_8192": 0.0}
-"""Near the identified testbed (`PROFILE`'s values, rounded); ``d0_s`` an estimate inside its range."""
+"""The base model's best fit, rounded (``rate_documents``, ``documents_median_tokens``, ``prefill_per_token_s``,
+``transfer_bandwidth_bytes_per_s``: `data/identify/models/base/parameters.csv`), not `PROFILE`'s identified
+values; ``documents_sigma`` the workload's estimate (`repro.workload.params.WorkloadParams`);
+``prefill_step_share`` 1 (the whole step holds the server, as in the base model, which has no ``request_path``);
+``budget_8192`` 0 (2,048, mechanism ``vllm_budget``, as `PROFILE`); ``d0_s`` an estimate inside its range."""
 
 
 # ---- the draws ------------------------------------------------------------------------------------------------
@@ -600,7 +605,8 @@ def summary(b: Bound) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m repro.identify.queue_bound", description=__doc__.split("\n")[0])
-    ap.add_argument("--budget", type=int, default=8000, help="vectors to simulate (default 8000: ~2 min on 2 cores)")
+    ap.add_argument("--budget", type=int, default=8000, help="vectors to simulate (default 8000; bound.json's "
+                                                              "wall_s is the shipped run's time)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-requests", type=int, default=2000, help="requests per trace (the simulator search's)")
     ap.add_argument("--reps", type=int, default=5, help="traces per vector in the search")

@@ -116,7 +116,7 @@ def discover(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
         raise ConfigError(f"paper: section notebook(s) without their .ipynb twin, which is what runs: {names}; "
                           f"write the twin with `jupytext --to ipynb --update-metadata "
                           f"'{{\"jupytext\": {{\"formats\": \"ipynb,py:percent\"}}}}' {names}` "
-                          f"(docs/ARCHITECTURE.md, \"Adding a section\")")
+                          f"(docs/ARCHITECTURE.md, \"A notebook (adding a section)\")")
     return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
 
 

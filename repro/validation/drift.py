@@ -5,8 +5,9 @@ A validation on a shared machine runs for an hour; the machine's speed moves und
 neighbour on the host): in the 1p1d-cpu validation of docs/validation-records/1p1d-cpu-epyc-avx2-6b0a5f5.md
 (a 2-core AMD EPYC, commit 6b0a5f5) the training trace, replayed before the judged runs, between the passes
 and after them, measured a median TPOT of 11.5, 15.7 and 15.5 ms (x 1.36 within 22 min), and the simulator
-fitted on the runs at its start (the training run and the probes, all in its first minutes) was 13-25 % fast
-on the judged runs that came after (docs/VALIDATION.md).
+fitted on the runs at its start (the training run and the probes, all in its first minutes) was fast on the
+judged runs that came after: TPOT bias -10 % to -26 % at every load and policy (negative: the simulator
+faster; that record's shared-host table).
 
 The training trace is the machine's speedometer: a trace no judged run replays, run at known moments. Its
 each run's median TPOT over its twin's under the validation's fitted physics is the machine's speed then
@@ -15,9 +16,8 @@ constant beyond the first and last runs): the whole machine scaled by it (`at_sp
 prefill and decode alike, and the serving path's costs measured in CPU time by ``shared_host`` (its CPU per
 request, token, step and idle second, the decode API server's admission and the prefill hop), the event loops of
 the API servers and the proxy running on the same cores as the engines. Variant ``drift-engines`` scales the
-engines alone, which misses the serving path: between two 1p1d-cpu validations on a 2-core AMD EPYC (commit
-08ebba9) the serving path's fitted costs moved about x 3 and the engines x 1.0-1.4, and the engines alone put
-the saturation 26 % below the live one's.
+engines alone, which misses the serving path, whose costs need not move with the engines' (the shipped
+records, ``data/validation/*/validation.md``, give both variants' speeds and saturations beside the live one).
 Nothing of a judged run goes into it. Units: seconds, Unix seconds for moments.
 """
 

@@ -366,13 +366,15 @@ def fit_admission(points: Sequence[AdmissionPoint]) -> AdmissionFit:
     the API server's one event loop serves the new request in turn with every stream's per-step outputs, so its
     time grows with the streams; the exponent says how fast, from the points (the probe at saturation,
     `PROBES`, puts some where the judged runs' heaviest load is, so the delay is interpolated, not extrapolated).
-    The form has no pole: the event loop's ``loop_s / (1 - busy x streams)`` of the validations shipped before
-    it, fitted on 7-32 streams, passed its utilisation cap at the 50 a decode engine streamed at saturation (332
-    ms against 108 measured, docs/VALIDATION.md). The streams, not the arrivals, load the loop: `fit_host`'s own
-    costs on the same runs put a streamed token at 173-215 us of the serving path's CPU and a request at 6-8
-    ms. With fewer than 4 points, or points that do not spread over the streams, the mechanism stays off
-    (``loop_s`` 0) and the record says so by its NaN R^2; a fitted exponent at a bound of its range is named in
-    ``edge``: the form then misses what the points show."""
+    The form has no pole: an event loop with one, ``loop_s / (1 - busy x streams)`` (`Physics.admission_delay_s`
+    for profiles that set ``admission_busy_per_stream``), fitted below saturation, can reach its utilisation cap
+    (`repro.engine.physics.ADMISSION_MAX_UTILISATION`) short of the streams a decode engine runs at saturation.
+    The streams, not the arrivals, load the loop: `fit_host`'s costs on the same runs put a streamed token at
+    559 us of the serving path's CPU and a request at 7.9 ms in the 1p1d record, 382 us and 25.0 ms in the 1p2d
+    record (``data/validation/{1p1d,1p2d}-cpu/validation.md``, "The shared host"). With fewer than 4 points, or
+    points that do not spread over the streams, the mechanism stays off (``loop_s`` 0) and the record says so by
+    its NaN R^2; a fitted exponent at a bound of its range is named in ``edge``: the form then misses what the
+    points show."""
     off: AdmissionFit = {"loop_s": 0.0, "per_stream_s": 0.0, "busy_per_stream": 0.0, "exponent": 1.0,
                          "r2": math.nan, "edge": "", "points": list(points)}
     got = fit_power_law([p["streams"] for p in points], [p["frontend_s"] for p in points],
@@ -446,9 +448,11 @@ def fit_hop(points: Sequence[HopPoint]) -> HopFit:
     """Mechanism ``prefill_hop``: ``hop_s = loop_s + per_stream_s * streams ** exponent`` (`fit_power_law`,
     each point weighted by its requests) over the ``points`` (`hop_points` of the training seed's runs, the probe
     at saturation among them): the proxy's and the prefill API server's event loops share the cores with every
-    stream's tokens, so the prefill leg's time outside its engine grows with the cluster's streams (the prefill
-    engine's own arrivals barely move it: docs/VALIDATION.md). Off (``loop_s`` 0, NaN R^2) with fewer than 4
-    points or points that do not spread over the streams."""
+    stream's tokens, so the prefill leg's time outside its engine grows with the cluster's streams. The fit takes
+    the streams alone; the 1p1d record's hop points (``data/validation/1p1d-cpu/validation.md``, "The shared
+    host") also follow the prefill engine's arrivals, which it does not model (docs/VALIDATION.md, "1p1d, the
+    prefill leg"). Off (``loop_s`` 0, NaN R^2) with fewer than 4 points or points that do not spread over the
+    streams."""
     got = fit_power_law([p["streams"] for p in points], [max(p["hop_s"], 0.0) for p in points],
                         [p["requests"] for p in points])
     if got is None:

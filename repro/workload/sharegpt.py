@@ -5,8 +5,10 @@ Source: ``ShareGPT_V3_unfiltered_cleaned_split.json`` as shipped by PyPI ``share
 is about 670 MB), so ``json.load`` fails on it. `iter_conversations` therefore decodes the
 top-level array one record at a time with ``json.JSONDecoder.raw_decode`` over a sliding text
 buffer (a few MB at a time, never the whole file's decoded objects), and stops cleanly at the torn
-tail. On the shipped file that yields 17,671 whole conversations, of which 11,135 start with a
-(human, gpt) turn pair; the set is a prefix of ShareGPT, not all of it.
+tail. On the shipped file that yields 17,671 whole conversations, of which 11,128 start with a
+(human, gpt) turn pair and 10,578 survive the length filters below (the shipped table's metadata:
+``python3 -c "from repro.workload.sharegpt import table_info; print(table_info())"``); the set is a
+prefix of ShareGPT, not all of it.
 
 A *first-turn pair* (`first_turn_pairs`) is a conversation whose first turn is from ``human`` and
 whose second is from ``gpt``, both with non-blank text (the convention of ``vllm bench serve``).
@@ -26,10 +28,10 @@ output_tokens  int64   `ApproxTokenizer` count of the *full* gpt turn
 
 Pairs with fewer than 4 prompt or output tokens, or more than 32,768 tokens in total, are dropped.
 The record counts (conversations decoded, pairs found, pairs kept, that the source is truncated,
-and the source's size) are stored in the Parquet schema metadata under the key ``repro.workload.sharegpt``
+and the source's size) are stored in the Parquet schema metadata under the key ``repro.sharegpt``
 and returned by `table_info`.
 
-Rebuild with ``python -m repro.workload.sharegpt`` (or ``repro data build-sharegpt``); the table itself
+Rebuild with ``python -m repro.workload.sharegpt`` (or ``repro data sharegpt``); the table itself
 ships in ``data/`` so nothing else needs the raw JSON.
 """
 

@@ -6,10 +6,9 @@ identify`; the hand estimates 6.0e-5 s/token and 20 GB/s are ``a40-qwen2.5-3b``)
 paper does not state that matter for TTFT: the prefill cost per prompt token (6.56e-5 s/token at the
 file's best fit, at a bound of its prior's ensemble) and the KV transfer bandwidth (loose: the paper's
 baselines cannot see it; 5.8 GB/s at the file's best fit; the file's ``params`` hold each value with its
-ensemble). With the estimates
-about a quarter of ``documents`` requests (half of its tight ones) cannot meet their TTFT target even
-on an idle cluster (`idle_miss_share`), so they shape every TTFT-bound result. Each is swept alone
-(the other at its default), in the hardware truth and in the calibrated router's constants together
+ensemble). With either, a share of ``documents`` requests cannot meet their TTFT target even on an idle
+cluster (`idle_miss_share` computes it; the notebook prints it), so they shape every TTFT-bound result. Each is
+swept alone (the other at its default), in the hardware truth and in the calibrated router's constants together
 (a calibrated router knows its hardware: a spec's ``physics`` overrides, `repro.experiment.spec.RunSpec`);
 the constants the paper states (prefill base, decode, KV bytes per token, the KV budget, the SLO
 targets) never move, nor do the simulator-derived constants (what a simulator believed).
