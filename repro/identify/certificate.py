@@ -155,7 +155,8 @@ def bound_sentence(b: DocumentsBound | None = None) -> str:
     best = b.widest
     parts = [f"The documents facts (round-robin 0.585, every load-aware policy >= 0.695; §V-C): {b.verdict}"]
     if best is not None:
-        searched = f"{int(best['feasible'])} feasible of {int(best['vectors'])} vectors"
+        searched = (f"{int(best['vectors'])} vectors evaluated, {int(best['feasible'])} of them feasible and counted: "
+                    "an aimed search's vectors count through their fresh-trace checks")
         parts.append(f"the simulator's widest feasible gap is {float(best['widest_gap']):+.4f} against the "
                      f"{b.need:.4f} needed, on {best['model']} ({searched}; round-robin's P99 TTFT there "
                      f"{float(best['rr_ttft_p99_s']):.1f} s against the paper's 1.1 s)")
