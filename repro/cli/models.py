@@ -55,6 +55,9 @@ def models_cli(
     report_only: bool = typer.Option(False, "--report-only",
                                      help="search nothing: score the models' folders as their searches left them "
                                           "(each with its own budget, in its fit.json) and write the table"),
+    edges: bool = typer.Option(False, "--edges/--no-edges",
+                               help="also write edges.csv in the folder of the model with the widest gap: how that "
+                                    "gap moves as each parameter moves from its prior's edge toward the middle"),
     executor: str = typer.Option("", "--executor", help="local | serial | ray (default $REPRO_EXECUTOR or local)"),
     jobs: int = typer.Option(0, "--jobs", min=0, help="worker processes (0: one per core)"),
     ray_address: str = typer.Option("", "--ray-address", help="a Ray cluster's address (implies --executor ray)"),
@@ -141,6 +144,8 @@ def models_cli(
                 gaps.append(summ)
                 console.print(f"  widest documents gap with round-robin at 0.585 +- 0.03: {summ['widest_gap']:+.3f} "
                               f"({summ['feasible']} of {summ['vectors']} vectors feasible)")
+        if edges and gaps:
+            _edges(out, gaps, profile, ex, console)
     finally:
         ex.close()
     tab = selection.table(scores)
@@ -213,6 +218,27 @@ def _aimed(folder: Path, mechs, profile: str, ex, evals: int, console: Console):
                   f"{summ['aimed_widest_gap']:+.3f} ({summ['aimed_confirmed_gap']:+.3f} on fresh traces); over every "
                   f"search {summ['widest_gap']:+.3f}")
     return summ
+
+
+def _edges(out: Path, gaps: list, profile: str, ex, console: Console) -> None:  # type: ignore[no-untyped-def]
+    """The edge table (`repro.identify.separation.edge_table`) of the model whose searches found the widest
+    feasible gap, from that vector, written to its folder's ``edges.csv``."""
+    import math
+
+    from repro.engine.mechanisms import resolve
+    from repro.identify import separation
+
+    found = [g for g in gaps if math.isfinite(float(g.get("widest_gap", math.nan)))]
+    if not found:
+        return
+    best = max(found, key=lambda g: float(g["widest_gap"]))
+    model = str(best["model"])
+    vector = {k: float(v) for k, v in (kv.split("=") for kv in str(best["at"]).split("; ") if "=" in kv)}
+    gp = separation.GapProblem(resolve([] if model == "base" else model.split("+")), profile)
+    t0 = time.monotonic()
+    table = separation.edge_table(gp, vector, executor=ex)
+    table.to_csv(out / model / "edges.csv", index=False)
+    console.print(f"  edges of {model}'s widest gap: {len(table)} vectors ({time.monotonic() - t0:.0f} s)")
 
 
 def _from_folder(folder: Path, rows, k: int, model: str):  # type: ignore[no-untyped-def]

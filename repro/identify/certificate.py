@@ -121,6 +121,9 @@ class DocumentsBound:
     queue: dict[str, Any] | None
     edges: tuple[dict[str, Any], ...]
     verdict: str
+    sim_edges: tuple[dict[str, Any], ...] = ()
+    """The widest simulator gap's edge table (`repro.identify.separation.edge_table`, ``edges.csv`` in that
+    model's folder: ``repro models --edges``), none when not computed."""
 
     @property
     def widest(self) -> dict[str, Any] | None:
@@ -146,7 +149,27 @@ def documents_bound(models_dir: Path = MODELS_DIR, queue_dir: Path = QUEUE_DIR) 
     sim_opens = any(math.isfinite(float(m["widest_gap"])) and float(m["widest_gap"]) >= need for m in models)
     queue_opens = bool(queue and queue.get("opens"))
     verdict = HOLD if sim_opens else (ONLY_PRIORS if queue_opens else CONFLICT)
-    return DocumentsBound(need, models, queue, edges, verdict)
+    found = [m for m in models if math.isfinite(float(m.get("widest_gap", math.nan)))]
+    widest = max(found, key=lambda m: float(m["widest_gap"])) if found else None
+    sim_edges_csv = models_dir / str(widest["model"]) / "edges.csv" if widest is not None else None
+    sim_edges = tuple(pd.read_csv(sim_edges_csv).to_dict("records")) if sim_edges_csv and sim_edges_csv.exists() \
+        else ()
+    return DocumentsBound(need, models, queue, edges, verdict, sim_edges)
+
+
+def resting_edges(b: DocumentsBound) -> list[tuple[str, float, float]]:
+    """The parameters the widest simulator gap rests on: ``(parameter, value, gap)`` for each one whose first step
+    inward from the widest vector (`repro.identify.separation.EDGE_STEPS`) leaves a gap below the need or no
+    feasible vector, the smallest gap first."""
+    first = min((float(e["step"]) for e in b.sim_edges if float(e["step"]) > 0), default=None)
+    out = []
+    for e in b.sim_edges:
+        if first is None or float(e["step"]) != first:
+            continue
+        gap = float(e["gap"]) if bool(e["feasible"]) else math.nan
+        if not gap >= b.need:  # below the need, or infeasible (NaN)
+            out.append((str(e["parameter"]), float(e["value"]), gap))
+    return sorted(out, key=lambda t: (math.isfinite(t[2]), t[2]))
 
 
 def bound_sentence(b: DocumentsBound | None = None) -> str:
@@ -166,6 +189,19 @@ def bound_sentence(b: DocumentsBound | None = None) -> str:
             parts.append(f"the search aimed at the gap on {m['model']} evaluated {int(aimed)} feasible vectors: "
                          f"widest {float(m['aimed_widest_gap']):+.3f}, {float(m['aimed_confirmed_gap']):+.4f} on 60 "
                          "fresh traces")
+    if b.sim_edges:
+        rests = resting_edges(b)
+        step = min(float(e["step"]) for e in b.sim_edges if float(e["step"]) > 0)
+        moved = (f"moved {step:.0%} of the way from the widest vector toward its prior's middle (each evaluated on "
+                 "the search's 3 traces)")
+        if rests:
+            said = ", ".join(f"{name} (to {value:.3g}: " + (f"{gap:+.3f})" if math.isfinite(gap) else
+                                                             "round-robin's 0.585 out of reach)")
+                             for name, value, gap in rests)
+            parts.append(f"that gap rests on the edges of its priors: each of these {moved} alone leaves less than "
+                         f"the need: {said}")
+        else:
+            parts.append(f"no parameter {moved} alone closes that gap")
     if b.queue is not None and b.queue.get("confirmed_gap") is not None:
         parts.append(f"an independent queue model opens {float(b.queue['confirmed_gap']):+.3f} "
                      f"({int(b.queue['vectors'])} vectors, confirmed on fresh traces)")

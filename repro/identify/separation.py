@@ -199,6 +199,49 @@ def aimed_search(problem: GapProblem, *, executor: Any = None, popsize: int = 10
     return hist
 
 
+EDGE_STEPS = (0.25, 0.5)
+"""How far `edge_table` moves each parameter from the widest vector toward its prior's middle (fractions of the way,
+in the search's internal coordinates: log10 for log parameters)."""
+
+
+def edge_table(problem: GapProblem, vector: dict[str, float], *, executor: Any = None,
+               steps: Sequence[float] = EDGE_STEPS) -> pd.DataFrame:
+    """How the widest gap rests on each prior's edge: from ``vector`` (by name, e.g. a model's widest confirmed
+    one), each parameter of `aimed_space` alone moved ``steps`` of the way toward its prior's middle, every moved
+    vector evaluated at the paper's round-robin (`evaluate_at_paper_rr`, the problem's seeds). Rows: ``parameter``,
+    ``step`` (0 for the vector itself), ``value``, ``at_edge`` (the vector's value within 5 % of the prior's width
+    from an end), the documents' ``rate_documents``, ``round_robin``, the load-aware baselines, ``gap`` and
+    ``feasible``. A gap that falls below the need when one parameter moves in says the widest gap rests on that
+    edge."""
+    space = aimed_space(problem)
+    base = np.asarray([p.to_internal(min(max(vector[p.name], p.lo), p.hi)) for p in space])
+    jobs: list[tuple[str, float, float, np.ndarray]] = [("(the vector)", 0.0, math.nan, base)]
+    for k, p in enumerate(space):
+        lo, hi = p.internal_bounds
+        mid = (lo + hi) / 2
+        for f in steps:
+            x = base.copy()
+            x[k] = base[k] + f * (mid - base[k])
+            jobs.append((p.name, f, p.to_value(float(x[k])), x))
+    from repro.experiment.executor import shared_executor
+
+    ex = executor or shared_executor()
+    vals: list[dict[str, float]] = [{} for _ in jobs]
+    for i, v in ex.imap_unordered(functools.partial(evaluate_at_paper_rr, problem), [j[3] for j in jobs]):
+        vals[i] = v
+    rows = []
+    for (name, f, value, _), v in zip(jobs, vals, strict=True):
+        if name != "(the vector)":
+            p = next(q for q in space if q.name == name)
+            width = p.hi - p.lo
+            edge = min(vector[name] - p.lo, p.hi - vector[name]) <= 0.05 * width
+        else:
+            edge = False
+        rows.append({"parameter": name, "step": f, "value": value, "at_edge": edge,
+                     **{k: v.get(k, math.nan) for k in (RATE, "round_robin", *LOAD_AWARE, "gap", "feasible")}})
+    return pd.DataFrame(rows)
+
+
 def best_feasible(hist: pd.DataFrame, space: Sequence[Parameter], k: int = 5) -> list[dict[str, float]]:
     """The ``k`` widest-gap feasible vectors of a search, by name (seeds for an aimed search)."""
     if hist is None or not len(hist) or "feasible" not in hist:

@@ -219,3 +219,41 @@ def test_the_aimed_searchs_own_rows_count_only_through_their_fresh_trace_checks(
              "rr_ttft_p99_s": 1.0, "feasible": True, "origin": "search", "x": 2.0}]
     summ = separation.summary(pd.DataFrame(rows))
     assert summ["widest_gap"] == pytest.approx(0.06) and not summ["reaches_paper"]
+
+
+def test_the_edge_table_moves_each_parameter_alone_toward_its_priors_middle(monkeypatch):
+    """The fake testbed's gap is 0.1 x (documents_sigma - 0.3): the table finds it resting on that edge alone."""
+    from repro.engine.mechanisms import resolve
+    from repro.experiment.executor import make_executor
+    from repro.identify import separation
+
+    monkeypatch.setattr(separation, "_policy_goodput", _fake_goodput)
+    gp = separation.GapProblem(resolve(["document_tail"]), "a40-qwen2.5-3b")
+    space = separation.aimed_space(gp)
+    vector = {p.name: p.lo for p in space} | {"documents_sigma": 1.5}
+    table = separation.edge_table(gp, vector, executor=make_executor("serial", 1, ""))
+    assert len(table) == 1 + len(separation.EDGE_STEPS) * len(space)
+    own = table[table["parameter"] == "(the vector)"].iloc[0]
+    assert own["gap"] == pytest.approx(0.12)
+    sigma = table[table["parameter"] == "documents_sigma"].set_index("step")
+    assert sigma["at_edge"].all() and list(sigma["value"]) == pytest.approx([1.5 - 0.25 * 0.6, 1.5 - 0.5 * 0.6])
+    assert list(sigma["gap"]) == pytest.approx([0.1 * (v - 0.3) for v in sigma["value"]])
+    others = table[~table["parameter"].isin(["documents_sigma", "(the vector)"])]
+    assert others["gap"].to_numpy() == pytest.approx(0.12)  # nothing else moves the fake gap
+
+
+def test_the_bound_names_the_edges_its_widest_gap_rests_on():
+    from repro.identify.certificate import HOLD, DocumentsBound, bound_sentence, resting_edges
+
+    edges = ({"parameter": "(the vector)", "step": 0.0, "value": float("nan"), "gap": 0.08, "feasible": 1.0},
+             {"parameter": "a", "step": 0.25, "value": 2.0, "gap": 0.05, "feasible": 1.0},
+             {"parameter": "a", "step": 0.5, "value": 3.0, "gap": 0.04, "feasible": 1.0},
+             {"parameter": "b", "step": 0.25, "value": 5.0, "gap": 0.075, "feasible": 1.0},
+             {"parameter": "c", "step": 0.25, "value": 7.0, "gap": float("nan"), "feasible": 0.0})
+    model = {"model": "m", "widest_gap": 0.08, "feasible": 3, "vectors": 9, "rr_ttft_p99_s": 1.2}
+    b = DocumentsBound(0.0676, (model,), None, (), HOLD, edges)
+    assert [name for name, _, _ in resting_edges(b)] == ["c", "a"]  # out of reach first, then the smallest gap
+    said = bound_sentence(b)
+    assert "a (to 2: +0.050)" in said and "c (to 7: round-robin's 0.585 out of reach)" in said and "b (" not in said
+    calm = DocumentsBound(0.0676, (model,), None, (), HOLD, edges[:1] + edges[3:4])
+    assert "no parameter moved 25% of the way" in bound_sentence(calm)
