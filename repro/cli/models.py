@@ -197,10 +197,10 @@ def _aimed(folder: Path, mechs, profile: str, ex, evals: int, console: Console):
     aimed = separation.aimed_search(gp, executor=ex, feasible_target=evals, journal=folder / "aimed-search.jsonl",
                                     seeds=seeds)
     top = aimed[aimed["feasible"]].sort_values("gap", ascending=False).head(3)
-    confirmed = separation.confirm_known(gp, [{p.name: float(r[p.name]) for p in gp.space}
-                                              for r in top.to_dict("records")])
-    if len(confirmed):  # the widest three on fresh traces (CONFIRM_SEEDS), each at its own rate
-        confirmed["origin"] = "confirmed"
+    # the widest three on fresh traces (CONFIRM_SEEDS), each at the rate where round-robin holds 0.585 on them
+    confirmed = separation.confirm_at_paper_rr(gp, [{p.name: float(r[p.name]) for p in gp.space}
+                                                    for r in top.to_dict("records")], executor=ex)
+    if len(confirmed):
         aimed = pd.concat([aimed, confirmed], ignore_index=True)
     aimed.to_csv(folder / "aimed_search.csv", index=False)
     summ = separation.summary(pd.concat([before, aimed], ignore_index=True) if len(before) else aimed)
@@ -209,7 +209,8 @@ def _aimed(folder: Path, mechs, profile: str, ex, evals: int, console: Console):
     summ["aimed_feasible"] = int(own["feasible"].sum())
     feas = own[own["feasible"]]
     summ["aimed_widest_gap"] = float(feas["gap"].max()) if len(feas) else float("nan")
-    summ["aimed_confirmed_gap"] = float(confirmed["gap"].max()) if len(confirmed) else float("nan")
+    ok = confirmed[confirmed["feasible"]] if len(confirmed) else confirmed
+    summ["aimed_confirmed_gap"] = float(ok["gap"].max()) if len(ok) else float("nan")  # feasible ones only
     summ["aimed_wall_s"] = round(time.monotonic() - t0)
     old = json.loads((folder / "gap_summary.json").read_text()) if (folder / "gap_summary.json").exists() else {}
     summ["wall_s"] = old.get("wall_s")

@@ -257,3 +257,18 @@ def test_the_bound_names_the_edges_its_widest_gap_rests_on():
     assert "a (to 2: +0.050)" in said and "c (to 7: round-robin's 0.585 out of reach)" in said and "b (" not in said
     calm = DocumentsBound(0.0676, (model,), None, (), HOLD, edges[:1] + edges[3:4])
     assert "no parameter moved 25% of the way" in bound_sentence(calm)
+
+
+def test_a_confirmation_moves_each_vector_to_the_rate_where_round_robin_holds_on_the_fresh_traces(monkeypatch):
+    from repro.engine.mechanisms import resolve
+    from repro.experiment.executor import make_executor
+    from repro.identify import separation
+
+    monkeypatch.setattr(separation, "_policy_goodput", _fake_goodput)
+    gp = separation.GapProblem(resolve(["document_tail"]), "a40-qwen2.5-3b")
+    vector = {p.name: p.lo for p in separation.aimed_space(gp)} | {"documents_sigma": 1.3, "rate_documents": 30.0}
+    hist = separation.confirm_at_paper_rr(gp, [vector], executor=make_executor("serial", 1, ""), seeds=(7, 8))
+    row = hist.iloc[0]
+    assert row["origin"] == "confirmed" and bool(row["feasible"])
+    assert abs(row["round_robin"] - separation.PAPER_RR) <= separation.SD  # re-tuned: 30 req/s gave 0.25
+    assert row["rate_documents"] < 30.0 and row["gap"] == pytest.approx(0.1)
