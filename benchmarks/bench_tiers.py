@@ -95,7 +95,7 @@ def outcome(tier: str, text: str, rc: int) -> str:
     """What the command ended with: pytest's last summary line (``1134 passed, 19 skipped in ...`` without the
     time), else the exit status."""
     if tier in ("tests", "slow"):
-        found = re.findall(r"=+ (.*?(?:passed|failed|error).*?) in [0-9.]+s", text)
+        found = re.findall(r"^=*\s*(\d+ (?:passed|failed|error).*?) in [0-9.]+s", text, re.MULTILINE)
         if found:
             return found[-1]
     return f"exit {rc}"

@@ -43,5 +43,7 @@ def test_the_benchmark_reads_what_pytest_printed():
     spec.loader.exec_module(bench)
     text = "....\n==== 1134 passed, 19 skipped, 3 warnings in 155.21s (0:02:35) ====\n"
     assert bench.outcome("tests", text, 0) == "1134 passed, 19 skipped, 3 warnings"
+    quiet = "....\nSKIPPED [1] tests/x.py:3: no engine\n1156 passed, 20 skipped in 150.21s (0:02:30)\n"  # pytest -q
+    assert bench.outcome("tests", quiet, 0) == "1156 passed, 20 skipped"
     assert bench.outcome("main", "done", 2) == "exit 2"
     assert set(bench.TIERS) == {"tests", "main", "slow"}
