@@ -152,6 +152,18 @@ def evaluate_at_paper_rr(problem: GapProblem, x: Sequence[float] | np.ndarray,
     return out
 
 
+def _at_paper_rr_rows(hist: pd.DataFrame, model: str, origin: str) -> pd.DataFrame:
+    """Rows of vectors evaluated at the paper's round-robin (`evaluate_at_paper_rr`) with their ``model``, boolean
+    ``feasible``, the searches' ``objective`` (minus the gap when feasible, else 1 + round-robin's distance from
+    0.585) and ``origin``."""
+    hist.insert(0, "model", model)
+    hist["feasible"] = hist["feasible"] >= 1.0
+    hist["objective"] = [-g if f else 1.0 + abs(rr - PAPER_RR)
+                         for g, f, rr in zip(hist["gap"], hist["feasible"], hist["round_robin"], strict=True)]
+    hist["origin"] = origin
+    return hist
+
+
 def aimed_search(problem: GapProblem, *, executor: Any = None, popsize: int = 10, feasible_target: int = 2000,
                  max_generations: int = 60, seed: int = 0, journal: Path | None = None,
                  seeds: Sequence[dict[str, float]] = ()) -> pd.DataFrame:
@@ -193,12 +205,7 @@ def aimed_search(problem: GapProblem, *, executor: Any = None, popsize: int = 10
         share = max(feasible / len(hist), 0.05)
         generations = min(max_generations, math.ceil(feasible_target / (per_gen * share)) - 1)
     hist = hist.drop_duplicates(subset=names).reset_index(drop=True)
-    hist.insert(0, "model", problem.name)
-    hist["feasible"] = hist["feasible"] >= 1.0
-    hist["objective"] = [-g if f else 1.0 + abs(rr - PAPER_RR)
-                         for g, f, rr in zip(hist["gap"], hist["feasible"], hist["round_robin"], strict=True)]
-    hist["origin"] = "aimed"
-    return hist
+    return _at_paper_rr_rows(hist, problem.name, "aimed")
 
 
 EDGE_STEPS = (0.25, 0.5)
@@ -361,12 +368,7 @@ def confirm_at_paper_rr(problem: GapProblem, vectors: Sequence[dict[str, float]]
         row.update(v)
         rows.append(row)
     hist = pd.DataFrame(rows)
-    hist.insert(0, "model", problem.name)
-    hist["feasible"] = hist["feasible"] >= 1.0
-    hist["objective"] = [-g if f else 1.0 + abs(rr - PAPER_RR)
-                         for g, f, rr in zip(hist["gap"], hist["feasible"], hist["round_robin"], strict=True)]
-    hist["origin"] = "confirmed"
-    return hist
+    return _at_paper_rr_rows(hist, problem.name, "confirmed")
 
 
 def summary(hist: pd.DataFrame) -> dict[str, Any]:
