@@ -1,18 +1,21 @@
 """Simulator speed, old and new side by side: simulated requests per wall-second and speed-up over real time.
 
 Usage: python benchmarks/bench_sim.py [--requests 100000] [--rate R] [--sweep-requests 10000]
-                                      [--baseline REF] [--rounds 3] [--ops 2000] [--quick]
+                                      [--baseline REF] [--no-compile-baseline] [--rounds 3] [--ops 2000]
+                                      [--quick] [--record PATH]
 
 The speed target: ``--requests 30000 --rate 22.6`` (mixed at 2p4d, a fixed rate near the identified
-testbed's saturation, so that runs compare across changes of the search), >= 3,000x real time for every
-policy, compiled. ``--baseline
-HEAD`` (the commit before an uncommitted speed change) checks the journals against it byte for byte.
+testbed's saturation, so that runs compare across changes of the search), >= 4,000x real time for every
+policy, compiled. ``--baseline HEAD`` (the commit before an uncommitted speed change) checks the journals
+against it byte for byte, and times it compiled beside this tree compiled: before and after.
 
-The same workload is timed in three worker subprocesses, each with ``PYTHONPATH`` pointing at its
+The same workload is timed in worker subprocesses, each with ``PYTHONPATH`` pointing at its
 tree: OLD = ``--baseline`` (default ``17da849``, the pure-Python simulator and router before their speed-ups,
-extracted with ``git archive`` into a temporary folder; pure Python), NEW src = this checkout's
-Python sources (``$REPRO_PURE_PYTHON=1``) and NEW compiled = this checkout with the modules the
-install compiled with mypyc (`repro.native`; left out, with a note, where none were built). Each
+extracted with ``git archive`` into a temporary folder; pure Python), OLD compiled = that tree with its own
+`repro.native` modules compiled by its own ``setup.py`` (where it has them and this tree is compiled; left
+out with ``--no-compile-baseline``), NEW src = this checkout's Python sources (``$REPRO_PURE_PYTHON=1``) and
+NEW compiled = this checkout with the modules the install compiled with mypyc (`repro.native`; left out,
+with a note, where none were built). Each
 worker builds the trace and the predictions once; then the parent asks them in turn for one timed
 piece of work at a time (old, src, compiled, old, ...), so that a shared, noisy machine loads them
 alike within seconds, and reports the best (smallest) of ``--rounds`` times of each piece:
@@ -36,7 +39,9 @@ alike within seconds, and reports the best (smallest) of ``--rounds`` times of e
 
 Prints per policy each round's wall seconds, the speed-up over real time and the speed-up over OLD
 (best wall and CPU times) of each tree, and the journals' sha256: byte-identical across the trees, or
-each tree's. Asserts nothing about speed (timings vary by machine); exits 1 if NEW src's and NEW
+each tree's. ``--record PATH`` also writes every round's figures, the medians, the machine (CPU model,
+cores, load average before the run) and both commits as JSON (``data/benchmarks/sim.json`` is the record
+the project keeps). Asserts nothing about speed (timings vary by machine); exits 1 if NEW src's and NEW
 compiled's journals differ (the same code: a speed change may change no journal byte). OLD's differ when
 the baseline predates a change of results (the default's does: its paper's router reads the ledger and
 TPOT_hat as `marginal_cost_prior` does); ``--baseline`` at a commit with the same results (e.g. the one
@@ -189,10 +194,23 @@ def _extract(ref: str, into: Path) -> str:
     """Extract ``ref``'s ``repro/`` and ``data/`` into ``into``; returns the commit's short hash."""
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], check=True,
                             capture_output=True, text=True).stdout.strip()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "repro", "data"], check=True,
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", commit], check=True,
+                           capture_output=True, text=True).stdout.split()
+    paths = ["repro", "data"] + [f for f in ("setup.py", "pyproject.toml") if f in names]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, *paths], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return commit
+
+
+def _compile(tree: Path) -> bool:
+    """Compile ``tree``'s own `repro.native` modules in place with its own ``setup.py`` (mypyc, as its install
+    would); whether it built any (a tree from before them, or without a compiler: no)."""
+    if not (tree / "setup.py").exists() or not (tree / "repro" / "native.py").exists():
+        return False
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
+                          capture_output=True, text=True)
+    return done.returncode == 0 and (tree / "repro" / "native_build.json").exists()
 
 
 def _times(xs: list[float]) -> str:
@@ -209,6 +227,9 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=2000,
                     help="requests per policy for the bytecode count (deterministic work; 0: skip)")
     ap.add_argument("--quick", action="store_true", help="10,000 requests, a 1,000-request sweep, rate 16")
+    ap.add_argument("--no-compile-baseline", action="store_true",
+                    help="time OLD's sources only (not also OLD compiled)")
+    ap.add_argument("--record", type=Path, default=None, help="write the figures as JSON here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
@@ -235,11 +256,22 @@ def main() -> None:
         print(f"workload: mixed, 2p4d, {args.rate:.2f} req/s, {args.requests:,} requests per policy; "
               f"sweep 4 policies x 3 traces x {args.sweep_requests:,}; {args.rounds} rounds, OLD and NEW "
               "interleaved piece by piece", flush=True)
+        load_before = os.getloadavg()[0]
         trees = [_Tree("old", Path(tmp), args, pure=True), _Tree("src", ROOT, args, pure=True),
                  _Tree("new", ROOT, args, pure=False)]
         if trees[2].setup["mode"] != "compiled":
             print("NEW has no compiled modules here (see `repro native`): timing OLD and NEW's sources only")
             trees.pop().close()
+        elif not args.no_compile_baseline:
+            t0 = time.perf_counter()
+            if _compile(Path(tmp)):
+                trees.insert(1, _Tree("oldc", Path(tmp), args, pure=False))
+                print(f"OLD compiled with its own setup.py in {time.perf_counter() - t0:.0f} s")
+                if trees[1].setup["mode"] != "compiled":
+                    print("OLD's compiled modules were not taken up: timing OLD's sources only")
+                    trees.pop(1).close()
+            else:
+                print("OLD has no compiled modules to build (or the build failed): timing OLD's sources only")
         res: dict[str, dict[str, list[dict]]] = {t.label: {} for t in trees}
         try:
             for k in range(args.rounds):
@@ -249,12 +281,12 @@ def main() -> None:
                 print(f"  round {k + 1} done", flush=True)
             # bytecode counts need Python code: the OLD tree and NEW's sources
             ops = {t.label: {p: t.ask(f"ops {p} {min(args.ops, args.requests)}") for p in policies}
-                   for t in trees[:2]} if args.ops > 0 else None
+                   for t in trees if t.label in ("old", "src")} if args.ops > 0 else None
         finally:
             for t in trees:
                 t.close()
     labels = [t.label for t in trees]
-    names = {"old": "OLD", "src": "NEW src", "new": "NEW compiled"}
+    names = {"old": "OLD", "oldc": "OLD compiled", "src": "NEW src", "new": "NEW compiled"}
     old = res["old"]
 
     print("\n1. per policy: Simulator.run wall seconds per round; x real time = simulated span / best wall; "
@@ -281,6 +313,9 @@ def main() -> None:
         if "src" in labels and "new" in labels:
             ratio = min(r["wall_s"] for r in res["src"][f"sim {p}"]) / min(r["wall_s"] for r in res["new"][f"sim {p}"])
             print(f"     {'':13s} compiled / src: {ratio:4.2f}x faster")
+        if "oldc" in labels and "new" in labels:
+            ratio = min(r["wall_s"] for r in res["oldc"][f"sim {p}"]) / min(r["wall_s"] for r in res["new"][f"sim {p}"])
+            print(f"     {'':13s} NEW compiled / OLD compiled: {ratio:4.2f}x faster")
     ws = {lab: [r["write_s"] for r in res[lab]["sim marginal_cost"]] for lab in labels}
     print("   journal write s (marginal_cost): " + "   ".join(f"{names[lab]} {_times(ws[lab])}" for lab in labels))
     split = [lab for lab in labels if all(r.get("place_s") is not None and r.get("frame_s") is not None
@@ -321,8 +356,48 @@ def main() -> None:
         print(f"   (NEW src and NEW compiled agree; OLD = {args.baseline} differs: expected when it predates a change "
               "of results, e.g. the paper's router's reading; --baseline <a commit with the same results> "
               "checks byte-identity)")
+    if args.record is not None:
+        _write_record(args, commit, labels, names, res, policies, shas, load_before)
     if not same_new:
         sys.exit(1)
+
+
+def _write_record(args: argparse.Namespace, baseline: str, labels: list[str], names: dict[str, str],
+                  res: dict[str, dict[str, list[dict]]], policies: tuple[str, ...], shas: dict,
+                  load_before: float) -> None:
+    """``--record``: every round's wall seconds per tree and policy, the best (the figure quoted) and the median,
+    x real time of each, the split of the best round and the journals' sha256, with the machine and commits."""
+    import statistics
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_tiers import commit as this_commit
+    from bench_tiers import machine
+
+    rows = []
+    for p in policies:
+        for lab in labels:
+            runs = res[lab][f"sim {p}"]
+            walls = [r["wall_s"] for r in runs]
+            best = min(runs, key=lambda r: r["wall_s"])
+            span = best["span_s"]
+            rows.append({
+                "policy": p, "tree": names[lab], "wall_s": [round(w, 4) for w in walls],
+                "best_wall_s": round(best["wall_s"], 4), "median_wall_s": round(statistics.median(walls), 4),
+                "x_real_time_best": round(span / best["wall_s"]),
+                "x_real_time_median": round(span / statistics.median(walls)),
+                "decisions_s": None if best.get("place_s") is None else round(best["place_s"], 4),
+                "journal_frame_s": None if best.get("frame_s") is None else round(best["frame_s"], 4),
+                "sha256": shas[p][lab],
+            })
+    record = {
+        "command": "python3 benchmarks/bench_sim.py " + " ".join(sys.argv[1:]),
+        "workload": {"workload": "mixed", "topology": "2p4d", "requests": args.requests, "rate": args.rate},
+        "rounds": args.rounds, "baseline": baseline, "commit": this_commit(), "machine": machine(),
+        "load_before": round(load_before, 2), "rows": rows,
+    }
+    args.record.parent.mkdir(parents=True, exist_ok=True)
+    args.record.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"\nrecord: {args.record}")
 
 
 if __name__ == "__main__":

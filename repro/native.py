@@ -34,7 +34,7 @@ from pathlib import Path
 
 # the compiled modules, as paths under the project root (the build's input, in this order)
 MODULES = ("repro/sim/simulator.py", "repro/sim/engines.py", "repro/engine/links.py", "repro/routing/ledger.py",
-           "repro/routing/router.py", "repro/routing/policies/pricing.py")
+           "repro/routing/router.py", "repro/routing/policies/pricing.py", "repro/routing/policies/view.py")
 PURE_ENV = "REPRO_PURE_PYTHON"
 MANIFEST_NAME = "native_build.json"
 PACKAGE_DIR = Path(__file__).resolve().parent

@@ -58,7 +58,8 @@ class PrefillEngine:
     # __slots__ is a speed shortcut: attribute access on these per-engine objects is on the hot path
     # (every event touches one), and slots make it cheaper than a __dict__ (and catch typos).
     __slots__ = ("name", "phys", "queue", "kv_used_tokens", "busy", "batch", "step_end_s", "max_batch_requests",
-                 "queued_tokens", "kv_budget_tokens", "max_num_batched_tokens")
+                 "queued_tokens", "kv_budget_tokens", "max_num_batched_tokens", "step_base_s", "per_token_s",
+                 "per_token2_s", "ctx_s")
 
     def __init__(self, name: str, phys: Physics, serial: bool) -> None:
         self.name = name
@@ -72,6 +73,11 @@ class PrefillEngine:
         self.queued_tokens = 0  # prompt tokens still to prefill (queued or in the current step)
         self.kv_budget_tokens = phys.kv_budget_tokens  # copied from the physics (read on every poll)
         self.max_num_batched_tokens = phys.max_num_batched_tokens  # tokens per prefill step
+        # the step time's coefficients (`Physics.prefill_time_s`), copied from the physics (read on every step)
+        self.step_base_s = float(phys.prefill_step_base_s)  # seconds per step
+        self.per_token_s = float(phys.prefill_per_token_s)  # seconds per prompt token in the step
+        self.per_token2_s = float(phys.prefill_per_token2_s)  # seconds per squared step token
+        self.ctx_s = float(phys.prefill_ctx_s)  # mechanism attention_context: seconds per attended token pair
 
     def oracle_backlog(self, now: float) -> float:
         """The true remaining work (seconds) at ``now``: the running step's rest and the queued tokens' steps
@@ -83,7 +89,7 @@ class PrefillEngine:
         if queued <= 0:
             return rest
         steps = math.ceil(queued / ph.max_num_batched_tokens)
-        return rest + steps * ph.prefill_step_base_s + ph.prefill_per_token_s * queued
+        return rest + steps * self.step_base_s + self.per_token_s * queued
 
 
 class DecodeEngine:

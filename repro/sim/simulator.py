@@ -14,6 +14,7 @@ Times are seconds from the first arrival's clock origin (the trace's ``arrival_s
 
 from __future__ import annotations
 
+import gc
 import math
 from heapq import heappop, heappush
 from typing import Final
@@ -91,8 +92,7 @@ class Simulator:
         # typed (plain Python ints, floats and strs): the compiled module (repro.native) works on them unboxed
         (self.ids, self.family, self.slo, self.arrival, self.prompt, self.out,
          self.pred) = trace_columns(trace, predicted_output_tokens)
-        # Per-request state as parallel plain lists indexed by the request's row (a speed shortcut:
-        # list indexing by int is the cheapest per-request access in the event loop).
+        # per-request state as parallel plain lists indexed by the request's row (a speed shortcut: the cheapest)
         n = self.n_requests
         self.p_of = [-1] * n  # prefill engine index (-1: not placed)
         self.d_of = [-1] * n  # decode engine index (-1: not placed)
@@ -115,10 +115,8 @@ class Simulator:
         self.kv_peak = [0] * len(self.dec)  # most KV tokens each decode engine held
         self.pre_kv_peak = [0] * len(self.pre)  # most KV tokens each prefill engine held
         # the longest request (prompt + output tokens) the engines take; longer ones fail on arrival
-        self.max_request_tokens = (
-            min(self.pre[0].phys.max_model_len, self.dec[0].kv_budget_tokens, self.pre[0].kv_budget_tokens)
-            if self.pre and self.dec else 0
-        )
+        self.max_request_tokens = (min(self.pre[0].phys.max_model_len, self.dec[0].kv_budget_tokens,
+                                       self.pre[0].kv_budget_tokens) if self.pre and self.dec else 0)
         if config.backlog == "oracle":
             router.oracle_backlog = self._oracle_backlog
         # mechanism request_path: each request's serving path (s) after its prefill step, per prefill engine's
@@ -129,28 +127,35 @@ class Simulator:
         # mechanism shared_link: pulls that share the links at both ends, and the pairs' handshakes
         self.link_shared = [d.phys.transfer_link_shared >= 1 for d in self.dec]
         self.links = Links(len(self.pre), len(self.dec))
-        # mechanism api_queue: when each prefill engine's API server is next free (s)
+        # mechanism api_queue: whether each prefill engine's API server queues, and when it is next free (s)
         self.api = [e.phys.api_queue_s > 0.0 or e.phys.api_queue_per_token_s > 0.0 for e in self.pre]
         self.api_free = [0.0] * len(self.pre)
         # mechanisms vllm_scheduler and resume_cache, per decode engine
         self.vllm_sched = [d.phys.decode_scheduler_vllm >= 1 for d in self.dec]
         self.resume_cache = [d.phys.resume_prefix_cache >= 1 for d in self.dec]
-        # mechanism shared_host: one machine's cores shared by every engine and the serving path
-        self.host = shared_host(prefill, decode)
-        # mechanism stream_admission: whether each decode engine's API server admits behind its streams
+        self.host = shared_host(prefill, decode)  # mechanism shared_host: one machine's cores for all
+        # mechanisms stream_admission (each decode engine's API server admits behind its streams) and prefill_hop
+        # (each prefill engine's leg outside its core grows with the cluster's streams)
         self.admission = [d.phys.admits_behind_load for d in self.dec]
-        # mechanism prefill_hop: whether each prefill engine's leg outside its core grows with the cluster's streams
         self.hop = [e.phys.hops_behind_load for e in self.pre]
 
-    # ---- event plumbing -------------------------------------------------------------------
-    # An event is pushed as ``seq = self._seq = self._seq + 1`` then heappush(self._events, (time_s, kind,
-    # seq, x, y, z)), written out where it happens (a speed shortcut: no helper call per event); see the event
-    # kinds above.
+    # ---- event plumbing: an event is pushed as ``seq = self._seq = self._seq + 1`` then heappush(self._events,
+    # (time_s, kind, seq, x, y, z)), written out where it happens (a speed shortcut); see the event kinds above.
     def run(self) -> pd.DataFrame:
-        """Run to completion; returns the journal DataFrame (rows in trace order)."""
-        # locals for the attributes read every iteration (a speed shortcut). The methods are called as
-        # methods: in the compiled module (repro.native) that is a direct native call, where a bound method
-        # kept in a local would be a Python-level call with its arguments boxed
+        """Run to completion; returns the journal DataFrame (rows in trace order). The cycle collector is off
+        meanwhile (a speed shortcut: the loop allocates a tuple per event and makes no reference cycles)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._loop()
+        finally:
+            if collecting:
+                gc.enable()
+        return self._journal()
+
+    def _loop(self) -> None:
+        """Every event and arrival in time order, until none is left. Locals for the attributes read every
+        iteration (a speed shortcut); methods called as methods (compiled: a direct native call)."""
         events = self._events
         arrivals = self.arrival
         n = self.n_requests
@@ -191,7 +196,6 @@ class Simulator:
                 next_arrival = arrivals[i] if i < n else math.inf
             else:
                 break
-        return self._journal()
 
     # ---- arrivals and routing ------------------------------------------------------------
     def _poll(self, now: float) -> None:
@@ -280,12 +284,13 @@ class Simulator:
             return
         e.batch = batch
         e.busy = True
-        step_s = e.phys.prefill_time_s(tokens)
-        ctx_s = e.phys.prefill_ctx_s
+        # `Physics.prefill_time_s` (tokens) on the engine's copies of its coefficients, written out
+        step_s = e.step_base_s + e.per_token_s * tokens + e.per_token2_s * tokens * tokens
+        ctx_s = e.ctx_s
         if ctx_s > 0.0:  # mechanism attention_context: each chunk attends over its prompt's earlier tokens
             pairs = 0
-            for r, take in batch:
-                pairs += e.phys.attention_pairs(prompt[r] - prefill_left[r], take)
+            for r, take in batch:  # `Physics.attention_pairs` (done, take), written out
+                pairs += take * (prompt[r] - prefill_left[r]) + take * (take + 1) // 2
             step_s += ctx_s * pairs
         if self.host is None:
             e.step_end_s = self.now + step_s
@@ -349,8 +354,7 @@ class Simulator:
         if not d.waiting:
             return
         now = self.now
-        # the running sequences' KV at ``now`` (their contexts + the next step's token each): the
-        # segment does not change while admitting, so it is computed once
+        # the running sequences' KV at ``now``, once (admitting keeps the segment)
         running_kv = (d.sum_base_context + d.n_running * (d.origin_step + d.steps_done_by(now) + 1)
                       if d.n_running else 0)
         prompt = self.prompt

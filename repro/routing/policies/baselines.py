@@ -20,11 +20,11 @@ from repro.routing.policies.base import (
     ClusterView,
     Decision,
     InstanceSignals,
-    Placement,
     Policy,
     Rejection,
     RequestInfo,
 )
+from repro.routing.policies.pricing import placement
 
 
 class RoundRobin(Policy):
@@ -48,7 +48,7 @@ class RoundRobin(Policy):
             self._next_d = (d + 1) % len(pool)
         if p is None or d is None:
             return Rejection(NO_HEALTHY)
-        return Placement(p, d)
+        return placement(p, d)  # shared: a Placement is frozen
 
 
 def _next_healthy(pool: list[InstanceSignals], start: int) -> int | None:
@@ -106,7 +106,7 @@ class LeastLoaded(Policy):
         d = _fewest_in_flight(view.decode, self._tick)
         if p is None or d is None:
             return Rejection(NO_HEALTHY)
-        return Placement(p, d)
+        return placement(p, d)  # shared: a Placement is frozen
 
 
 class LengthThreshold(Policy):
@@ -139,4 +139,4 @@ class LengthThreshold(Policy):
             d = _fewest_in_flight(view.decode, self._tick)
         if p is None or d is None:
             return Rejection(NO_HEALTHY)
-        return Placement(p, d)
+        return placement(p, d)  # shared: a Placement is frozen

@@ -159,10 +159,13 @@ class MarginalCost(MarginalCostBase):
         if self.sample_d or self.temperature_s or self.admission_guard or not _own_pricing(type(self)):
             return super().place_enumerated(request, view)
         self._tick += 1
+        prices = self._prices_made
+        if prices is None or prices.cost_model is not self.cost_model:
+            prices = self._prices()
         best = marginal_cost_best(
             view.prefill, view.decode, self._tick, request.prompt_tokens,
             request.predicted_output_tokens if self.use_length else self.default_output_tokens,  # output_estimate
-            request.slo_class, self._prices(), self.use_backlog, self.use_own_work, self.use_cache_pressure,
+            request.slo_class, prices, self.use_backlog, self.use_own_work, self.use_cache_pressure,
             self.tpot_reading == "backlog", self.use_slo, self.slo_weight, self.cache_safe_fraction)
         return Rejection(NO_HEALTHY) if best is None else best
 
@@ -220,3 +223,4 @@ def _own_pricing(cls: type) -> bool:
     if own is None:
         own = _OWN_PRICING[cls] = all(getattr(cls, name) is getattr(MarginalCost, name) for name in _HOOKS)
     return own
+

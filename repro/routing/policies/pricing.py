@@ -217,14 +217,14 @@ def marginal_cost_best(prefill: list[InstanceSignals], decode: list[InstanceSign
             if not found or _better(score, pn + dn, best_score, best_tiebreak):
                 found = True
                 best_score, best_tiebreak, best_p, best_d = score, pn + dn, p, d
-    return _placement(best_p, best_d) if found else None
+    return placement(best_p, best_d) if found else None
 
 
 _PLACEMENTS: Final[dict[int, Placement]] = {}
-"""(p * 64 + d) -> the `Placement` of (p, d) for p, d < 64 (`_placement`)."""
+"""(p * 64 + d) -> the `Placement` of (p, d) for p, d < 64 (`placement`)."""
 
 
-def _placement(p: int, d: int) -> Placement:
+def placement(p: int, d: int) -> Placement:
     """``Placement(p, d)``, made once per pair of small indices and shared (a `Placement` is frozen: a speed
     shortcut, no allocation per decision)."""
     if not (0 <= p < 64 and 0 <= d < 64):
