@@ -13,6 +13,7 @@ Units: seconds, tokens, bytes; shares are fractions of the stated prefill base (
 
 from __future__ import annotations
 
+import collections
 import math
 import zlib
 from collections.abc import Mapping, Sequence
@@ -303,10 +304,33 @@ def model_name(mechs: Sequence[Mechanism]) -> str:
     return "+".join(m.name for m in mechs) or "base"
 
 
+_PATH_FACTORS: collections.OrderedDict[tuple[float, tuple[str, ...], tuple[float, ...]], list[float]] = (
+    collections.OrderedDict())
+PATH_FACTORS_KEPT = 16
+"""Traces whose factors a process keeps (`path_factors`: every policy and cost model of a sweep over one trace
+asks for the same ones)."""
+
+
 def path_factors(ids: list[str], arrivals: list[float], sigma: float) -> list[float]:
     """Mechanism ``path_tail``: each request's serving-path factor, lognormal with mean 1 and shape
     ``sigma``, a fixed function of the request's id and arrival time (the same request, the same draw,
-    whatever the policy; another trace's request of the same id, another draw)."""
+    whatever the policy; another trace's request of the same id, another draw). A new list each call; a
+    trace's (64 requests or more) is computed once per process for its last `PATH_FACTORS_KEPT` traces (the key
+    is the ids, the arrivals and ``sigma`` themselves)."""
+    if len(ids) < 64:
+        return _path_factors(ids, arrivals, sigma)
+    key = (sigma, tuple(ids), tuple(arrivals))
+    got = _PATH_FACTORS.get(key)
+    if got is None:
+        got = _PATH_FACTORS[key] = _path_factors(ids, arrivals, sigma)
+        while len(_PATH_FACTORS) > PATH_FACTORS_KEPT:
+            _PATH_FACTORS.popitem(last=False)
+    else:
+        _PATH_FACTORS.move_to_end(key)
+    return list(got)
+
+
+def _path_factors(ids: list[str], arrivals: list[float], sigma: float) -> list[float]:
     dist = NormalDist()
     out: list[float] = []
     for rid, at in zip(ids, arrivals, strict=True):

@@ -93,11 +93,29 @@ def simulate_timed(spec: RunSpec) -> tuple[pd.DataFrame, DecisionTimeSummary]:
     this machine's wall times, apart from the journal). A policy that breaks its contract raises
     `repro.errors.PolicyError`."""
     _, pre, _, dec = engine_pools(spec)
-    trace = build_trace(spec)
+    trace = _trace(spec)
     pred = _predictions(spec, trace)
     router = make_router(spec)
     journal = Simulator(trace.df, pred, router, pre, dec, spec.sim, spec.poll_interval_s()).run()
     return journal, cast(DecisionTimeSummary, router.decision_time())  # (the compiled router's plain dict)
+
+
+_TRACES: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
+
+
+def _trace(spec: RunSpec) -> Any:
+    """`build_trace` of ``spec``, kept for this process's last `PREDICTIONS_KEPT` traces (the specs of a sweep
+    share a few traces; the simulator only reads one). The key is what a trace is made of (`build_trace`)."""
+    key = (spec.workload, spec.seed, spec.rate, spec.n_requests, spec.arrival_spec(), spec.workload_params(),
+           length_cap(spec))
+    got = _TRACES.get(key)
+    if got is None:
+        got = _TRACES[key] = build_trace(spec)
+        while len(_TRACES) > PREDICTIONS_KEPT:
+            _TRACES.popitem(last=False)
+    else:
+        _TRACES.move_to_end(key)
+    return got
 
 
 _PREDICTIONS: collections.OrderedDict[tuple[Any, ...], np.ndarray] = collections.OrderedDict()

@@ -23,9 +23,9 @@ def trace_columns(trace: pd.DataFrame, predicted_output_tokens: np.ndarray) -> t
     """A trace's columns as plain Python lists (request ids, families, SLO classes, arrival times in seconds, prompt
     and output tokens, the router's predicted output tokens). A ConfigError names the field when the predictions do
     not match the trace or the arrivals are not finite and sorted."""
-    ids: list[str] = trace["request_id"].astype(str).tolist()
-    family: list[str] = trace["family"].astype(str).tolist()
-    slo: list[SloClass] = trace["slo_class"].astype(str).tolist()
+    ids: list[str] = _strings(trace["request_id"])
+    family: list[str] = _strings(trace["family"])
+    slo: list[SloClass] = _strings(trace["slo_class"])  # type: ignore[assignment]
     arrival: list[float] = trace["arrival_s"].to_numpy(dtype=float).tolist()
     prompt: list[int] = trace["prompt_tokens"].to_numpy(dtype=np.int64).tolist()
     out: list[int] = trace["output_tokens"].to_numpy(dtype=np.int64).tolist()
@@ -37,6 +37,13 @@ def trace_columns(trace: pd.DataFrame, predicted_output_tokens: np.ndarray) -> t
     if any(b < a for a, b in zip(arrival, arrival[1:], strict=False)):
         raise ConfigError("sim: trace field 'arrival_s' must be sorted ascending")
     return ids, family, slo, arrival, prompt, out, pred
+
+
+def _strings(column: pd.Series) -> list[str]:
+    """A column as a list of str (a string column as it is; any other's values converted)."""
+    if pd.api.types.is_string_dtype(column.dtype):
+        return column.to_numpy(dtype=object).tolist()
+    return column.astype(str).tolist()
 
 
 def journal_frame(*, ids: Sequence[str], family: Sequence[str], slo: Sequence[str], prompt: Sequence[int],
