@@ -79,3 +79,20 @@ def test_the_simulator_leaves_the_collector_as_it_found_it():
     with pytest.raises(Exception, match="boom"):
         Simulator(trace.df, pred, router, pre, dec, SimConfig()).run()
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("arrivals,field", [([0.0, 2.0, 1.0], "sorted ascending"), ([0.0, float("nan"), 1.0], "finite"),
+                                            ([0.0, 1.0, float("inf")], "finite")])
+def test_the_simulator_names_a_bad_arrival_column(arrivals, field):
+    import numpy as np
+    import pandas as pd
+
+    from repro.errors import ConfigError
+    from repro.sim.journal import trace_columns
+
+    df = pd.DataFrame({"request_id": ["a", "b", "c"], "family": ["chat"] * 3, "slo_class": ["tight"] * 3,
+                       "arrival_s": arrivals, "prompt_tokens": [1, 2, 3], "output_tokens": [4, 5, 6]})
+    with pytest.raises(ConfigError, match=f"arrival_s' must be .*{field}"):
+        trace_columns(df, np.ones(3))
+    df["arrival_s"] = [0.0, 1.0, 1.0]  # ties are in order
+    assert trace_columns(df, np.ones(3))[3] == [0.0, 1.0, 1.0]

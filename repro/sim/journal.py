@@ -26,15 +26,16 @@ def trace_columns(trace: pd.DataFrame, predicted_output_tokens: np.ndarray) -> t
     ids: list[str] = _strings(trace["request_id"])
     family: list[str] = _strings(trace["family"])
     slo: list[SloClass] = _strings(trace["slo_class"])  # type: ignore[assignment]
-    arrival: list[float] = trace["arrival_s"].to_numpy(dtype=float).tolist()
+    arrivals = trace["arrival_s"].to_numpy(dtype=float)
+    arrival: list[float] = arrivals.tolist()
     prompt: list[int] = trace["prompt_tokens"].to_numpy(dtype=np.int64).tolist()
     out: list[int] = trace["output_tokens"].to_numpy(dtype=np.int64).tolist()
     pred: list[float] = np.asarray(predicted_output_tokens, dtype=float).tolist()
     if len(pred) != len(ids):
         raise ConfigError("sim: predicted_output_tokens must have one value per request")
-    if not all(np.isfinite(arrival)):
+    if not np.isfinite(arrivals).all():
         raise ConfigError("sim: trace field 'arrival_s' must be finite seconds")
-    if any(b < a for a, b in zip(arrival, arrival[1:], strict=False)):
+    if (np.diff(arrivals) < 0).any():
         raise ConfigError("sim: trace field 'arrival_s' must be sorted ascending")
     return ids, family, slo, arrival, prompt, out, pred
 

@@ -10,21 +10,17 @@ decision depends only on the view and the requests placed before. Registered in 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from repro.errors import ConfigError
 from repro.routing.cost_model import CostModel
 from repro.routing.policies.base import (
     NO_HEALTHY,
     ClusterView,
     Decision,
-    InstanceSignals,
     Policy,
     Rejection,
     RequestInfo,
 )
-from repro.routing.policies.pricing import placement
+from repro.routing.policies.pricing import fewest_in_flight, fewest_tokens, next_healthy, placement
 
 
 class RoundRobin(Policy):
@@ -39,55 +35,16 @@ class RoundRobin(Policy):
 
     def place(self, request: RequestInfo, view: ClusterView) -> Decision:
         pool = view.prefill
-        p = _next_healthy(pool, self._next_p)
+        p = next_healthy(pool, self._next_p)
         if p is not None:
             self._next_p = (p + 1) % len(pool)
         pool = view.decode
-        d = _next_healthy(pool, self._next_d)
+        d = next_healthy(pool, self._next_d)
         if d is not None:
             self._next_d = (d + 1) % len(pool)
         if p is None or d is None:
             return Rejection(NO_HEALTHY)
         return placement(p, d)  # shared: a Placement is frozen
-
-
-def _next_healthy(pool: list[InstanceSignals], start: int) -> int | None:
-    """The first healthy instance's index from ``start`` on, cyclically; None if none is healthy."""
-    n = len(pool)
-    for k in range(n):
-        i = (start + k) % n
-        if pool[i].healthy:
-            return i
-    return None
-
-
-def _argmin(pool: list[InstanceSignals], key: Callable[[InstanceSignals], Any], offset: int) -> int | None:
-    """Index of the healthy instance minimising ``key``; ties go round-robin from ``offset``
-    (`_fewest_in_flight` is the in-flight count's, written out)."""
-    best = None
-    best_key = None
-    n = len(pool)
-    for k in range(n):
-        s = pool[(offset + k) % n]
-        if not s.healthy:
-            continue
-        kv = key(s)
-        if best_key is None or kv < best_key:
-            best, best_key = s.index, kv
-    return best
-
-
-def _fewest_in_flight(pool: list[InstanceSignals], offset: int) -> int | None:
-    """``_argmin(pool, lambda s: s.in_flight, offset)`` written out (a speed shortcut: no key call per
-    instance): the healthy instance with the fewest in-flight requests, ties round-robin from ``offset``."""
-    best = None
-    best_n = 0
-    n = len(pool)
-    for k in range(n):
-        s = pool[(offset + k) % n]
-        if s.healthy and (best is None or s.in_flight < best_n):
-            best, best_n = s.index, s.in_flight
-    return best
 
 
 class LeastLoaded(Policy):
@@ -102,8 +59,8 @@ class LeastLoaded(Policy):
 
     def place(self, request: RequestInfo, view: ClusterView) -> Decision:
         self._tick += 1
-        p = _fewest_in_flight(view.prefill, self._tick)
-        d = _fewest_in_flight(view.decode, self._tick)
+        p = fewest_in_flight(view.prefill, self._tick)
+        d = fewest_in_flight(view.decode, self._tick)
         if p is None or d is None:
             return Rejection(NO_HEALTHY)
         return placement(p, d)  # shared: a Placement is frozen
@@ -132,11 +89,11 @@ class LengthThreshold(Policy):
 
     def place(self, request: RequestInfo, view: ClusterView) -> Decision:
         self._tick += 1
-        p = _fewest_in_flight(view.prefill, self._tick)
+        p = fewest_in_flight(view.prefill, self._tick)
         if request.predicted_output_tokens >= self.threshold_tokens:
-            d = _argmin(view.decode, lambda s: (s.in_flight_tokens, s.in_flight), self._tick)
+            d = fewest_tokens(view.decode, self._tick)
         else:
-            d = _fewest_in_flight(view.decode, self._tick)
+            d = fewest_in_flight(view.decode, self._tick)
         if p is None or d is None:
             return Rejection(NO_HEALTHY)
         return placement(p, d)  # shared: a Placement is frozen

@@ -1,5 +1,6 @@
-"""The marginal-cost scorers' hot arithmetic on plain numbers: the router's prices, the paper's scorer's
-parts, the pair enumeration and the argmin.
+"""The policies' hot loops on plain numbers: the router's prices, the paper's scorer's parts, the pair
+enumeration and the argmin; and the baselines' cyclic and least-loaded picks (`next_healthy`,
+`fewest_in_flight`, `fewest_tokens`).
 
 The marginal-cost scorers (`repro.routing.policies.marginal_cost`, `batching`) reduce each instance
 to a few numbers (its *parts*, built from the `InstanceSignals` there) and price every (prefill,
@@ -234,6 +235,48 @@ def placement(p: int, d: int) -> Placement:
     if made is None:
         made = _PLACEMENTS[key] = Placement(p, d)
     return made
+
+
+def next_healthy(pool: list[InstanceSignals], start: int) -> int | None:
+    """The baselines' round-robin step: the first healthy instance's index from ``start`` on, cyclically; None if
+    none is healthy."""
+    n = len(pool)
+    for k in range(n):
+        i = (start + k) % n
+        if pool[i].healthy:
+            return i
+    return None
+
+
+def fewest_in_flight(pool: list[InstanceSignals], offset: int) -> int | None:
+    """The baselines' join-the-shortest-queue: the healthy instance with the fewest in-flight requests, ties
+    round-robin from ``offset`` (its ``index``; None if none is healthy)."""
+    best = -1
+    best_n = 0
+    n = len(pool)
+    for k in range(n):
+        s = pool[(offset + k) % n]
+        if s.healthy and (best < 0 or s.in_flight < best_n):
+            best, best_n = s.index, s.in_flight
+    return None if best < 0 else best
+
+
+def fewest_tokens(pool: list[InstanceSignals], offset: int) -> int | None:
+    """The length threshold's decode choice for a long request: the healthy instance with the fewest in-flight
+    tokens, then the fewest in-flight requests, ties round-robin from ``offset`` (its ``index``; None if none is
+    healthy)."""
+    best = -1
+    best_tokens = 0.0
+    best_n = 0
+    n = len(pool)
+    for k in range(n):
+        s = pool[(offset + k) % n]
+        if not s.healthy:
+            continue
+        tokens = s.in_flight_tokens
+        if best < 0 or tokens < best_tokens or (tokens == best_tokens and s.in_flight < best_n):
+            best, best_tokens, best_n = s.index, tokens, s.in_flight
+    return None if best < 0 else best
 
 
 def batching_pairs(pre_parts: list[PrefillPart], dec_parts: list[BatchingDecodePart], own_pre: float,
