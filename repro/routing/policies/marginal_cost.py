@@ -152,12 +152,26 @@ class MarginalCost(MarginalCostBase):
         check_choice(self.name, "ledger_anchor", self.ledger_anchor, LEDGER_ANCHORS)
         check_choice(self.name, "tpot_reading", self.tpot_reading, TPOT_READINGS)
 
+    def place(self, request: RequestInfo, view: ClusterView) -> Decision:
+        """`MarginalCostBase.place`'s decision; on a small pool in its usual case (below), `place_enumerated`'s
+        compiled decision at once, without the dispatch in between (unless this class or this instance
+        replaces `place_enumerated` or a method its pricing stands for)."""
+        if (self.sample_d or self.temperature_s or self.admission_guard
+                or view.n_prefill * view.n_decode >= self.VECTOR_MIN_PAIRS or not _own_decision(type(self))
+                or "place_enumerated" in self.__dict__):
+            return super().place(request, view)
+        return self._best(request, view)
+
     def place_enumerated(self, request: RequestInfo, view: ClusterView) -> Decision:
         """`MarginalCostBase.place_enumerated`'s decision; the usual case (every healthy instance priced,
         the argmin: no sampling, softmax or guard) in one call of the compiled
         `repro.routing.policies.pricing.marginal_cost_best` (the same parts, scores and tie rule)."""
         if self.sample_d or self.temperature_s or self.admission_guard or not _own_pricing(type(self)):
             return super().place_enumerated(request, view)
+        return self._best(request, view)
+
+    def _best(self, request: RequestInfo, view: ClusterView) -> Decision:
+        """The usual case's decision (`repro.routing.policies.pricing.marginal_cost_best`)."""
         self._tick += 1
         prices = self._prices_made
         if prices is None or prices.cost_model is not self.cost_model:
@@ -214,6 +228,7 @@ class MarginalCost(MarginalCostBase):
 
 _HOOKS = ("_priced", "_priced_pairs", "_candidates", "_decide", "_request_terms", "output_estimate", "_prices")
 _OWN_PRICING: dict[type, bool] = {}
+_OWN_DECISION: dict[type, bool] = {}
 
 
 def _own_pricing(cls: type) -> bool:
@@ -224,3 +239,12 @@ def _own_pricing(cls: type) -> bool:
         own = _OWN_PRICING[cls] = all(getattr(cls, name) is getattr(MarginalCost, name) for name in _HOOKS)
     return own
 
+
+def _own_decision(cls: type) -> bool:
+    """Whether ``cls`` decides a small pool as `MarginalCost` does: it prices as `MarginalCost` (`_own_pricing`) and
+    replaces neither `MarginalCost.place_enumerated` nor `MarginalCost._best`; else ``place`` takes the base's path."""
+    own = _OWN_DECISION.get(cls)
+    if own is None:
+        own = _OWN_DECISION[cls] = _own_pricing(cls) and all(
+            getattr(cls, name) is getattr(MarginalCost, name) for name in ("place_enumerated", "_best"))
+    return own

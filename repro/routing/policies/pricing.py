@@ -179,20 +179,6 @@ def marginal_cost_pairs(pre_parts: list[PrefillPart], dec_parts: list[DecodePart
     return out
 
 
-def _healthy_from(pool: list[InstanceSignals], tick: int) -> list[InstanceSignals]:
-    """The healthy instances of ``pool`` in the tie rotation from ``tick``: ``pool[(tick + k) % n]``
-    for k < n (`repro.routing.policies.scoring.MarginalCostBase._candidates` without sampling)."""
-    n = len(pool)
-    t = tick % n if n else 0
-    out: list[InstanceSignals] = []
-    for k in range(n):
-        s = pool[(t + k) % n]
-        healthy: object = getattr(s, "healthy")  # noqa: B009 (untyped: any truth value, as the enumeration reads it)
-        if healthy:
-            out.append(s)
-    return out
-
-
 def marginal_cost_best(prefill: list[InstanceSignals], decode: list[InstanceSignals], tick: int,
                        prompt_tokens: float, o: float,
                        slo_class: str, prices: Prices, use_backlog: bool, use_own_work: bool,
@@ -200,24 +186,48 @@ def marginal_cost_best(prefill: list[InstanceSignals], decode: list[InstanceSign
                        safe: float) -> Placement | None:
     """The paper's scorer's decision over every healthy instance of the pools ``prefill`` and ``decode``
     (`InstanceSignals`; the tie rotation from ``tick``), without sampling, softmax or guard: exactly
-    ``first_best(marginal_cost_pairs(*marginal_cost_parts(...)))`` (the same pairs, scores and tie rule, in
-    the same order), without building the priced pairs. None when a pool has no healthy instance."""
+    ``first_best(marginal_cost_pairs(*marginal_cost_parts(...)))`` (the same pairs in the same order, each
+    part and score by the same float operations, the same tie rule), without building the parts or the
+    priced pairs: a decode instance's part is computed again for each prefill candidate (the same bits), which
+    on the small pools this path serves costs less than keeping it. None when a pool has no healthy instance."""
     ttft_target = prices.ttft_s(slo_class)
+    tpot_target = prices.tpot_s(slo_class)
     own_pre = prices.tau_pre(prompt_tokens) + prices.tau_xfer(prompt_tokens) if use_own_work else 0.0
-    pre_parts, dec_parts = marginal_cost_parts(
-        _healthy_from(prefill, tick), _healthy_from(decode, tick), prompt_tokens, o, ttft_target,
-        prices.tpot_s(slo_class), prices, use_backlog, use_own_work, use_cache_pressure, tpot_by_backlog, safe, False)
+    cap = prices.kv_capacity_tokens
+    n_pre = len(prefill)
+    n_dec = len(decode)
+    t_pre = tick % n_pre if n_pre else 0
+    t_dec = tick % n_dec if n_dec else 0
     found = False
     best_score = 0.0
     best_tiebreak = 0
     best_p = best_d = 0
-    for p, pre_cost, pn, _ in pre_parts:
-        pre_own = pre_cost + own_pre
-        for d, dec_cost, dn, first, tpot_over, _ in dec_parts:
-            score = _marginal_cost_score(pre_own, dec_cost, first, tpot_over, ttft_target, use_slo, slo_weight)
-            if not found or _better(score, pn + dn, best_score, best_tiebreak):
+    for i in range(n_pre):
+        sp = prefill[(t_pre + i) % n_pre]
+        healthy: object = getattr(sp, "healthy")  # noqa: B009 (untyped: any truth value, as the enumeration reads it)
+        if not healthy:
+            continue
+        pn = sp.in_flight
+        pre_own = (sp.backlog_s if use_backlog else 0.0) + own_pre
+        for j in range(n_dec):
+            s = decode[(t_dec + j) % n_dec]
+            healthy = getattr(s, "healthy")  # noqa: B009
+            if not healthy:
+                continue
+            # `marginal_cost_parts`' decode part, written out
+            n = s.in_flight
+            tau = prices.tau_dec(n)
+            backlog = s.backlog_s if use_backlog else 0.0
+            work = o * tau if use_own_work else 0.0
+            first = tau if use_own_work else 0.0
+            cache = (cache_pressure_s(s.kv_usage, prompt_tokens, o, ttft_target, cap, safe) if use_cache_pressure
+                     else 0.0)
+            tpot_over = backlog + work - o * tpot_target if tpot_by_backlog else (work - o * tpot_target)
+            score = _marginal_cost_score(pre_own, backlog + work + cache, first,
+                                         tpot_over if tpot_over > 0.0 else 0.0, ttft_target, use_slo, slo_weight)
+            if not found or _better(score, pn + n, best_score, best_tiebreak):
                 found = True
-                best_score, best_tiebreak, best_p, best_d = score, pn + dn, p, d
+                best_score, best_tiebreak, best_p, best_d = score, pn + n, sp.index, s.index
     return placement(best_p, best_d) if found else None
 
 
