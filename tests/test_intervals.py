@@ -30,3 +30,10 @@ def test_block_means_are_archs(n: int, length: int) -> None:
     ttft = rng.lognormal(size=n)  # other values: to rounding
     theirs = CircularBlockBootstrap(length, ttft, seed=5).apply(np.mean, 300)[:, 0]
     np.testing.assert_allclose(intervals._block_means(ttft, length, 300, 5), theirs, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n,length", [(1, 1), (7, 3), (2001, 50), (100, 250)])
+def test_block_draws_made_row_by_row_are_the_same(n: int, length: int) -> None:
+    lazy = intervals._BlockDraws(n, length, 40, 3)
+    whole = intervals._block_index_draws(n, length, 40, 3)
+    assert all(np.array_equal(lazy[j], whole[j]) for j in range(40))
