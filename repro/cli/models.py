@@ -49,6 +49,9 @@ def models_cli(
                                     help="also run the search aimed at the documents gap (every vector at the rate "
                                          "where round-robin holds 0.585) on each model until it has this many "
                                          "feasible vectors; journaled, it resumes (0: none)"),
+    aimed_generations: int = typer.Option(60, "--aimed-generations", min=1, max=1000,
+                                          help="the aimed search's cap on generations (a model with few feasible "
+                                               "vectors per generation may need more to reach --aimed-evals)"),
     aimed_models: str = typer.Option("", "--aimed-models",
                                      help="comma-separated models (of --models) the aimed search runs on (default: "
                                           "every one)"),
@@ -104,7 +107,7 @@ def models_cli(
                 sc, summ = _from_folder(folder, rows, len(space), problem.model)
                 scores.append(sc)
                 if aimed_evals and spec in aimed_on:
-                    summ = _aimed(folder, mechs, profile, ex, aimed_evals, console)
+                    summ = _aimed(folder, mechs, profile, ex, aimed_evals, console, aimed_generations)
                 if summ is not None:
                     gaps.append(summ)
                 continue
@@ -140,7 +143,7 @@ def models_cli(
                 summ["wall_s"] = round(time.monotonic() - g0)
                 (folder / "gap_summary.json").write_text(json.dumps(summ, indent=2, default=str) + "\n")
                 if aimed_evals and spec in aimed_on:
-                    summ = _aimed(folder, mechs, profile, ex, aimed_evals, console)
+                    summ = _aimed(folder, mechs, profile, ex, aimed_evals, console, aimed_generations)
                 gaps.append(summ)
                 console.print(f"  widest documents gap with round-robin at 0.585 +- 0.03: {summ['widest_gap']:+.3f} "
                               f"({summ['feasible']} of {summ['vectors']} vectors feasible)")
@@ -181,7 +184,8 @@ def models_cli(
                        "cv_weight"]].to_string(index=False))
 
 
-def _aimed(folder: Path, mechs, profile: str, ex, evals: int, console: Console):  # type: ignore[no-untyped-def]
+def _aimed(folder: Path, mechs, profile: str, ex, evals: int, console: Console,  # type: ignore[no-untyped-def]
+           generations: int = 60):
     """Run (or resume) the aimed gap search on a model's folder, seeded with the known vectors and its own search's
     five widest; write ``aimed_search.csv`` and return the model's gap summary over all its searches (also written
     to ``gap_summary.json``)."""
@@ -195,7 +199,7 @@ def _aimed(folder: Path, mechs, profile: str, ex, evals: int, console: Console):
     seeds = [*separation.KNOWN_VECTORS, *separation.best_feasible(before, separation.aimed_space(gp))]
     t0 = time.monotonic()
     aimed = separation.aimed_search(gp, executor=ex, feasible_target=evals, journal=folder / "aimed-search.jsonl",
-                                    seeds=seeds)
+                                    seeds=seeds, max_generations=generations)
     top = aimed[aimed["feasible"]].sort_values("gap", ascending=False).head(3)
     # the widest three on fresh traces (CONFIRM_SEEDS), each at the rate where round-robin holds 0.585 on them
     confirmed = separation.confirm_at_paper_rr(gp, [{p.name: float(r[p.name]) for p in gp.space}
